@@ -1,0 +1,263 @@
+"""The models: causality, padding invariance, positions, norms, caching, and that they learn."""
+
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.testing import assert_close
+
+from transformers_scratch import (
+    CausalLM,
+    ClassifierConfig,
+    EncoderDecoder,
+    EncoderDecoderConfig,
+    LMConfig,
+    SequenceClassifier,
+    SinusoidalPositions,
+    TransformerBlock,
+    TransformerConfig,
+)
+
+SMALL = dict(emb=32, heads=4, depth=2, context=24)
+
+
+def test_library_does_not_import_lightning():
+    code = "import sys, transformers_scratch; assert 'lightning' not in sys.modules, 'lightning was imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("attention", ["reference", "sdpa"])
+@pytest.mark.parametrize("pre_norm", [True, False])
+def test_no_causal_leak(attention, pre_norm):
+    """Changing tokens after position t changes no output at positions <= t, exactly."""
+    torch.manual_seed(0)
+    model = CausalLM(LMConfig(vocab_size=50, attention=attention, pre_norm=pre_norm, **SMALL)).eval()
+    ids = torch.randint(0, 50, (2, 20))
+    t = 11
+    changed = ids.clone()
+    changed[:, t + 1 :] = torch.randint(0, 50, (2, 20 - t - 1))
+    assert not torch.equal(changed, ids)
+    a, b = model(ids), model(changed)
+    assert torch.equal(a[:, : t + 1], b[:, : t + 1])
+    assert not torch.allclose(a[:, t + 1 :], b[:, t + 1 :])
+
+
+@pytest.mark.parametrize("pool", ["mean", "max", "cls"])
+@pytest.mark.parametrize("pre_norm", [True, False])
+def test_classifier_ignores_padding(pool, pre_norm):
+    """The logits depend neither on what padded positions hold nor on how much padding is appended."""
+    torch.manual_seed(0)
+    model = SequenceClassifier(ClassifierConfig(vocab_size=40, pool=pool, pre_norm=pre_norm, **SMALL)).eval()
+    lengths = torch.tensor([9, 4, 12])
+    ids = torch.randint(1, 40, (3, 12))
+    mask = torch.arange(12)[None] < lengths[:, None]  # (b, t)
+    logits = model(ids, mask)
+
+    junk = torch.where(mask, ids, torch.randint(1, 40, ids.shape))  # other contents at padded positions
+    assert_close(model(junk, mask), logits)
+
+    more = torch.cat([ids, torch.randint(1, 40, (3, 8))], dim=1)  # 8 more padded positions
+    more_mask = torch.cat([mask, torch.zeros(3, 8, dtype=torch.bool)], dim=1)
+    assert_close(model(more, more_mask), logits)
+
+    alone = [model(ids[i : i + 1, : lengths[i]]) for i in range(3)]  # each row alone, unpadded
+    assert_close(torch.cat(alone), logits)
+
+
+def test_fully_padded_row_is_finite_in_bf16():
+    torch.manual_seed(0)
+    for pool in ("mean", "max", "cls"):
+        model = SequenceClassifier(ClassifierConfig(vocab_size=40, pool=pool, **SMALL)).to(torch.bfloat16)
+        ids = torch.randint(1, 40, (2, 10))
+        mask = torch.tensor([[True] * 10, [False] * 10])
+        logits = model(ids, mask)
+        logits.float().sum().backward()
+        assert torch.isfinite(logits).all(), pool
+        assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None), pool
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="fp16 is checked on a GPU")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_fully_padded_row_is_finite_on_gpu(dtype):
+    model = SequenceClassifier(ClassifierConfig(vocab_size=40, **SMALL)).cuda().to(dtype)
+    ids = torch.randint(1, 40, (2, 10), device="cuda")
+    mask = torch.tensor([[True] * 10, [False] * 10], device="cuda")
+    logits = model(ids, mask)
+    logits.float().sum().backward()
+    assert torch.isfinite(logits).all()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_sinusoidal_encoding_is_the_papers_formula():
+    k = 16
+    table = SinusoidalPositions(50, k)(50)
+    p, i = 37, 3
+    assert_close(table[p, 2 * i], torch.tensor(math.sin(p / 10000 ** (2 * i / k))))
+    assert_close(table[p, 2 * i + 1], torch.tensor(math.cos(p / 10000 ** (2 * i / k))))
+    assert_close(SinusoidalPositions(50, k)(5, offset=37)[0], table[37])
+
+
+def test_position_choice_changes_parameters():
+    learned = CausalLM(LMConfig(positions="learned", **SMALL))
+    fixed = CausalLM(LMConfig(positions="sinusoidal", **SMALL))
+    n_learned = sum(p.numel() for p in learned.parameters())
+    assert n_learned - sum(p.numel() for p in fixed.parameters()) == SMALL["context"] * SMALL["emb"]
+    assert "embed.positions.table" not in fixed.state_dict()  # derived, never saved
+
+
+def test_post_norm_block_ends_in_layer_norm_and_pre_norm_does_not():
+    x = torch.randn(2, 5, 32) * 3 + 1
+    post = TransformerBlock(TransformerConfig(pre_norm=False, **SMALL))(x)
+    assert_close(post.mean(-1), torch.zeros(2, 5), atol=1e-5, rtol=0)
+    assert_close(post.var(-1, unbiased=False), torch.ones(2, 5), atol=1e-3, rtol=0)
+    pre = TransformerBlock(TransformerConfig(pre_norm=True, **SMALL))(x)
+    assert pre.mean(-1).abs().mean() > 0.3  # the residual stream keeps the input's offset
+
+
+def test_too_long_sequence_says_what_to_do():
+    model = CausalLM(LMConfig(**SMALL))
+    with pytest.raises(ValueError, match="sequence of 30 positions > model context 24; raise model.context"):
+        model(torch.zeros(1, 30, dtype=torch.long))
+
+
+def test_bad_config_says_what_to_do():
+    with pytest.raises(ValueError, match="emb=100 is not divisible by heads=8; .*heads=10"):
+        LMConfig(emb=100, heads=8)
+    with pytest.raises(ValueError, match="depth=0 must be a positive integer"):
+        LMConfig(depth=0)
+
+
+@pytest.mark.parametrize("attention", ["reference", "sdpa"])
+@pytest.mark.parametrize("positions", ["learned", "sinusoidal"])
+def test_cached_greedy_generation_equals_recomputation(attention, positions):
+    torch.manual_seed(0)
+    model = CausalLM(LMConfig(vocab_size=30, attention=attention, positions=positions, **SMALL))
+    prompt = torch.randint(0, 30, (3, 5))
+    n = SMALL["context"] - 5  # the whole sequence fits the context
+    cached = model.generate(prompt, n, temperature=0, use_cache=True)
+    assert torch.equal(cached, model.generate(prompt, n, temperature=0, use_cache=False))
+    assert torch.equal(cached[:, :5], prompt) and cached.shape == (3, SMALL["context"])
+
+
+def test_generation_past_the_context_crops_and_goes_on():
+    torch.manual_seed(0)
+    model = CausalLM(LMConfig(vocab_size=30, **SMALL))
+    prompt = torch.randint(0, 30, (2, 40))  # longer than the context already
+    for use_cache in (True, False):
+        out = model.generate(prompt, 50, temperature=0.5, top_k=5, use_cache=use_cache)
+        assert out.shape == (2, 90) and torch.equal(out[:, :40], prompt)
+
+
+def test_sampling_settings_are_checked():
+    model = CausalLM(LMConfig(**SMALL))
+    with pytest.raises(ValueError, match="temperature -1"):
+        model.generate(torch.zeros(1, 3, dtype=torch.long), 2, temperature=-1)
+    with pytest.raises(ValueError, match="empty prompt"):
+        model.generate(torch.zeros(1, 0, dtype=torch.long), 2)
+
+
+def test_top_k_one_is_greedy():
+    torch.manual_seed(0)
+    model = CausalLM(LMConfig(vocab_size=30, **SMALL))
+    prompt = torch.randint(0, 30, (2, 4))
+    assert torch.equal(model.generate(prompt, 10, temperature=2.0, top_k=1), model.generate(prompt, 10, temperature=0))
+
+
+def test_weight_tying_shares_one_matrix():
+    tied = CausalLM(LMConfig(tie_weights=True, **SMALL))
+    assert tied.head.weight is tied.embed.tokens.weight
+    untied = CausalLM(LMConfig(**SMALL))
+    n = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    assert n(untied) - n(tied) == 256 * SMALL["emb"]
+
+
+def test_encoder_decoder_shares_embeddings_only_for_one_vocabulary():
+    shared = EncoderDecoder(EncoderDecoderConfig(vocab_size=20, **SMALL))
+    assert shared.src_embed is shared.tgt_embed and shared.head.weight is shared.src_embed.tokens.weight
+    apart = EncoderDecoder(EncoderDecoderConfig(vocab_size=20, tgt_vocab_size=30, **SMALL))
+    assert apart.src_embed is not apart.tgt_embed and apart.head.weight is apart.tgt_embed.tokens.weight
+    assert apart(torch.randint(0, 20, (2, 7)), torch.randint(0, 30, (2, 5))).shape == (2, 5, 30)
+
+
+def test_decoder_is_causal_and_encoder_is_not():
+    torch.manual_seed(0)
+    model = EncoderDecoder(EncoderDecoderConfig(vocab_size=20, **SMALL)).eval()
+    src, tgt = torch.randint(0, 20, (2, 8)), torch.randint(0, 20, (2, 8))
+    out = model(src, tgt)
+    tgt2 = tgt.clone()
+    tgt2[:, 5:] = (tgt2[:, 5:] + 1) % 20
+    assert torch.equal(model(src, tgt2)[:, :5], out[:, :5])
+    src2 = src.clone()
+    src2[:, -1] = (src2[:, -1] + 1) % 20  # the last source token is visible from every target position
+    assert not torch.allclose(model(src2, tgt)[:, 0], out[:, 0])
+
+
+def overfit(model, loss_fn, steps=200, lr=3e-3):
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    first = None
+    for _ in range(steps):
+        loss = loss_fn()
+        first = loss.item() if first is None else first
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return first, loss.item()
+
+
+def test_classifier_overfits_a_batch():
+    torch.manual_seed(0)
+    model = SequenceClassifier(ClassifierConfig(vocab_size=50, **SMALL))
+    ids, labels = torch.randint(0, 50, (16, 20)), torch.randint(0, 2, (16,))
+    first, last = overfit(model, lambda: F.cross_entropy(model(ids), labels), steps=100)
+    assert last < 0.05 * first
+
+
+def test_lm_overfits_a_batch():
+    torch.manual_seed(0)
+    model = CausalLM(LMConfig(vocab_size=50, **SMALL))
+    ids = torch.randint(0, 50, (8, SMALL["context"] + 1))
+    loss = lambda: F.cross_entropy(model(ids[:, :-1]).flatten(0, 1), ids[:, 1:].flatten())  # noqa: E731
+    first, last = overfit(model, loss)
+    assert last < 0.1 * first
+
+
+def test_encoder_decoder_overfits_a_batch():
+    torch.manual_seed(0)
+    model = EncoderDecoder(EncoderDecoderConfig(vocab_size=50, **SMALL))
+    src, tgt = torch.randint(1, 50, (8, 12)), torch.randint(1, 50, (8, 10))
+    tgt_in = torch.cat([torch.zeros(8, 1, dtype=torch.long), tgt[:, :-1]], dim=1)  # BOS = 0, shifted right
+    first, last = overfit(model, lambda: F.cross_entropy(model(src, tgt_in).flatten(0, 1), tgt.flatten()))
+    assert last < 0.1 * first
+
+
+def test_encoder_decoder_learns_to_reverse():
+    """Teacher-forced training, then greedy token-by-token decoding on unseen sequences."""
+    torch.manual_seed(0)
+    n, symbols, bos = 8, 10, 0  # ids 1..10 are symbols, 0 is BOS
+    model = EncoderDecoder(EncoderDecoderConfig(vocab_size=symbols + 1, emb=64, heads=4, depth=2, context=n + 1))
+    steps = 800
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(opt, 3e-3, total_steps=steps, pct_start=0.1)  # warm-up, anneal
+
+    def batch(size):
+        src = torch.randint(1, symbols + 1, (size, n))
+        return src, src.flip(1)
+
+    test_src, test_tgt = batch(500)
+    seen = {tuple(s) for s in test_src.tolist()}
+    for _ in range(steps):
+        src, tgt = batch(64)
+        keep = torch.tensor([tuple(s) not in seen for s in src.tolist()])  # held-out really held out
+        src, tgt = src[keep], tgt[keep]
+        tgt_in = torch.cat([torch.full((len(src), 1), bos), tgt[:, :-1]], dim=1)
+        loss = F.cross_entropy(model(src, tgt_in).flatten(0, 1), tgt.flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        schedule.step()
+    pred = model.generate(test_src, bos_id=bos, max_new_tokens=n)
+    exact = (pred == test_tgt).all(1).float().mean().item()
+    assert exact >= 0.95, f"exact match {exact:.3f}"

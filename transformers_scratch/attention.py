@@ -1,0 +1,178 @@
+"""Self-attention from scratch, then fast.
+
+Dimension letters used in every shape comment below:
+    b  batch size
+    t  query length (positions that ask)
+    u  key/value length (positions that answer; u == t for self-attention)
+    k  model width, the embedding size ("k" as in the tutorial)
+    h  number of heads
+    s  head width, k // h (the tutorial's "s")
+
+Masks are boolean and mean "may attend": True where a query may look at a key, as in
+``torch.nn.functional.scaled_dot_product_attention``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def basic_self_attention(x: Tensor) -> Tensor:
+    """The tutorial's parameter-free self-attention: y_i = sum_j softmax_j(x_i . x_j) x_j.
+
+    Every vector is query, key and value at once; there is nothing to learn.
+    """
+    raw = x @ x.transpose(-2, -1)  # (b, t, t): all dot products x_i . x_j
+    weights = raw.softmax(dim=-1)  # (b, t, t): each row sums to one
+    return weights @ x  # (b, t, k)
+
+
+def causal_mask(t: int, u: int, device: torch.device | None = None) -> Tensor:
+    """(t, u) mask letting query i see keys up to its own position, aligned bottom-right.
+
+    With t == u this is the usual lower triangle. With t < u the queries are the *last* t positions of
+    the sequence (new tokens attending to a key/value cache), so query i sits at position u - t + i.
+    """
+    return torch.ones(t, u, dtype=torch.bool, device=device).tril(diagonal=u - t)
+
+
+def _merge_masks(mask: Tensor | None, causal: bool, t: int, u: int, device: torch.device) -> Tensor | None:
+    """One boolean mask broadcastable to (b, h, t, u), or None when nothing is masked."""
+    if causal:
+        tri = causal_mask(t, u, device)  # (t, u)
+        mask = tri if mask is None else mask & tri
+    return mask
+
+
+def _guard_empty_rows(mask: Tensor) -> tuple[Tensor, Tensor]:
+    """Let rows with no visible key attend everywhere, and say which rows those were.
+
+    A softmax over keys that are all masked is 0/0 = NaN, and the NaN leaks into gradients too. Such a
+    query has nothing to read, so its output is defined as zero: we compute it over all keys (finite,
+    any precision) and zero it afterwards.
+    """
+    has_key = mask.any(dim=-1, keepdim=True)  # (b|1, h|1, t|1, 1)
+    return mask | ~has_key, has_key
+
+
+def reference_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False, dropout_p: float = 0.0
+) -> Tensor:
+    """Scaled dot-product attention written out: scores, scale, mask, softmax, weighted sum.
+
+    q: (b, h, t, s); k, v: (b, h, u, s); mask: bool, broadcastable to (b, h, t, u), True = may attend.
+    Returns (b, h, t, s). Rows whose keys are all masked return zeros.
+    """
+    t, u = q.size(-2), k.size(-2)
+    scores = q @ k.transpose(-2, -1)  # (b, h, t, u)
+    scores = scores / math.sqrt(q.size(-1))  # 1/sqrt(head width) keeps the softmax out of saturation
+    mask = _merge_masks(mask, causal, t, u, q.device)
+    if mask is not None:
+        mask, has_key = _guard_empty_rows(mask)
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)  # (b, h, t, u)
+    weights = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
+    out = weights @ v  # (b, h, t, s)
+    return out if mask is None else out.masked_fill(~has_key, 0.0)
+
+
+def fused_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False, dropout_p: float = 0.0
+) -> Tensor:
+    """The same computation through PyTorch's fused kernels (flash / memory-efficient / C++ math).
+
+    Same arguments and result as :func:`reference_attention`. Without a padding mask, a causal square
+    problem goes to the kernel as ``is_causal`` (no mask tensor at all), and a single query against a
+    cache needs no mask.
+    """
+    t, u = q.size(-2), k.size(-2)
+    if mask is None and (not causal or t == 1 or t == u):
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=causal and t > 1)
+    mask, has_key = _guard_empty_rows(_merge_masks(mask, causal, t, u, q.device))
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)  # (b, h, t, s)
+    return out.masked_fill(~has_key, 0.0)
+
+
+AttentionFn = Callable[..., Tensor]
+ATTENTION: dict[str, AttentionFn] = {"reference": reference_attention, "sdpa": fused_attention}
+"""Attention kernels by name; ``MultiHeadAttention(impl=...)`` picks one."""
+
+
+class KVCache:
+    """Keys and values of the positions seen so far, for one attention layer, preallocated.
+
+    Used by generation: each new token computes its own key and value once, and attends over the cache
+    instead of recomputing the whole window.
+    """
+
+    def __init__(self, batch: int, heads: int, length: int, head_width: int, dtype: torch.dtype, device) -> None:
+        self.k = torch.zeros(batch, heads, length, head_width, dtype=dtype, device=device)  # (b, h, max u, s)
+        self.v = torch.zeros_like(self.k)
+        self.len = 0
+
+    @property
+    def capacity(self) -> int:
+        return self.k.size(2)
+
+    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Append k, v of shape (b, h, t, s); return all keys and values so far, (b, h, len, s)."""
+        end = self.len + k.size(2)
+        if end > self.capacity:
+            raise ValueError(f"KV cache holds {self.capacity} positions, {end} requested; reset or crop first")
+        self.k[:, :, self.len : end] = k
+        self.v[:, :, self.len : end] = v
+        self.len = end
+        return self.k[:, :, :end], self.v[:, :, :end]
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention, self or cross, with k x k projections cut into h heads.
+
+    The query, key and value projections are three k x k matrices stored as one (3k, k) matrix, so
+    self-attention projects with one matmul; cross-attention applies the query rows to ``x`` and the
+    key/value rows to ``context``. With the output projection and its bias there are 4k^2 + k parameters
+    whatever the number of heads: more heads cut the same projections into narrower pieces.
+    """
+
+    def __init__(self, emb: int, heads: int, causal: bool = False, dropout: float = 0.0, impl: str = "sdpa") -> None:
+        super().__init__()
+        if emb % heads:
+            raise ValueError(f"width {emb} is not divisible by {heads} heads; pick heads that divide the width")
+        if impl not in ATTENTION:
+            raise ValueError(f"attention impl {impl!r} unknown; choose one of {sorted(ATTENTION)}")
+        self.emb, self.heads, self.causal, self.dropout, self.impl = emb, heads, causal, dropout, impl
+        self.qkv = nn.Linear(emb, 3 * emb, bias=False)  # rows: W_q, W_k, W_v, each (k, k)
+        self.out = nn.Linear(emb, emb)  # the tutorial's "unifyheads"
+
+    def forward(
+        self, x: Tensor, context: Tensor | None = None, key_mask: Tensor | None = None, cache: KVCache | None = None
+    ) -> Tensor:
+        """x: (b, t, k) queries; context: (b, u, k) keys/values (None: self-attention);
+        key_mask: (b, u) bool, True for real tokens, False for padding; cache: append and attend over it.
+        """
+        b, t, k = x.shape
+        h, s = self.heads, k // self.heads
+        if context is None:
+            q, key, val = self.qkv(x).split(k, dim=-1)  # 3 x (b, t, k)
+        else:
+            w_q, w_kv = self.qkv.weight.split([k, 2 * k])  # (k, k), (2k, k)
+            q = F.linear(x, w_q)  # (b, t, k)
+            key, val = F.linear(context, w_kv).split(k, dim=-1)  # 2 x (b, u, k)
+        q = q.view(b, t, h, s).transpose(1, 2)  # (b, h, t, s)
+        key = key.view(b, -1, h, s).transpose(1, 2)  # (b, h, u, s)
+        val = val.view(b, -1, h, s).transpose(1, 2)  # (b, h, u, s)
+        if cache is not None:
+            key, val = cache.update(key, val)  # (b, h, cached u, s)
+        mask = None if key_mask is None else key_mask[:, None, None, :]  # (b, 1, 1, u)
+        dropout_p = self.dropout if self.training else 0.0
+        y = ATTENTION[self.impl](q, key, val, mask, self.causal, dropout_p)  # (b, h, t, s)
+        y = y.transpose(1, 2).reshape(b, t, k)  # (b, t, k): heads side by side again
+        return self.out(y)
+
+    def extra_repr(self) -> str:
+        return f"emb={self.emb}, heads={self.heads}, causal={self.causal}, impl={self.impl!r}"

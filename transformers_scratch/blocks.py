@@ -1,0 +1,141 @@
+"""The pieces a transformer is stacked from: embeddings with positions, feed-forward, the block.
+
+Shapes: b batch, t sequence length, k width (see attention.py for the full legend).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
+
+from .attention import KVCache, MultiHeadAttention
+from .config import TransformerConfig
+
+ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "gelu": nn.GELU}
+
+
+class FeedForward(nn.Sequential):
+    """Position-wise MLP applied to every vector alone: k -> mult * k -> k."""
+
+    def __init__(self, emb: int, mult: int = 4, activation: str = "relu") -> None:
+        super().__init__(nn.Linear(emb, mult * emb), ACTIVATIONS[activation](), nn.Linear(mult * emb, emb))
+
+
+class LearnedPositions(nn.Module):
+    """A trained vector per position (the tutorial's position embedding)."""
+
+    def __init__(self, context: int, emb: int) -> None:
+        super().__init__()
+        self.table = nn.Embedding(context, emb)
+
+    def forward(self, t: int, offset: int = 0) -> Tensor:
+        return self.table.weight[offset : offset + t]  # (t, k)
+
+
+class SinusoidalPositions(nn.Module):
+    """Fixed encodings PE(p, 2i) = sin(p / 10000^(2i/k)), PE(p, 2i+1) = cos(...) (Vaswani et al. 3.5)."""
+
+    def __init__(self, context: int, emb: int) -> None:
+        super().__init__()
+        position = torch.arange(context, dtype=torch.float32)[:, None]  # (context, 1)
+        freq = torch.exp(torch.arange(0, emb, 2, dtype=torch.float32) * (-math.log(10000.0) / emb))  # (ceil(k/2),)
+        table = torch.zeros(context, emb)
+        table[:, 0::2] = torch.sin(position * freq)
+        table[:, 1::2] = torch.cos(position * freq[: emb // 2])
+        self.register_buffer("table", table, persistent=False)  # derived, so not saved in checkpoints
+
+    def forward(self, t: int, offset: int = 0) -> Tensor:
+        return self.table[offset : offset + t]  # (t, k)
+
+
+POSITIONS: dict[str, type[nn.Module]] = {"learned": LearnedPositions, "sinusoidal": SinusoidalPositions}
+
+
+class Embedding(nn.Module):
+    """Token embedding plus position embedding or encoding: ids (b, t) -> vectors (b, t, k)."""
+
+    def __init__(self, vocab_size: int, context: int, emb: int, positions: str = "learned", dropout: float = 0.0):
+        super().__init__()
+        self.context = context
+        self.tokens = nn.Embedding(vocab_size, emb)
+        self.positions = POSITIONS[positions](context, emb)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, ids: Tensor, offset: int = 0, prefix: Tensor | None = None) -> Tensor:
+        """``offset``: position of ids[:, 0] (for cached generation). ``prefix``: (b, p, k) vectors put in
+        front of the tokens (a [CLS] vector) that take the first positions."""
+        x = self.tokens(ids)  # (b, t, k)
+        if prefix is not None:
+            x = torch.cat([prefix, x], dim=1)  # (b, p + t, k)
+        t = x.size(1)
+        if offset + t > self.context:
+            raise ValueError(
+                f"sequence of {offset + t} positions > model context {self.context}; "
+                "raise model.context or feed shorter sequences"
+            )
+        return self.drop(x + self.positions(t, offset))  # (b, t, k)
+
+
+class TransformerBlock(nn.Module):
+    """Self-attention, optional cross-attention and a feed-forward layer, each inside a residual.
+
+    ``pre_norm=False`` is the tutorial's (and the paper's) order, x = norm(x + f(x)); ``pre_norm=True`` is
+    GPT-2's, x = x + f(norm(x)), which trains deep stacks without warm-up tricks. One class serves encoder
+    (bidirectional), decoder-only (causal) and encoder-decoder decoder (causal + cross) layers.
+    """
+
+    def __init__(self, cfg: TransformerConfig, causal: bool = False, cross: bool = False) -> None:
+        super().__init__()
+        self.pre_norm = cfg.pre_norm
+        self.attn = MultiHeadAttention(cfg.emb, cfg.heads, causal=causal, dropout=cfg.dropout, impl=cfg.attention)
+        self.norm1 = nn.LayerNorm(cfg.emb)
+        self.cross = MultiHeadAttention(cfg.emb, cfg.heads, dropout=cfg.dropout, impl=cfg.attention) if cross else None
+        self.norm_cross = nn.LayerNorm(cfg.emb) if cross else None
+        self.ff = FeedForward(cfg.emb, cfg.ff_mult, cfg.activation)
+        self.norm2 = nn.LayerNorm(cfg.emb)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def residual(self, x: Tensor, norm: nn.Module, f: Callable[[Tensor], Tensor]) -> Tensor:
+        """One sublayer f with its residual connection and layer norm, in this block's order."""
+        return x + self.drop(f(norm(x))) if self.pre_norm else norm(x + self.drop(f(x)))
+
+    def forward(
+        self,
+        x: Tensor,
+        key_mask: Tensor | None = None,
+        memory: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> Tensor:
+        """x: (b, t, k); key_mask: (b, t) True = real token; memory: (b, u, k) encoder output for
+        cross-attention, memory_mask: (b, u); cache: this layer's key/value cache."""
+        x = self.residual(x, self.norm1, lambda h: self.attn(h, key_mask=key_mask, cache=cache))
+        if self.cross is not None:
+            x = self.residual(x, self.norm_cross, lambda h: self.cross(h, memory, key_mask=memory_mask))
+        return self.residual(x, self.norm2, self.ff)  # (b, t, k)
+
+
+class Stack(nn.Module):
+    """``depth`` blocks applied in turn, then a final layer norm when the blocks are pre-norm (their
+    residual stream is otherwise never normalised)."""
+
+    def __init__(self, cfg: TransformerConfig, depth: int, causal: bool = False, cross: bool = False) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(TransformerBlock(cfg, causal=causal, cross=cross) for _ in range(depth))
+        self.norm = nn.LayerNorm(cfg.emb) if cfg.pre_norm else nn.Identity()
+        self.checkpointing = cfg.activation_checkpointing
+
+    def forward(self, x: Tensor, caches: list[KVCache] | None = None, **kwargs) -> Tensor:
+        """x: (b, t, k); kwargs go to every block (masks, memory); caches: one per block."""
+        for i, block in enumerate(self.blocks):
+            if caches is not None:
+                x = block(x, cache=caches[i], **kwargs)
+            elif self.checkpointing and self.training and torch.is_grad_enabled():
+                x = checkpoint(block, x, use_reentrant=False, **kwargs)  # keep only x; recompute inside
+            else:
+                x = block(x, **kwargs)
+        return self.norm(x)  # (b, t, k)

@@ -1,0 +1,99 @@
+"""Typed model configurations. Attribute docstrings become ``--help`` text in the CLI."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass
+class TransformerConfig:
+    """Sizes and choices shared by every model here. Defaults: the tutorial's enwik8 model."""
+
+    vocab_size: int = 256
+    """Number of token ids (256 for raw bytes). Linked from the data module in the CLI."""
+    context: int = 256
+    """Longest sequence the model accepts: size of the position table."""
+    emb: int = 256
+    """Model width k (embedding size)."""
+    heads: int = 8
+    """Attention heads; each sees emb // heads dimensions."""
+    depth: int = 12
+    """Number of transformer blocks."""
+    ff_mult: int = 4
+    """Feed-forward hidden width as a multiple of emb (4 in the tutorial and the paper)."""
+    activation: Literal["relu", "gelu"] = "relu"
+    """Feed-forward non-linearity: relu (tutorial, paper) or gelu (GPT-2, nanoGPT)."""
+    dropout: float = 0.0
+    """Dropout on attention weights, sublayer outputs and embeddings."""
+    pre_norm: bool = True
+    """Layer norm before each sublayer (GPT-2, modern). False: after the residual sum, as the tutorial."""
+    positions: Literal["learned", "sinusoidal"] = "learned"
+    """Learned position embeddings (tutorial) or fixed sinusoidal encodings (Vaswani et al. 2017)."""
+    attention: Literal["sdpa", "reference"] = "sdpa"
+    """Attention kernel: fused scaled_dot_product_attention, or the explicit matmul-softmax-matmul."""
+    activation_checkpointing: bool = False
+    """Recompute each block's activations in the backward pass: less memory, about a third more compute."""
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "context", "emb", "heads", "depth", "ff_mult"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"model {name}={value!r} must be a positive integer")
+        if self.emb % self.heads:
+            raise ValueError(
+                f"model emb={self.emb} is not divisible by heads={self.heads}; "
+                f"pick heads that divide the width (e.g. heads={_divisor_near(self.emb, self.heads)})"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"model dropout={self.dropout} must lie in [0, 1)")
+
+
+@dataclass
+class ClassifierConfig(TransformerConfig):
+    """Sequence classifier (experiment 1). Defaults: the tutorial's IMDb model, less its depth."""
+
+    num_classes: int = 2
+    """Number of classes. Linked from the data module in the CLI."""
+    pool: Literal["mean", "max", "cls"] = "mean"
+    """Sequence summary: mean or max over real tokens, or the output at a prepended [CLS] token."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.num_classes < 2:
+            raise ValueError(f"model num_classes={self.num_classes} must be at least 2")
+
+
+@dataclass
+class LMConfig(TransformerConfig):
+    """Causal language model (experiment 2)."""
+
+    tie_weights: bool = False
+    """Share the token embedding matrix with the output layer (GPT-2, nanoGPT)."""
+
+
+@dataclass
+class EncoderDecoderConfig(TransformerConfig):
+    """Encoder-decoder transformer (Vaswani et al. 2017). ``vocab_size`` is the source vocabulary."""
+
+    tgt_vocab_size: int | None = None
+    """Target vocabulary; None means the same as the source, and then one embedding serves source,
+    target and output layer."""
+    decoder_depth: int | None = None
+    """Decoder blocks; None means the same as ``depth`` (the encoder's)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.tgt_vocab_size is None:
+            self.tgt_vocab_size = self.vocab_size
+        if self.decoder_depth is None:
+            self.decoder_depth = self.depth
+
+    @property
+    def shared_vocab(self) -> bool:
+        return self.tgt_vocab_size == self.vocab_size
+
+
+def _divisor_near(n: int, target: int) -> int:
+    """The divisor of n closest to target (for error messages)."""
+    return min((d for d in range(1, n + 1) if n % d == 0), key=lambda d: (abs(d - target), d))

@@ -1,0 +1,219 @@
+"""The three models of the tutorial and the paper, as plain ``nn.Module``s (no Lightning here).
+
+Shapes: b batch, t sequence length, u source length, k width, v vocabulary, c classes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from .attention import KVCache
+from .blocks import Embedding, Stack
+from .config import ClassifierConfig, EncoderDecoderConfig, LMConfig
+
+
+def init_weights(model: nn.Module, depth: int) -> None:
+    """GPT-2 initialisation: N(0, 0.02) weights, zero biases, and the projections that write into the
+    residual stream scaled by 1/sqrt(2 * depth) so the stream's variance does not grow with depth."""
+    for name, p in model.named_parameters():
+        if name.endswith("bias"):
+            nn.init.zeros_(p)
+        elif p.dim() >= 2:
+            residual_out = name.endswith(("attn.out.weight", "cross.out.weight", "ff.2.weight"))
+            nn.init.normal_(p, std=0.02 / math.sqrt(2 * depth) if residual_out else 0.02)
+
+
+def sample_next(logits: Tensor, temperature: float = 1.0, top_k: int | None = None) -> Tensor:
+    """Draw one token per row from logits (b, v): temperature 0 is greedy, top_k keeps the k likeliest."""
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)  # (b, 1)
+    logits = logits / temperature
+    if top_k is not None:
+        kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]  # (b, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return torch.multinomial(logits.softmax(dim=-1), num_samples=1)  # (b, 1)
+
+
+def _check_sampling(temperature: float, top_k: int | None) -> None:
+    if temperature < 0:
+        raise ValueError(f"temperature {temperature} < 0; use 0 for greedy decoding or a positive value")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k {top_k} < 1; use a positive count or None for no cut-off")
+
+
+def _masked_mean(x: Tensor, mask: Tensor) -> Tensor:
+    m = mask[..., None].to(x.dtype)  # (b, t, 1)
+    return (x * m).sum(1) / m.sum(1).clamp(min=1.0)  # (b, k); a row of padding only pools to zeros
+
+
+def _masked_max(x: Tensor, mask: Tensor) -> Tensor:
+    m = mask[..., None]  # (b, t, 1)
+    pooled = x.masked_fill(~m, float("-inf")).amax(1)  # (b, k)
+    return torch.where(m.any(1), pooled, torch.zeros_like(pooled))
+
+
+def _first(x: Tensor, mask: Tensor) -> Tensor:
+    return x[:, 0]  # (b, k): the output at the [CLS] position
+
+
+POOLS = {"mean": _masked_mean, "max": _masked_max, "cls": _first}
+
+
+class SequenceClassifier(nn.Module):
+    """Token ids -> class logits: embeddings and positions, a stack of blocks, pooling over the sequence,
+    a linear layer (experiment 1 of the tutorial)."""
+
+    def __init__(self, cfg: ClassifierConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed = Embedding(cfg.vocab_size, cfg.context, cfg.emb, cfg.positions, cfg.dropout)
+        self.cls = nn.Parameter(torch.zeros(1, 1, cfg.emb)) if cfg.pool == "cls" else None
+        self.stack = Stack(cfg, cfg.depth)
+        self.head = nn.Linear(cfg.emb, cfg.num_classes)
+        init_weights(self, cfg.depth)
+
+    def forward(self, ids: Tensor, mask: Tensor | None = None) -> Tensor:
+        """ids: (b, t); mask: (b, t) bool, True for real tokens (None: no padding). Returns (b, c)."""
+        b, t = ids.shape
+        prefix = None if self.cls is None else self.cls.expand(b, -1, -1)  # (b, 1, k)
+        if mask is not None and prefix is not None:
+            mask = torch.cat([mask.new_ones(b, 1), mask], dim=1)  # (b, 1 + t): [CLS] is always real
+        x = self.stack(self.embed(ids, prefix=prefix), key_mask=mask)  # (b, t', k)
+        pool_mask = mask if mask is not None else torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
+        return self.head(POOLS[self.cfg.pool](x, pool_mask))  # (b, c)
+
+
+class CausalLM(nn.Module):
+    """Autoregressive model: each position predicts the next token from itself and earlier ones only
+    (experiment 2 of the tutorial; a GPT)."""
+
+    def __init__(self, cfg: LMConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed = Embedding(cfg.vocab_size, cfg.context, cfg.emb, cfg.positions, cfg.dropout)
+        self.stack = Stack(cfg, cfg.depth, causal=True)
+        self.head = nn.Linear(cfg.emb, cfg.vocab_size, bias=False)
+        init_weights(self, cfg.depth)
+        if cfg.tie_weights:
+            self.head.weight = self.embed.tokens.weight  # one (v, k) matrix reads and writes tokens
+
+    def forward(self, ids: Tensor, caches: list[KVCache] | None = None) -> Tensor:
+        """ids: (b, t) -> next-token logits (b, t, v). With caches, ids continue the cached sequence."""
+        offset = caches[0].len if caches else 0
+        return self.head(self.stack(self.embed(ids, offset), caches=caches))  # (b, t, v)
+
+    def new_caches(self, batch: int) -> list[KVCache]:
+        """Empty key/value caches, one per block, for ``batch`` sequences of up to the context."""
+        p = self.head.weight
+        s = self.cfg.emb // self.cfg.heads
+        return [KVCache(batch, self.cfg.heads, self.cfg.context, s, p.dtype, p.device) for _ in range(self.cfg.depth)]
+
+    @torch.no_grad()
+    def generate(
+        self,
+        prompt: Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        use_cache: bool = True,
+    ) -> Tensor:
+        """Continue prompt (b, t) by max_new_tokens; returns (b, t + max_new_tokens).
+
+        The model sees at most ``context`` tokens: the newest window. With ``use_cache`` each step feeds only
+        the newest token and attends over cached keys and values, which gives exactly the tokens of
+        recomputing the window while the sequence fits the context. Once the cache is full, the newest half
+        context is re-encoded and caching goes on from there (positions are absolute, so a cache cannot
+        slide); the model then sees between half and all of the context, where recomputation would always
+        see all of it.
+        """
+        _check_sampling(temperature, top_k)
+        if prompt.numel() == 0:
+            raise ValueError("empty prompt; give at least one token to condition on")
+        context, was_training = self.cfg.context, self.training
+        self.eval()
+        tokens, caches = prompt, None
+        for _ in range(max_new_tokens):
+            if not use_cache:
+                logits = self(tokens[:, -context:])
+            elif caches is None or caches[0].len == context:
+                keep = context if caches is None else max(1, context // 2)
+                caches = self.new_caches(tokens.size(0))
+                logits = self(tokens[:, -keep:], caches)  # (re)fill the cache with the newest window
+            else:
+                logits = self(tokens[:, -1:], caches)  # one new position
+            tokens = torch.cat([tokens, sample_next(logits[:, -1], temperature, top_k)], dim=1)
+        self.train(was_training)
+        return tokens
+
+
+class EncoderDecoder(nn.Module):
+    """Encoder-decoder transformer (Vaswani et al. 2017): a bidirectional encoder reads the source; a
+    causal decoder reads the target so far and attends to the encoder output through cross-attention."""
+
+    def __init__(self, cfg: EncoderDecoderConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.src_embed = Embedding(cfg.vocab_size, cfg.context, cfg.emb, cfg.positions, cfg.dropout)
+        self.tgt_embed = (
+            self.src_embed
+            if cfg.shared_vocab
+            else Embedding(cfg.tgt_vocab_size, cfg.context, cfg.emb, cfg.positions, cfg.dropout)
+        )
+        self.encoder = Stack(cfg, cfg.depth)
+        self.decoder = Stack(cfg, cfg.decoder_depth, causal=True, cross=True)
+        self.head = nn.Linear(cfg.emb, cfg.tgt_vocab_size, bias=False)
+        init_weights(self, cfg.depth + cfg.decoder_depth)
+        self.head.weight = self.tgt_embed.tokens.weight  # with a shared vocabulary: one matrix for all three
+
+    def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
+        """src: (b, u) ids, src_mask: (b, u) True = real token -> memory (b, u, k)."""
+        return self.encoder(self.src_embed(src), key_mask=src_mask)
+
+    def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor | None = None, tgt_mask: Tensor | None = None):
+        """tgt: (b, t) target so far -> logits (b, t, v) for the token after each position."""
+        x = self.tgt_embed(tgt)  # (b, t, k)
+        return self.head(self.decoder(x, key_mask=tgt_mask, memory=memory, memory_mask=src_mask))
+
+    def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None, tgt_mask: Tensor | None = None):
+        """Teacher forcing: tgt is the target shifted right (starting with BOS); returns (b, t, v)."""
+        return self.decode(tgt, self.encode(src, src_mask), src_mask, tgt_mask)
+
+    @torch.no_grad()
+    def generate(
+        self,
+        src: Tensor,
+        bos_id: int,
+        max_new_tokens: int,
+        src_mask: Tensor | None = None,
+        eos_id: int | None = None,
+        temperature: float = 0.0,
+        top_k: int | None = None,
+    ) -> Tensor:
+        """Decode token by token from BOS: greedy by default, sampled with temperature > 0.
+
+        Returns (b, n) generated ids without BOS; n < max_new_tokens when every row has emitted eos_id.
+        """
+        _check_sampling(temperature, top_k)
+        was_training = self.training
+        self.eval()
+        memory = self.encode(src, src_mask)  # (b, u, k): encoded once, read at every step
+        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)  # (b, 1)
+        done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        for _ in range(max_new_tokens):
+            logits = self.decode(out, memory, src_mask)[:, -1]  # (b, v)
+            nxt = sample_next(logits, temperature, top_k)  # (b, 1)
+            out = torch.cat([out, nxt], dim=1)
+            if eos_id is not None:
+                done |= nxt.squeeze(1) == eos_id
+                if done.all():
+                    break
+        self.train(was_training)
+        return out[:, 1:]
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Trainable parameters, each shared tensor counted once."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
