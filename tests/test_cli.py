@@ -1,0 +1,242 @@
+"""The product through its front door: cli.py in a subprocess, on CPU, with no network."""
+
+import gzip
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+from lightning import LightningDataModule
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+TINY_LM = str(ROOT / "configs" / "tiny_charlm.yaml")
+TINY_IMDB = str(ROOT / "configs" / "tiny_imdb.yaml")
+IMDB_TARBALL = ROOT.parent / "shared" / "data" / "aclImdb_v1.tar.gz"
+FAST = ["--trainer.max_steps", "6", "--data.init_args.batches_per_epoch", "3", "--trainer.limit_val_batches", "2",
+        "--trainer.log_every_n_steps", "1", "--model.init_args.sample_length", "20"]  # fmt: skip
+
+
+def cli(*args, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    clean.update(HOME=str(cwd), PYTHONUNBUFFERED="1", **(env or {}))  # HOME: no wandb login from this machine
+    return subprocess.run([sys.executable, str(ROOT / "cli.py"), *args], cwd=cwd, env=clean,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+
+
+def corpus(path: Path, n: int = 60_000) -> Path:
+    g = torch.Generator().manual_seed(0)
+    words = "the cat sat on a mat while one dog ran far away to see its friend".split()
+    idx = torch.randint(len(words), (n // 4,), generator=g).tolist()
+    path.write_text(" ".join(words[i] for i in idx)[:n])
+    return path
+
+
+def fails_cleanly(result: subprocess.CompletedProcess, message: str) -> None:
+    assert result.returncode != 0, result.stdout[-2000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.count("error:") == 1, result.stderr[-3000:]
+    assert message in result.stderr, result.stderr[-3000:]
+
+
+# ---- configs ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("config", CONFIGS, ids=[c.name for c in CONFIGS])
+def test_every_config_instantiates(config, monkeypatch):
+    if "shared/data" in config.read_text() and not IMDB_TARBALL.parent.exists():
+        pytest.skip("needs ../shared/data")
+    monkeypatch.chdir(ROOT)  # configs name ../shared/data relative to the repository
+    sys.path.insert(0, str(ROOT))
+    from cli import CLI
+    from transformers_scratch.lit import TransformerModule
+
+    run = CLI(TransformerModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
+              run=False, args=["--config", str(config)])  # fmt: skip
+    cfg = run.model.model.cfg
+    assert cfg.vocab_size == run.datamodule.vocab_size  # linked, never typed twice
+    assert run.trainer.gradient_clip_val == 1.0
+    if hasattr(run.datamodule, "num_classes"):
+        assert cfg.num_classes == run.datamodule.num_classes == 2
+
+
+def test_enwik8_config_has_the_tutorials_sizes(tmp_path):
+    result = cli("fit", "--config", str(ROOT / "configs" / "enwik8.yaml"), "--print_config", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    for line in (
+        "depth: 12",
+        "emb: 256",
+        "context: 256",
+        "heads: 8",
+        "batch_size: 32",
+        "warmup_steps: 5000",
+        "gradient_clip_val: 1.0",
+        "precision: bf16-mixed",
+        "sample_temperature: 0.5",
+    ):
+        assert line in out, line
+
+
+# ---- the character LM, end to end -------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A few steps of the tiny LM on a generated file, with a file-derived vocabulary."""
+    cwd = tmp_path_factory.mktemp("lm")
+    data = corpus(cwd / "text.txt")
+    result = cli("fit", "--config", TINY_LM, "--data.init_args.path", str(data), "--data.init_args.vocab", "file",
+                 *FAST, cwd=cwd)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return cwd, data, result
+
+
+def test_fit_writes_checkpoints_logs_and_an_offline_wandb_run(trained):
+    cwd, _, result = trained
+    ckpt = cwd / "checkpoints" / "tiny_charlm" / "last.ckpt"
+    assert ckpt.is_file()
+    assert torch.load(ckpt, weights_only=True)["global_step"] == 6
+    assert len(list((cwd / "checkpoints" / "tiny_charlm").glob("step*-bpc*.ckpt"))) == 1  # the best by val/bpc
+    assert "wandb sync" in result.stdout + result.stderr  # offline, and says how to upload
+    assert list((cwd / "logs" / "wandb").glob("offline-run-*"))
+    metrics = (cwd / "logs" / "tiny_charlm" / "version_0" / "metrics.csv").read_text()
+    for name in ("train/loss", "train/bpc", "val/bpc", "train/tokens_per_s"):
+        assert name in metrics
+    assert "--- sample at step" in result.stdout + result.stderr
+
+
+def test_resume_continues_from_last(trained):
+    cwd, data, _ = trained
+    result = cli("fit", "--config", TINY_LM, "--data.init_args.path", str(data), "--data.init_args.vocab", "file",
+                 *FAST, "--trainer.max_steps", "9", "--ckpt_path", "last", cwd=cwd)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Restoring states from the checkpoint" in result.stdout + result.stderr
+    assert torch.load(cwd / "checkpoints" / "tiny_charlm" / "last.ckpt", weights_only=True)["global_step"] == 9
+
+
+def test_test_prints_bits_per_byte(trained):
+    cwd, data, _ = trained
+    result = cli(
+        "test",
+        "--config",
+        TINY_LM,
+        "--data.init_args.path",
+        str(data),
+        "--data.init_args.vocab",
+        "file",
+        "--ckpt_path",
+        "checkpoints/tiny_charlm/last.ckpt",
+        "--trainer.logger",
+        "false",
+        cwd=cwd,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "test/bpc" in result.stdout
+    assert "contiguous windows of 64 bytes" in result.stdout + result.stderr  # the protocol is named
+
+
+def test_sample_prints_text_that_begins_with_the_prompt(trained):
+    cwd, _, _ = trained
+    result = cli("sample", "--ckpt_path", "checkpoints/tiny_charlm/last.ckpt", "--prompt", "the cat ",
+                 "--length", "50", "--seed", "0", cwd=cwd)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("the cat ") and len(result.stdout.rstrip("\n")) == len("the cat ") + 50
+
+
+def test_sample_refuses_an_empty_prompt(trained):
+    fails_cleanly(
+        cli("sample", "--ckpt_path", "checkpoints/tiny_charlm/last.ckpt", "--prompt", "", cwd=trained[0]),
+        "empty prompt",
+    )
+
+
+def test_sample_refuses_characters_outside_the_vocabulary(trained):
+    result = cli("sample", "--ckpt_path", "checkpoints/tiny_charlm/last.ckpt", "--prompt", "the CAT", cwd=trained[0])
+    fails_cleanly(result, "prompt character 'C' is not in the model's vocabulary")
+
+
+def test_sample_needs_an_existing_checkpoint(tmp_path):
+    result = cli("sample", "--ckpt_path", "nope.ckpt", "--prompt", "x", cwd=tmp_path)
+    fails_cleanly(result, "'nope.ckpt' does not exist")
+
+
+# ---- IMDb on the real data ----------------------------------------------------------------------------
+@pytest.mark.skipif(not IMDB_TARBALL.exists(), reason="needs ../shared/data/aclImdb_v1.tar.gz")
+def test_imdb_on_the_real_tarball_reports_validation_accuracy(tmp_path):
+    result = cli("fit", "--config", TINY_IMDB, "--data.init_args.path", str(IMDB_TARBALL),
+                 "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "4", "--trainer.limit_val_batches", "3",
+                 "--trainer.log_every_n_steps", "1",
+                 "--model.init_args.model.depth", "1", cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "val/acc" in result.stdout
+    ckpt = torch.load(tmp_path / "checkpoints" / "tiny_imdb" / "last.ckpt", weights_only=True)
+    assert len(ckpt["IMDbDataModule"]["vocab"]) == 20_000  # the vocabulary travels with the checkpoint
+    assert ckpt["hyper_parameters"]["model"]["vocab_size"] == 20_002
+
+
+# ---- bad input: one clear line, non-zero exit ---------------------------------------------------------
+def lm_fit(cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return cli("fit", "--config", TINY_LM, *FAST, *args, cwd=cwd, env=env)
+
+
+def test_missing_data_path(tmp_path):
+    fails_cleanly(lm_fit(tmp_path, "--data.init_args.path", "missing.txt"), "data.path 'missing.txt' does not exist")
+
+
+def test_unreadable_data_path(tmp_path):
+    fails_cleanly(lm_fit(tmp_path, "--data.init_args.path", str(tmp_path)), "is a directory")
+
+
+@pytest.mark.parametrize("kind", ["zip", "gz"])
+def test_corrupt_archive(tmp_path, kind):
+    path = tmp_path / f"enwik8.{kind}"
+    text = corpus(tmp_path / "t.txt").read_bytes()
+    if kind == "zip":
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+            z.writestr("enwik8", text)
+    else:
+        path.write_bytes(gzip.compress(text))
+    path.write_bytes(path.read_bytes()[:-200])  # truncated
+    fails_cleanly(lm_fit(tmp_path, "--data.init_args.path", str(path)), "truncated or corrupt")
+
+
+def test_corrupt_imdb_tarball(tmp_path):
+    (tmp_path / "aclImdb_v1.tar.gz").write_bytes(gzip.compress(b"not a tar file " * 1000)[:300])
+    result = cli("fit", "--config", TINY_IMDB, "--data.init_args.path", "aclImdb_v1.tar.gz", cwd=tmp_path)
+    fails_cleanly(result, "truncated or corrupt")
+
+
+def test_file_shorter_than_one_window(tmp_path):
+    (tmp_path / "short.txt").write_text("far too short " * 50)
+    fails_cleanly(lm_fit(tmp_path, "--data.init_args.path", "short.txt"), "fewer than one window")
+
+
+def test_context_longer_than_the_model(tmp_path):
+    corpus(tmp_path / "t.txt")
+    result = lm_fit(tmp_path, "--data.init_args.path", "t.txt", "--data.init_args.context", "128")
+    fails_cleanly(result, "data.context 128 > model.context 64; raise model.context or lower data.context")
+
+
+def test_checkpoint_that_does_not_exist(tmp_path):
+    corpus(tmp_path / "t.txt")
+    result = cli("test", "--config", TINY_LM, "--data.path", "t.txt", "--ckpt_path", "gone.ckpt", cwd=tmp_path)
+    fails_cleanly(result, "--ckpt_path 'gone.ckpt' does not exist")
+
+
+def test_missing_enwik8_with_no_network(tmp_path):
+    result = lm_fit(
+        tmp_path,
+        "--data.init_args.path",
+        "null",
+        "--data.init_args.data_dir",
+        "data",
+        "--data.init_args.url",
+        "http://127.0.0.1:9/enwik8.zip",
+    )  # nothing listens on port 9
+    fails_cleanly(result, "put it at data/enwik8.zip, or pass --data.path")
+
+
+def test_missing_imdb_with_no_network(tmp_path):
+    env = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    result = cli("fit", "--config", TINY_IMDB, "--data.init_args.path", "null", cwd=tmp_path, env=env)
+    fails_cleanly(result, "pass --data.path data/aclImdb_v1.tar.gz")

@@ -1,0 +1,213 @@
+"""Data modules: splits, windows, vocabularies, archives, and the real IMDb tarball."""
+
+import gzip
+import http.server
+import tarfile
+import threading
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from transformers_scratch.data import ByteVocab, DataError, Enwik8DataModule, IMDbDataModule
+from transformers_scratch.data.enwik8 import ENWIK8_BYTES, RandomWindows, StridedWindows, split_bounds
+from transformers_scratch.data.files import read_bytes
+from transformers_scratch.data.imdb import WordVocab, read_aclimdb, tokenize
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+IMDB_TARBALL = SHARED / "aclImdb_v1.tar.gz"
+
+
+def test_enwik8_split_is_90m_5m_5m():
+    bounds = split_bounds(ENWIK8_BYTES)
+    assert bounds == {"train": (0, 90_000_000), "val": (90_000_000, 95_000_000), "test": (95_000_000, 100_000_000)}
+    b = split_bounds(1_115_394)  # any other file: 90/5/5, nothing lost
+    assert b["train"][0] == 0 and b["train"][1] == b["val"][0] and b["val"][1] == b["test"][0]
+    assert b["test"][1] == 1_115_394
+
+
+@pytest.mark.parametrize("stride", [None, 1, 7, 16])
+def test_evaluation_scores_every_byte_exactly_once(stride):
+    data = torch.arange(203) % 256  # n = 203, awkward on purpose
+    ds = StridedWindows(data.to(torch.uint8), context=16, stride=stride)
+    scored = torch.zeros(203, dtype=torch.long)
+    for i, p in enumerate(ds.starts):
+        x, y = ds[i]
+        assert torch.equal(x, data[p : p + 16]) and x.shape == (16,)
+        keep = y != -100
+        assert torch.equal(y[keep], data[p + 1 : p + 17][keep])  # targets are the next bytes
+        scored[p + 1 : p + 17] += keep.long()
+        if stride == 1 and i > 0:
+            assert keep.sum() == 1 and keep[-1]  # exhaustive: only the byte with a full context
+    assert scored[0] == 0 and (scored[1:] == 1).all()
+
+
+def test_random_windows_are_next_byte_pairs_and_differ_between_processes():
+    data = torch.arange(1000).to(torch.uint8)
+    a = RandomWindows(data, context=32, batch_size=8, batches=3, seed=1)
+    x, y = a[0]
+    assert x.shape == y.shape == (8, 32)
+    assert torch.equal(y[:, :-1], x[:, 1:]) and torch.equal((x[:, -1] + 1) % 256, y[:, -1])
+    assert not torch.equal(a[0][0], a[1][0])  # fresh windows every batch
+    b = RandomWindows(data, context=32, batch_size=8, batches=3, seed=2)  # another rank's seed
+    assert not torch.equal(b[0][0], RandomWindows(data, 32, 8, 3, seed=1)[0][0])
+
+
+def test_byte_vocab_round_trips_and_refuses_unknown_characters():
+    full = ByteVocab()
+    assert full.size == 256 and full.decode(full.encode_text("héllo")[0]) == "héllo"
+    small = ByteVocab(b"\n !abc")
+    assert small.size == 6
+    assert small.decode(small.encode(b"a cab!")) == "a cab!"
+    with pytest.raises(ValueError, match="prompt character 'z' is not in the model's vocabulary of 6"):
+        small.encode_text("abz")
+    with pytest.raises(ValueError, match="empty prompt"):
+        full.encode_text("")
+
+
+def test_archives_read_the_same_bytes(tmp_path):
+    payload = b"<mediawiki>" + bytes(range(256)) * 40 + b"</mediawiki>"
+    (tmp_path / "enwik8").write_bytes(payload)
+    with zipfile.ZipFile(tmp_path / "enwik8.zip", "w", zipfile.ZIP_DEFLATED) as z:
+        z.write(tmp_path / "enwik8", "enwik8")
+    (tmp_path / "enwik8.gz").write_bytes(gzip.compress(payload))
+    for name in ("enwik8", "enwik8.zip", "enwik8.gz"):
+        assert read_bytes(tmp_path / name) == payload
+
+
+@pytest.mark.parametrize("suffix", [".zip", ".gz"])
+def test_truncated_archives_are_reported(tmp_path, suffix):
+    payload = bytes(range(256)) * 400
+    path = tmp_path / f"enwik8{suffix}"
+    if suffix == ".zip":
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+            z.writestr("enwik8", payload)
+    else:
+        path.write_bytes(gzip.compress(payload))
+    path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
+    with pytest.raises(DataError, match="truncated or corrupt"):
+        read_bytes(path)
+
+
+def test_module_on_an_enwik8_shaped_zip(tmp_path):
+    text = b"".join(
+        b"<page><title>Article %d</title><text>[[Link]] '''bold''' &amp; more</text></page>\n" % i for i in range(2000)
+    )
+    with zipfile.ZipFile(tmp_path / "enwik8.zip", "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("enwik8", text)
+    dm = Enwik8DataModule(path=str(tmp_path / "enwik8.zip"), context=32, batch_size=4, batches_per_epoch=5)
+    dm.setup()
+    assert sum(len(s) for s in dm.splits.values()) == len(text)
+    assert len(dm.splits["val"]) == int(0.05 * len(text))
+    x, y = next(iter(dm.train_dataloader()))
+    assert x.shape == (4, 32) and x.dtype == torch.long
+    assert dm.vocab_size == 256
+
+
+def test_file_vocabulary_keeps_only_present_bytes(tmp_path):
+    (tmp_path / "t.txt").write_bytes(b"abcab cab\n" * 500)
+    dm = Enwik8DataModule(path=str(tmp_path / "t.txt"), vocab="file", context=8)
+    assert dm.vocab_size == 5  # \n, space, a, b, c
+    dm.setup()
+    assert int(dm.splits["train"].max()) == 4
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+def test_enwik8_download_is_verified(tmp_path):
+    """The real download path against a loopback server: a file that is not 10^8 bytes is refused."""
+    served = tmp_path / "served"
+    served.mkdir()
+    with zipfile.ZipFile(served / "enwik8.zip", "w") as z:
+        z.writestr("enwik8", b"too short")
+    handler = lambda *a, **k: _Quiet(*a, directory=str(served), **k)  # noqa: E731
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{server.server_address[1]}/enwik8.zip"
+        dm = Enwik8DataModule(data_dir=str(tmp_path / "data"), url=url)
+        with pytest.raises(DataError, match="holds 9 bytes, not enwik8's 100,000,000"):
+            dm.prepare_data()
+        server.shutdown()
+    assert not (tmp_path / "data" / "enwik8.zip").exists()  # nothing half-right left behind
+
+
+def test_enwik8_download_failure_says_what_to_fetch(tmp_path):
+    dm = Enwik8DataModule(data_dir=str(tmp_path / "data"), url="http://127.0.0.1:9/enwik8.zip")
+    with pytest.raises(DataError, match=r"put it at .*enwik8.zip, or pass --data.path"):
+        dm.prepare_data()
+    assert list((tmp_path / "data").iterdir()) == []  # no partial file
+
+
+def make_aclimdb(root: Path, per_class: int = 6) -> Path:
+    """A miniature aclImdb/ tree in the official layout."""
+    words = {"pos": "great wonderful superb loved", "neg": "awful boring terrible hated"}
+    for split in ("train", "test"):
+        for label, text in words.items():
+            d = root / "aclImdb" / split / label
+            d.mkdir(parents=True)
+            for i in range(per_class):
+                review = f"A {text} film {i}.<br /><br />The END {split}"
+                (d / f"{i}_{7 if label == 'pos' else 2}.txt").write_text(review)
+    return root / "aclImdb"
+
+
+def test_imdb_reads_directory_and_tarball_alike(tmp_path):
+    root = make_aclimdb(tmp_path)
+    with tarfile.open(tmp_path / "aclImdb_v1.tar.gz", "w:gz") as tar:
+        tar.add(root, arcname="aclImdb")
+    from_dir, from_tar = read_aclimdb(root), read_aclimdb(tmp_path / "aclImdb_v1.tar.gz")
+    assert sorted(zip(*from_dir["train"], strict=True)) == sorted(zip(*from_tar["train"], strict=True))
+    assert len(from_dir["test"][0]) == 12 and sum(from_dir["test"][1]) == 6
+
+
+def test_imdb_tokens_vocabulary_and_batches(tmp_path):
+    make_aclimdb(tmp_path)
+    dm = IMDbDataModule(
+        path=str(tmp_path / "aclImdb"), data_dir=str(tmp_path / "cache"), val_size=4, batch_size=3, vocab_words=10
+    )
+    dm.prepare_data()
+    dm.setup()
+    assert tokenize("Don't stop<br />NOW!") == ["don't", "stop", "now", "!"]
+    assert len(dm.splits["train"][0]) == 8 and len(dm.splits["val"][0]) == 4 and len(dm.splits["test"][0]) == 12
+    assert dm.splits["val"][1].sum() == 2  # balanced hold-out
+    assert "test" not in dm.vocab.stoi  # only "test" split reviews contain that word: vocabulary from training only
+    assert len(dm.vocab) == 12 and dm.vocab_size == 12
+    for ids, mask, labels in dm.train_dataloader():
+        assert ids.shape == mask.shape and len(labels) == len(ids)
+        assert (ids[~mask] == WordVocab.PAD).all() and (ids[mask] != WordVocab.PAD).all()
+        assert mask.any(1).all() and mask[:, 0].all()  # right padding, to the longest in the batch only
+
+
+def test_imdb_bad_paths(tmp_path):
+    with pytest.raises(DataError, match="does not exist"):
+        IMDbDataModule(path=str(tmp_path / "nope.tar.gz")).prepare_data()
+    (tmp_path / "broken.tar.gz").write_bytes(gzip.compress(b"x" * 10_000)[:100])
+    with pytest.raises(DataError, match="truncated or corrupt"):
+        IMDbDataModule(path=str(tmp_path / "broken.tar.gz"), data_dir=str(tmp_path)).prepare_data()
+
+
+@pytest.mark.skipif(not IMDB_TARBALL.exists(), reason="needs ../shared/data/aclImdb_v1.tar.gz")
+def test_real_imdb_tarball_has_the_official_splits():
+    splits = read_aclimdb(IMDB_TARBALL)
+    for name in ("train", "test"):
+        texts, labels = splits[name]
+        assert len(texts) == 25_000 and sum(labels) == 12_500
+
+
+def test_word_vocab_orders_by_frequency_then_word():
+    vocab = WordVocab.build([["b", "a", "b"], ["c", "a", "b"]], size=2)
+    assert vocab.itos == ["<pad>", "<unk>", "b", "a"]
+    assert vocab.encode(["a", "c", "zzz"]) == [3, 1, 1]
+
+
+def test_imdb_cache_is_written_atomically(tmp_path):
+    make_aclimdb(tmp_path)
+    dm = IMDbDataModule(path=str(tmp_path / "aclImdb"), data_dir=str(tmp_path / "cache"), val_size=4)
+    dm.prepare_data()
+    assert [p.suffix for p in (tmp_path / "cache").iterdir()] == [".pt"]
+    cache = torch.load(dm.cache_file)
+    assert set(cache) == {"vocab", "train", "val", "test"}

@@ -1,0 +1,231 @@
+"""LightningModules: loss, metrics, optimiser and schedule, logging. The models stay plain nn.Modules.
+
+Logged names: ``train/loss`` (nats), ``train/bpc``, ``val/bpc``, ``test/bpc`` for the character LM;
+``train/loss``, ``val/loss``, ``val/acc``, ``test/acc`` for the classifier; ``train/tokens_per_s`` and, on
+GPU, ``train/mfu`` for both.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+import torchmetrics
+from lightning.pytorch.utilities import rank_zero_info
+from torch import Tensor, nn
+
+from .config import ClassifierConfig, EncoderDecoderConfig, LMConfig
+from .models import CausalLM, SequenceClassifier
+
+LN2 = math.log(2)
+
+
+@dataclass
+class OptimConfig:
+    """AdamW with linear warm-up, then cosine decay or a constant rate."""
+
+    lr: float = 3e-4
+    """Peak learning rate."""
+    weight_decay: float = 0.1
+    """Decoupled weight decay, applied to matrices only (not to biases, norms or ... vectors)."""
+    beta1: float = 0.9
+    beta2: float = 0.95
+    warmup_steps: int = 100
+    """Optimizer steps of linear warm-up from 0 to lr."""
+    schedule: Literal["cosine", "constant"] = "cosine"
+    """After warm-up: cosine decay to min_lr_ratio * lr by the last step, or constant."""
+    min_lr_ratio: float = 0.1
+    total_steps: int | None = None
+    """Length of the cosine; None: the trainer's max_steps (or epochs x batches)."""
+
+
+# Checkpoints hold these configs in their hyper-parameters; let torch.load(weights_only=True) rebuild them.
+torch.serialization.add_safe_globals([LMConfig, ClassifierConfig, EncoderDecoderConfig, OptimConfig])
+
+
+def as_config(value, cls):
+    """A config from what a checkpoint or the CLI hands over: an instance, a dict of its fields, or None."""
+    if value is None:
+        return cls()
+    return cls(**value) if isinstance(value, dict) else value
+
+
+def lr_factor(step: int, cfg: OptimConfig, total: int) -> float:
+    """Multiplier of the peak learning rate at optimizer step ``step``."""
+    if step < cfg.warmup_steps:
+        return (step + 1) / cfg.warmup_steps
+    if cfg.schedule == "constant":
+        return 1.0
+    progress = min(1.0, (step - cfg.warmup_steps) / max(1, total - cfg.warmup_steps))
+    return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+class TransformerModule(L.LightningModule):
+    """What both experiments share: AdamW groups, the schedule, throughput logging."""
+
+    model: nn.Module
+    optim: OptimConfig
+
+    def configure_optimizers(self):
+        cfg = self.optim
+        params = [p for p in self.parameters() if p.requires_grad]
+        groups = [
+            {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},  # matrices, embeddings
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},  # biases, layer norms
+        ]
+        fused = all(p.is_cuda for p in params)  # one kernel for the whole update on GPU
+        optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=fused or None)
+        total = cfg.total_steps or self.trainer.estimated_stepping_batches
+        if cfg.schedule == "cosine" and not math.isfinite(total):
+            raise ValueError("a cosine schedule needs a length: set trainer.max_steps or model.optim.total_steps")
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, cfg, int(total)))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+    # ---- throughput: host-side counters only, no device sync in the loop ----
+    def on_train_start(self) -> None:
+        self._tokens, self._clock = 0, time.perf_counter()
+
+    def count_tokens(self, n: int) -> None:
+        """Add this batch's tokens; every ``log_every_n_steps`` batches log the rate over all devices."""
+        self._tokens += n
+        every = self.trainer.log_every_n_steps
+        if (self.trainer.fit_loop.total_batch_idx + 1) % every == 0:
+            now = time.perf_counter()
+            rate = self._tokens * self.trainer.world_size / (now - self._clock)
+            self.log("train/tokens_per_s", rate, prog_bar=True, rank_zero_only=True)
+            self._tokens, self._clock = 0, now
+
+
+class LitClassifier(TransformerModule):
+    """Sequence classification with cross-entropy and accuracy (IMDb sentiment)."""
+
+    def __init__(self, model: ClassifierConfig | None = None, optim: OptimConfig | None = None) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        model = as_config(model, ClassifierConfig)
+        self.optim = as_config(optim, OptimConfig)
+        self.model = SequenceClassifier(model)
+        acc = lambda: torchmetrics.Accuracy(task="multiclass", num_classes=model.num_classes)  # noqa: E731
+        self.train_acc, self.val_acc, self.test_acc = acc(), acc(), acc()
+
+    def setup(self, stage: str) -> None:
+        dm = self.trainer.datamodule if self.trainer else None
+        need = getattr(dm, "max_length", 0) + (self.model.cfg.pool == "cls")
+        if need > self.model.cfg.context:
+            raise ValueError(
+                f"data.max_length {dm.max_length} needs model.context >= {need}, it is "
+                f"{self.model.cfg.context}; raise model.context or lower data.max_length"
+            )
+
+    def forward(self, ids: Tensor, mask: Tensor | None = None) -> Tensor:
+        return self.model(ids, mask)
+
+    def _step(self, batch, stage: str, acc: torchmetrics.Metric) -> Tensor:
+        ids, mask, labels = batch
+        logits = self(ids, mask)
+        loss = F.cross_entropy(logits.float(), labels)
+        acc(logits, labels)
+        self.log(f"{stage}/loss", loss, prog_bar=stage == "train", batch_size=len(labels), sync_dist=stage != "train")
+        self.log(f"{stage}/acc", acc, prog_bar=stage != "train", batch_size=len(labels))
+        return loss
+
+    def training_step(self, batch, batch_idx: int) -> Tensor:
+        self.count_tokens(batch[0].numel())
+        return self._step(batch, "train", self.train_acc)
+
+    def validation_step(self, batch, batch_idx: int) -> None:
+        self._step(batch, "val", self.val_acc)
+
+    def test_step(self, batch, batch_idx: int) -> None:
+        self._step(batch, "test", self.test_acc)
+
+    def predict_step(self, batch, batch_idx: int) -> Tensor:
+        ids, mask, _ = batch
+        return self(ids, mask).softmax(-1)  # (b, c) class probabilities
+
+
+class LitCharLM(TransformerModule):
+    """Next-byte prediction, measured in bits per byte (enwik8, Shakespeare)."""
+
+    def __init__(
+        self,
+        model: LMConfig | None = None,
+        optim: OptimConfig | None = None,
+        sample_length: int = 600,
+        sample_temperature: float = 0.5,
+        sample_seed_length: int = 256,
+    ) -> None:
+        """
+        Args:
+            model: The transformer's sizes.
+            optim: Optimiser and schedule.
+            sample_length: Characters sampled after each validation, from a validation seed (0: never).
+            sample_temperature: Sampling temperature for those samples (the tutorial's 0.5).
+            sample_seed_length: Length of the validation seed they continue (the tutorial's 256).
+        """
+        super().__init__()
+        self.save_hyperparameters()
+        model = as_config(model, LMConfig)
+        self.optim = as_config(optim, OptimConfig)
+        self.model = CausalLM(model)
+        self.val_bpc, self.test_bpc = torchmetrics.MeanMetric(), torchmetrics.MeanMetric()
+
+    def setup(self, stage: str) -> None:
+        dm = self.trainer.datamodule if self.trainer else None
+        if dm is not None and dm.context > self.model.cfg.context:
+            raise ValueError(
+                f"data.context {dm.context} > model.context {self.model.cfg.context}; "
+                "raise model.context or lower data.context"
+            )
+        if dm is not None and dm.vocab_size > self.model.cfg.vocab_size:
+            raise ValueError(
+                f"the data has {dm.vocab_size} symbols but model.vocab_size is "
+                f"{self.model.cfg.vocab_size}; let the CLI link it or raise model.vocab_size"
+            )
+        if dm is not None and stage in ("validate", "test", "fit"):
+            rank_zero_info(f"val/bpc and test/bpc: {dm.protocol}")
+
+    def forward(self, ids: Tensor) -> Tensor:
+        return self.model(ids)
+
+    def training_step(self, batch, batch_idx: int) -> Tensor:
+        x, y = batch
+        self.count_tokens(x.numel())
+        loss = F.cross_entropy(self(x).flatten(0, 1).float(), y.flatten())
+        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/bpc", loss / LN2)
+        return loss
+
+    def _eval_step(self, batch, metric: torchmetrics.MeanMetric) -> None:
+        x, y = batch  # y is -100 where a byte is scored by another window
+        nats = F.cross_entropy(self(x).flatten(0, 1).float(), y.flatten(), reduction="sum", ignore_index=-100)
+        count = (y != -100).sum()
+        metric.update(nats / count / LN2, weight=count)  # a count-weighted mean: exact bits per byte
+
+    def validation_step(self, batch, batch_idx: int) -> None:
+        self._eval_step(batch, self.val_bpc)
+        self.log("val/bpc", self.val_bpc, prog_bar=True)
+
+    def test_step(self, batch, batch_idx: int) -> None:
+        self._eval_step(batch, self.test_bpc)
+        self.log("test/bpc", self.test_bpc)
+
+    def on_validation_epoch_end(self) -> None:
+        dm, trainer = self.trainer.datamodule, self.trainer
+        if self.hparams.sample_length <= 0 or trainer.sanity_checking or dm is None or not trainer.is_global_zero:
+            return
+        seed = dm.seed_text(min(self.hparams.sample_seed_length, self.model.cfg.context)).to(self.device)
+        out = self.model.generate(seed, self.hparams.sample_length, temperature=self.hparams.sample_temperature)
+        prompt, text = dm.vocab.decode(seed[0]), dm.vocab.decode(out[0, seed.size(1) :])
+        rank_zero_info(
+            f"\n--- sample at step {self.global_step} (temperature {self.hparams.sample_temperature}) ---\n"
+            f"[{prompt}]{text}\n---"
+        )
+        for logger in self.loggers:
+            if hasattr(logger, "log_text"):  # W&B: a table of samples over training
+                logger.log_text("samples", columns=["step", "seed", "sample"], data=[[self.global_step, prompt, text]])

@@ -1,0 +1,58 @@
+"""Weights & Biases logging that also works with no account or no network."""
+
+from __future__ import annotations
+
+import netrc
+import os
+import socket
+from pathlib import Path
+
+from lightning.pytorch.loggers import WandbLogger as _WandbLogger
+from lightning.pytorch.utilities import rank_zero_info
+
+
+def _has_credentials() -> bool:
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    try:
+        return netrc.netrc().authenticators("api.wandb.ai") is not None  # written by `wandb login`
+    except (FileNotFoundError, netrc.NetrcParseError):
+        return False
+
+
+def _reachable(host: str = "api.wandb.ai", port: int = 443, timeout: float = 3.0) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+class WandbLogger(_WandbLogger):
+    """Lightning's ``WandbLogger``, online when it can be, else offline with a note on how to sync.
+
+    ``offline=None`` (default) decides: ``WANDB_MODE`` if set; otherwise online only with an API key
+    (``WANDB_API_KEY`` or ``wandb login``) and a reachable server.
+    """
+
+    def __init__(
+        self, project: str = "transformers-scratch", save_dir: str = "logs", offline: bool | None = None, **kwargs
+    ) -> None:
+        if offline is None:
+            mode = os.environ.get("WANDB_MODE")
+            if mode:
+                offline = mode in ("offline", "dryrun", "disabled")
+            else:
+                offline = not (_has_credentials() and _reachable())
+                if offline:
+                    rank_zero_info(
+                        f"W&B: no API key or no network, so this run is logged offline under {save_dir}/wandb; "
+                        f"upload it later with `wandb sync {save_dir}/wandb/offline-run-*`"
+                    )
+        super().__init__(project=project, save_dir=save_dir, offline=offline, **kwargs)
+
+    @property
+    def experiment(self):
+        if self._experiment is None and self.save_dir:
+            Path(self.save_dir).mkdir(parents=True, exist_ok=True)  # wandb wants its folder to exist
+        return super().experiment
