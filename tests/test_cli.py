@@ -135,6 +135,16 @@ def test_test_prints_bits_per_byte(trained):
     assert "contiguous windows of 64 bytes" in result.stdout + result.stderr  # the protocol is named
 
 
+def test_predict_scores_a_file(trained):
+    cwd, data, _ = trained
+    (cwd / "score.txt").write_text("the dog sat on the mat " * 20)
+    result = cli("predict", "--config", TINY_LM, "--data.path", str(data), "--data.vocab", "file",
+                 "--data.predict_path", "score.txt", "--ckpt_path", "checkpoints/tiny_charlm/last.ckpt",
+                 "--trainer.logger", "false", cwd=cwd)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "score.txt: " in result.stdout and "bits per byte over 459 bytes" in result.stdout  # 460 - the first
+
+
 def test_sample_prints_text_that_begins_with_the_prompt(trained):
     cwd, _, _ = trained
     result = cli("sample", "--ckpt_path", "checkpoints/tiny_charlm/last.ckpt", "--prompt", "the cat ",
@@ -172,6 +182,24 @@ def test_imdb_on_the_real_tarball_reports_validation_accuracy(tmp_path):
     ckpt = torch.load(tmp_path / "checkpoints" / "tiny_imdb" / "last.ckpt", weights_only=True)
     assert len(ckpt["IMDbDataModule"]["vocab"]) == 20_000  # the vocabulary travels with the checkpoint
     assert ckpt["hyper_parameters"]["model"]["vocab_size"] == 20_002
+
+    (tmp_path / "reviews.txt").write_text("A wonderful, moving film.\nDull and far too long.\n")
+    result = cli(
+        "predict",
+        "--config",
+        TINY_IMDB,
+        "--data.predict_path",
+        "reviews.txt",
+        "--ckpt_path",
+        "checkpoints/tiny_imdb/last.ckpt",
+        "--trainer.logger",
+        "false",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [line.split("\t") for line in result.stdout.splitlines() if line.count("\t") == 2]
+    assert [text for _, _, text in lines] == ["A wonderful, moving film.", "Dull and far too long."]
+    assert all(label in ("pos", "neg") and 0.5 <= float(p) <= 1 for label, p, _ in lines)
 
 
 # ---- bad input: one clear line, non-zero exit ---------------------------------------------------------

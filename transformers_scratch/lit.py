@@ -146,7 +146,17 @@ class LitClassifier(TransformerModule):
 
     def predict_step(self, batch, batch_idx: int) -> Tensor:
         ids, mask, _ = batch
-        return self(ids, mask).softmax(-1)  # (b, c) class probabilities
+        return self(ids, mask).float().softmax(-1)  # (b, c) class probabilities
+
+    def on_predict_epoch_end(self) -> None:
+        """Print one line per review, in file order: predicted class, its probability, the review's start."""
+        dm = self.trainer.datamodule
+        probs = torch.cat(self.trainer.predict_loop.predictions)  # (n, c)
+        names = getattr(dm, "class_names", None) or [str(c) for c in range(probs.size(1))]
+        print()
+        for p, text in zip(probs.tolist(), getattr(dm, "predict_texts", [""] * len(probs)), strict=True):
+            best = max(range(len(p)), key=p.__getitem__)
+            print(f"{names[best]}\t{p[best]:.4f}\t{text[:70]}")
 
 
 class LitCharLM(TransformerModule):
@@ -214,6 +224,16 @@ class LitCharLM(TransformerModule):
     def test_step(self, batch, batch_idx: int) -> None:
         self._eval_step(batch, self.test_bpc)
         self.log("test/bpc", self.test_bpc)
+
+    def predict_step(self, batch, batch_idx: int) -> Tensor:
+        x, y = batch
+        nats = F.cross_entropy(self(x).flatten(0, 1).float(), y.flatten(), reduction="sum", ignore_index=-100)
+        return torch.stack([nats / LN2, (y != -100).sum()])  # bits, bytes scored
+
+    def on_predict_epoch_end(self) -> None:
+        bits, count = torch.stack(self.trainer.predict_loop.predictions).sum(0).tolist()
+        path = getattr(self.trainer.datamodule, "predict_path", "the file")
+        print(f"\n{path}: {bits / count:.4f} bits per byte over {int(count):,} bytes")
 
     def on_validation_epoch_end(self) -> None:
         dm, trainer = self.trainer.datamodule, self.trainer
