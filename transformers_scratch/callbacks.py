@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
 
 
 class TrainingDiverged(RuntimeError):
@@ -36,3 +36,13 @@ class SafeModelCheckpoint(ModelCheckpoint):
         if trainer.is_global_zero:
             for logger in trainer.loggers:
                 logger.after_save_checkpoint(self)
+
+
+class ProgressBar(TQDMProgressBar):
+    """The usual bar, plus the training loss and throughput that the module copies to the host on logging
+    steps (``TransformerModule.log_train``), so showing them costs no device sync."""
+
+    def get_metrics(self, trainer, pl_module) -> dict:
+        items = super().get_metrics(trainer, pl_module)
+        items.update({k: f"{v:.4g}" for k, v in pl_module.__dict__.get("shown", {}).items()})
+        return items

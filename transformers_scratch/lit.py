@@ -19,8 +19,10 @@ import torchmetrics
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
+from .blocks import Stack
 from .config import ClassifierConfig, EncoderDecoderConfig, LMConfig
 from .models import CausalLM, SequenceClassifier
+from .perf import peak_flops, train_flops_per_token
 
 LN2 = math.log(2)
 
@@ -55,6 +57,12 @@ def as_config(value, cls):
     return cls(**value) if isinstance(value, dict) else value
 
 
+def _is_fsdp(strategy) -> bool:
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    return isinstance(strategy, FSDPStrategy)
+
+
 def lr_factor(step: int, cfg: OptimConfig, total: int) -> float:
     """Multiplier of the peak learning rate at optimizer step ``step``."""
     if step < cfg.warmup_steps:
@@ -66,10 +74,47 @@ def lr_factor(step: int, cfg: OptimConfig, total: int) -> float:
 
 
 class TransformerModule(L.LightningModule):
-    """What both experiments share: AdamW groups, the schedule, throughput logging."""
+    """What both experiments share: AdamW groups, the schedule, compile, sharding, throughput logging."""
 
     model: nn.Module
     optim: OptimConfig
+    compile: bool = False
+    output_size: int  # width of the model's last matmul, for the FLOP count
+
+    def configure_model(self) -> None:
+        """Hardware-dependent set-up, once the trainer knows the devices (called under FSDP's wrap context)."""
+        if torch.cuda.is_available():
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True  # fp32 matmuls on TF32
+        strategy = self._trainer.strategy if self._trainer is not None else None  # None: load_from_checkpoint
+        if _is_fsdp(strategy) and "auto_wrap_policy" not in strategy.kwargs:
+            from torch.distributed.fsdp.wrap import wrap
+
+            for stack in (m for m in self.model.modules() if isinstance(m, Stack)):  # each block is a shard unit
+                stack.blocks = nn.ModuleList(wrap(block) for block in stack.blocks)
+        if self.compile and "_compiled" not in self.__dict__:
+            # Kept outside the module tree: the state dict (and so every checkpoint) stays that of the plain
+            # model, and loads without compile.
+            self.__dict__["_compiled"] = torch.compile(self.model)
+
+    @property
+    def net(self) -> nn.Module:
+        """The model to run: compiled when ``compile`` is on, else the model itself."""
+        return self.__dict__.get("_compiled", self.model)
+
+    def should_log(self) -> bool:
+        """Whether this training step is one of the trainer's logging steps (every ``log_every_n_steps``)."""
+        return self.trainer._logger_connector.should_update_logs
+
+    def log_train(self, **values) -> None:
+        """Log training values on a logging step, without a per-step device sync.
+
+        Lightning reads every ``prog_bar`` value back to the host after *every* batch until the epoch ends,
+        which waits for the GPU each step. So training values go to the loggers only, and the progress bar
+        (:class:`~transformers_scratch.callbacks.ProgressBar`) shows host copies made here, once per
+        logging step.
+        """
+        self.log_dict({f"train/{k}": v for k, v in values.items()})
+        self.__dict__.setdefault("shown", {}).update({k: float(v) for k, v in values.items()})
 
     def configure_optimizers(self):
         cfg = self.optim
@@ -88,28 +133,41 @@ class TransformerModule(L.LightningModule):
 
     # ---- throughput: host-side counters only, no device sync in the loop ----
     def on_train_start(self) -> None:
-        self._tokens, self._clock = 0, time.perf_counter()
+        self._tokens, self._flops, self._clock = 0, 0.0, time.perf_counter()
+        self._peak = peak_flops(self.device)
 
-    def count_tokens(self, n: int) -> None:
-        """Add this batch's tokens; every ``log_every_n_steps`` batches log the rate over all devices."""
-        self._tokens += n
-        every = self.trainer.log_every_n_steps
-        if (self.trainer.fit_loop.total_batch_idx + 1) % every == 0:
+    def count_tokens(self, ids: Tensor) -> None:
+        """Add this batch's tokens (b, t); on logging steps log tokens/s over all devices and, on a GPU with a
+        known peak, the model FLOPs utilisation."""
+        self._tokens += ids.numel()
+        self._flops += ids.numel() * train_flops_per_token(self.model.cfg, ids.size(1), self.output_size)
+        if self.should_log():
             now = time.perf_counter()
-            rate = self._tokens * self.trainer.world_size / (now - self._clock)
-            self.log("train/tokens_per_s", rate, prog_bar=True, rank_zero_only=True)
-            self._tokens, self._clock = 0, now
+            seconds = now - self._clock
+            self.log_train(tokens_per_s=self._tokens * self.trainer.world_size / seconds)
+            if self._peak:
+                self.log_train(mfu=self._flops / seconds / self._peak)
+            self._tokens, self._flops, self._clock = 0, 0.0, now
 
 
 class LitClassifier(TransformerModule):
     """Sequence classification with cross-entropy and accuracy (IMDb sentiment)."""
 
-    def __init__(self, model: ClassifierConfig | None = None, optim: OptimConfig | None = None) -> None:
+    def __init__(
+        self, model: ClassifierConfig | None = None, optim: OptimConfig | None = None, compile: bool = False
+    ) -> None:
+        """
+        Args:
+            model: The transformer's sizes.
+            optim: Optimiser and schedule.
+            compile: Run the model through torch.compile (checkpoints still load without it).
+        """
         super().__init__()
         self.save_hyperparameters()
         model = as_config(model, ClassifierConfig)
-        self.optim = as_config(optim, OptimConfig)
+        self.optim, self.compile = as_config(optim, OptimConfig), compile
         self.model = SequenceClassifier(model)
+        self.output_size = model.num_classes
         acc = lambda: torchmetrics.Accuracy(task="multiclass", num_classes=model.num_classes)  # noqa: E731
         self.train_acc, self.val_acc, self.test_acc = acc(), acc(), acc()
 
@@ -123,19 +181,24 @@ class LitClassifier(TransformerModule):
             )
 
     def forward(self, ids: Tensor, mask: Tensor | None = None) -> Tensor:
-        return self.model(ids, mask)
+        return self.net(ids, mask)
 
     def _step(self, batch, stage: str, acc: torchmetrics.Metric) -> Tensor:
         ids, mask, labels = batch
         logits = self(ids, mask)
         loss = F.cross_entropy(logits.float(), labels)
-        acc(logits, labels)
-        self.log(f"{stage}/loss", loss, prog_bar=stage == "train", batch_size=len(labels), sync_dist=stage != "train")
-        self.log(f"{stage}/acc", acc, prog_bar=stage != "train", batch_size=len(labels))
+        acc.update(logits, labels)
+        if stage == "train":
+            if self.should_log():
+                self.log_train(loss=loss, acc=acc.compute())  # accuracy over the steps since the last log
+                acc.reset()
+        else:
+            self.log(f"{stage}/loss", loss, prog_bar=True, batch_size=len(labels), sync_dist=True)
+            self.log(f"{stage}/acc", acc, prog_bar=True, batch_size=len(labels))
         return loss
 
     def training_step(self, batch, batch_idx: int) -> Tensor:
-        self.count_tokens(batch[0].numel())
+        self.count_tokens(batch[0])
         return self._step(batch, "train", self.train_acc)
 
     def validation_step(self, batch, batch_idx: int) -> None:
@@ -169,6 +232,7 @@ class LitCharLM(TransformerModule):
         sample_length: int = 600,
         sample_temperature: float = 0.5,
         sample_seed_length: int = 256,
+        compile: bool = False,
     ) -> None:
         """
         Args:
@@ -177,12 +241,15 @@ class LitCharLM(TransformerModule):
             sample_length: Characters sampled after each validation, from a validation seed (0: never).
             sample_temperature: Sampling temperature for those samples (the tutorial's 0.5).
             sample_seed_length: Length of the validation seed they continue (the tutorial's 256).
+            compile: Run the model through torch.compile for training and evaluation (checkpoints still load
+                without it; sampling runs uncompiled).
         """
         super().__init__()
         self.save_hyperparameters()
         model = as_config(model, LMConfig)
-        self.optim = as_config(optim, OptimConfig)
+        self.optim, self.compile = as_config(optim, OptimConfig), compile
         self.model = CausalLM(model)
+        self.output_size = model.vocab_size
         self.val_bpc, self.test_bpc = torchmetrics.MeanMetric(), torchmetrics.MeanMetric()
 
     def setup(self, stage: str) -> None:
@@ -201,14 +268,14 @@ class LitCharLM(TransformerModule):
             rank_zero_info(f"val/bpc and test/bpc: {dm.protocol}")
 
     def forward(self, ids: Tensor) -> Tensor:
-        return self.model(ids)
+        return self.net(ids)
 
     def training_step(self, batch, batch_idx: int) -> Tensor:
         x, y = batch
-        self.count_tokens(x.numel())
+        self.count_tokens(x)
         loss = F.cross_entropy(self(x).flatten(0, 1).float(), y.flatten())
-        self.log("train/loss", loss, prog_bar=True)
-        self.log("train/bpc", loss / LN2)
+        if self.should_log():
+            self.log_train(loss=loss, bpc=loss / LN2)
         return loss
 
     def _eval_step(self, batch, metric: torchmetrics.MeanMetric) -> None:

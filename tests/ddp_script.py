@@ -1,0 +1,97 @@
+"""Train a tiny LM a few steps, in one process on the global batch or with DDP on 2 CPU processes (gloo).
+
+    python tests/ddp_script.py single OUT_DIR
+    python tests/ddp_script.py ddp OUT_DIR
+
+Writes OUT_DIR/losses_rank{R}.json (loss of every step on each rank), OUT_DIR/final.pt (rank 0's weights
+after training) and OUT_DIR/writes_rank{R}.txt (every checkpoint file a rank wrote). tests/test_distributed.py
+compares the two runs.
+"""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import lightning as L
+import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from transformers_scratch.callbacks import SafeModelCheckpoint  # noqa: E402
+from transformers_scratch.config import LMConfig  # noqa: E402
+from transformers_scratch.lit import LitCharLM, OptimConfig  # noqa: E402
+
+GLOBAL_BATCH, CONTEXT, STEPS = 8, 16, 5
+
+
+class FixedWindows(Dataset):
+    """64 fixed windows: the same data in any process, so the only difference is who computes what."""
+
+    def __init__(self) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.data = torch.randint(0, 256, (64, CONTEXT + 1), generator=g)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, i: int):
+        return self.data[i, :-1], self.data[i, 1:]
+
+
+class RecordLosses(L.Callback):
+    def __init__(self, out: Path) -> None:
+        self.out, self.losses = out, []
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
+        self.losses.append(outputs["loss"].item())
+
+    def on_train_end(self, trainer, module) -> None:
+        (self.out / f"losses_rank{trainer.global_rank}.json").write_text(json.dumps(self.losses))
+        if trainer.global_rank == 0:
+            torch.save(module.model.state_dict(), self.out / "final.pt")
+
+
+def record_writes(out: Path) -> None:
+    """Log every checkpoint file a process writes, with its rank."""
+    save = TorchCheckpointIO.save_checkpoint
+
+    def logged(self, checkpoint, path, storage_options=None):
+        rank = os.environ.get("LOCAL_RANK", "0")
+        with open(out / f"writes_rank{rank}.txt", "a") as f:
+            f.write(f"{path}\n")
+        return save(self, checkpoint, path, storage_options)
+
+    TorchCheckpointIO.save_checkpoint = logged
+
+
+def main(mode: str, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    record_writes(out)
+    devices = 2 if mode == "ddp" else 1
+    L.seed_everything(0)
+    module = LitCharLM(
+        LMConfig(vocab_size=256, context=CONTEXT, emb=32, heads=4, depth=2),
+        OptimConfig(lr=1e-2, warmup_steps=1, schedule="constant"),
+        sample_length=0,
+    )
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=devices,
+        strategy="ddp" if mode == "ddp" else "auto",
+        max_steps=STEPS,
+        gradient_clip_val=1.0,
+        use_distributed_sampler=False,  # ours below: unshuffled, so rank r takes windows r, r + 2, ...
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[RecordLosses(out), SafeModelCheckpoint(dirpath=out / "ckpt", every_n_train_steps=2, save_last=True)],
+    )
+    data = FixedWindows()
+    sampler = DistributedSampler(data, devices, trainer.global_rank, shuffle=False) if mode == "ddp" else None
+    trainer.fit(module, DataLoader(data, batch_size=GLOBAL_BATCH // devices, sampler=sampler))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], Path(sys.argv[2]))

@@ -1,0 +1,115 @@
+"""The LightningModules: optimiser groups, schedule, compile, checkpoints, throughput arithmetic."""
+
+import math
+
+import lightning as L
+import pytest
+import torch
+from torch.testing import assert_close
+from torch.utils.data import DataLoader, TensorDataset
+
+from transformers_scratch import CausalLM, LMConfig
+from transformers_scratch.callbacks import SafeModelCheckpoint, TrainingDiverged
+from transformers_scratch.lit import LitCharLM, OptimConfig, lr_factor
+from transformers_scratch.perf import non_embedding_params, train_flops_per_token
+
+TINY = LMConfig(vocab_size=256, context=16, emb=32, heads=4, depth=2)
+
+
+def loader(n: int = 32) -> DataLoader:
+    g = torch.Generator().manual_seed(0)
+    data = torch.randint(0, 256, (n, 17), generator=g)
+    return DataLoader(TensorDataset(data[:, :-1], data[:, 1:]), batch_size=8)
+
+
+def trainer(tmp_path, **kwargs) -> L.Trainer:
+    defaults = dict(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
+                    default_root_dir=tmp_path)  # fmt: skip
+    return L.Trainer(**{**defaults, **kwargs})
+
+
+def test_weight_decay_only_on_matrices(tmp_path):
+    module = LitCharLM(TINY, OptimConfig(weight_decay=0.1), sample_length=0)
+    module.trainer = trainer(tmp_path, max_steps=10)
+    opt = module.configure_optimizers()["optimizer"]
+    decayed, plain = opt.param_groups
+    assert decayed["weight_decay"] == 0.1 and all(p.dim() >= 2 for p in decayed["params"])
+    assert plain["weight_decay"] == 0.0 and all(p.dim() < 2 for p in plain["params"])
+    assert len(decayed["params"]) + len(plain["params"]) == len(list(module.parameters()))
+
+
+def test_warmup_then_cosine_to_the_floor():
+    cfg = OptimConfig(warmup_steps=10, schedule="cosine", min_lr_ratio=0.1)
+    assert lr_factor(0, cfg, 100) == pytest.approx(0.1) and lr_factor(9, cfg, 100) == pytest.approx(1.0)
+    assert lr_factor(55, cfg, 100) == pytest.approx(0.55)  # half-way down the cosine
+    assert lr_factor(100, cfg, 100) == pytest.approx(0.1) and lr_factor(500, cfg, 100) == pytest.approx(0.1)
+    constant = OptimConfig(warmup_steps=10, schedule="constant")
+    assert lr_factor(5, constant, 100) == pytest.approx(0.6) and lr_factor(90, constant, 100) == 1.0
+
+
+def test_cosine_needs_a_length(tmp_path):
+    module = LitCharLM(TINY, sample_length=0)
+    module.trainer = trainer(tmp_path, max_steps=-1, max_epochs=-1)
+    with pytest.raises(ValueError, match="cosine schedule needs a length"):
+        module.configure_optimizers()
+
+
+def test_training_lowers_the_loss_and_checkpoints_rebuild_the_model(tmp_path):
+    module = LitCharLM(TINY, OptimConfig(lr=3e-3, warmup_steps=1), sample_length=0)
+    ckpt = SafeModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
+    t = trainer(tmp_path, max_steps=40, callbacks=[ckpt])
+    x, y = next(iter(loader()))
+    loss = lambda: torch.nn.functional.cross_entropy(module(x).flatten(0, 1), y.flatten()).item()  # noqa: E731
+    first = loss()
+    t.fit(module, loader())
+    assert loss() < first - 1.0
+    restored = LitCharLM.load_from_checkpoint(tmp_path / "ckpt" / "last.ckpt")  # weights_only, configs allow-listed
+    assert_close(restored(x), module(x))
+
+
+def test_compiled_training_writes_checkpoints_that_load_without_compile(tmp_path):
+    module = LitCharLM(TINY, OptimConfig(warmup_steps=1), sample_length=0, compile=True)
+    t = trainer(tmp_path, max_steps=2, callbacks=[SafeModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)])
+    t.fit(module, loader())
+    assert module.net is not module.model  # it really ran compiled
+    state = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=True)["state_dict"]
+    assert not any("_orig_mod" in key for key in state)
+    plain = LitCharLM.load_from_checkpoint(tmp_path / "ckpt" / "last.ckpt", compile=False)
+    x = next(iter(loader()))[0]
+    assert_close(plain(x), module.model(x))
+
+
+def test_non_finite_weights_never_replace_a_good_checkpoint(tmp_path):
+    module = LitCharLM(TINY, OptimConfig(warmup_steps=1), sample_length=0)
+    ckpt = SafeModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
+    t = trainer(tmp_path, max_steps=4, callbacks=[ckpt])
+    t.fit(module, loader())
+    good = (tmp_path / "ckpt" / "last.ckpt").read_bytes()
+    with torch.no_grad():
+        module.model.head.weight[0, 0] = float("nan")  # a step that blew up
+    with pytest.raises(TrainingDiverged, match=r"became NaN or infinite .* Last good checkpoint: .*last.ckpt"):
+        ckpt._save_checkpoint(t, str(tmp_path / "ckpt" / "last.ckpt"))
+    assert (tmp_path / "ckpt" / "last.ckpt").read_bytes() == good
+    assert not list((tmp_path / "ckpt").glob("*.tmp"))
+
+
+def test_activation_checkpointing_gives_the_same_gradients():
+    torch.manual_seed(0)
+    plain = CausalLM(TINY)
+    ckpt = CausalLM(LMConfig(**{**vars(TINY), "activation_checkpointing": True}))
+    ckpt.load_state_dict(plain.state_dict())
+    x = torch.randint(0, 256, (4, 16))
+    for model in (plain, ckpt):
+        model(x).logsumexp(-1).mean().backward()
+    for (name, a), b in zip(plain.named_parameters(), ckpt.parameters(), strict=True):
+        assert_close(b.grad, a.grad, msg=name)
+
+
+def test_flop_count_matches_the_parameter_count():
+    cfg = LMConfig(vocab_size=256, context=256, emb=256, heads=8, depth=4)
+    model = CausalLM(cfg)
+    blocks = sum(p.numel() for name, p in model.named_parameters() if name.startswith("stack.blocks"))
+    assert non_embedding_params(cfg) == blocks
+    expected = 6 * (blocks + 256 * 256) + 12 * 4 * 256 * 256
+    assert train_flops_per_token(cfg, 256) == expected
+    assert math.isclose(train_flops_per_token(cfg, 256, output_size=2), expected - 6 * 256 * 254)

@@ -1,0 +1,251 @@
+"""Benchmark: training throughput, memory and MFU of the character model, and generation speed.
+
+    python -m transformers_scratch.bench                              # the CPU target: 4 x 256, ctx 256, batch 8
+    python -m transformers_scratch.bench --config configs/enwik8.yaml # the sizes of a config (GPU: bf16-mixed)
+    python -m transformers_scratch.bench --json                       # machine-readable
+    python -m transformers_scratch.bench --long-context --emb 64 --heads 2 --depth 2 --batch 1
+
+Every variant runs in its own process (clean memory peak, no compile cache shared). Training tokens/s is
+batch x context / the median time of timed optimizer steps (forward, backward, AdamW) after warm-up steps.
+Peak memory: on GPU the allocator's peak; on CPU the process's peak resident set (it includes the ~0.4 GB
+that PyTorch itself occupies). MFU = tokens/s x model FLOPs per token / the device's dense bf16 peak.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from .config import LMConfig
+from .models import CausalLM
+from .perf import peak_flops, train_flops_per_token
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def run_job(job: dict) -> dict:
+    """One measurement, in this process."""
+    device = torch.device(job["device"])
+    torch.manual_seed(0)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    cfg = LMConfig(**job["model"])
+    model = CausalLM(cfg).to(device)
+    b, t = job["batch"], job["context"]
+    if job["kind"] == "generate":
+        model.eval()
+        prompt = torch.randint(cfg.vocab_size, (1, min(t, cfg.context)), device=device)
+        model.generate(prompt, 8, temperature=0, use_cache=job["cache"])  # warm-up
+        _sync(device)
+        start = time.perf_counter()
+        model.generate(prompt, job["new_tokens"], temperature=0, use_cache=job["cache"])
+        _sync(device)
+        return {"tokens_per_s": job["new_tokens"] / (time.perf_counter() - start)}
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda" or None)
+    forward = torch.compile(model) if job["compile"] else model
+    bf16 = job["precision"] == "bf16-mixed"
+    data = torch.randint(cfg.vocab_size, (b, t + 1), device=device)
+
+    def step() -> None:
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            logits = forward(data[:, :-1])
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), data[:, 1:].flatten())
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    for _ in range(job["warmup"]):
+        step()
+    _sync(device)
+    times = []
+    for _ in range(job["steps"]):
+        start = time.perf_counter()
+        step()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    seconds = statistics.median(times)
+    result = {"tokens_per_s": b * t / seconds, "step_ms": 1000 * seconds}
+    if device.type == "cuda":
+        result["peak_mem_gb"] = torch.cuda.max_memory_allocated() / 2**30
+    else:
+        result["peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
+    peak = peak_flops(device)
+    if peak:
+        result["mfu"] = result["tokens_per_s"] * train_flops_per_token(cfg, t) / peak
+    return result
+
+
+def run_isolated(job: dict, memory_cap_gb: float | None = None, timeout: float = 900) -> dict:
+    """Run a job in a child process; its result, or the error it died of."""
+    cmd = [sys.executable, "-m", "transformers_scratch.bench", "--job", json.dumps(job)]
+    limit = None
+    if memory_cap_gb:  # a hard cap on the child's heap, so a search past the budget cannot swamp the machine
+        cap = int(memory_cap_gb * 2**30)
+        limit = lambda: resource.setrlimit(resource.RLIMIT_DATA, (cap, cap))  # noqa: E731
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=limit)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return {"error": f"timed out after {timeout:.0f} s"}
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        last = (err.strip().splitlines() or ["no output"])[-1]
+        return {"error": last[:200]}
+    return json.loads(lines[-1])
+
+
+def variants(device: str, compile_: bool) -> list[tuple[str, dict]]:
+    """One change at a time from the default path (fused attention; bf16-mixed on GPU, fp32 on CPU)."""
+    base = {"attention": "sdpa", "precision": "bf16-mixed" if device == "cuda" else "32-true", "compile": False,
+            "activation_checkpointing": False}  # fmt: skip
+    out = [("fused (default)", base), ("reference attention", {**base, "attention": "reference"})]
+    if device == "cuda":
+        out.append(("fp32", {**base, "precision": "32-true"}))
+    if compile_:
+        out.append(("torch.compile", {**base, "compile": True}))
+    out.append(("activation checkpointing", {**base, "activation_checkpointing": True}))
+    return out
+
+
+def load_sizes(config: str | None) -> tuple[dict, int, int]:
+    """Model fields, context and batch from a project config (or the issue's CPU benchmark sizes)."""
+    if config is None:
+        return {"vocab_size": 256, "context": 256, "emb": 256, "heads": 8, "depth": 4}, 256, 8
+    import yaml
+
+    cfg = yaml.safe_load(Path(config).read_text())
+    model = dict(cfg["model"]["init_args"].get("model", {}))
+    data = cfg.get("data", {}).get("init_args", {})
+    model.setdefault("vocab_size", 256)
+    return model, data.get("context", model.get("context", 256)), data.get("batch_size", 32)
+
+
+def long_context(args, model: dict, device: str) -> list[dict]:
+    """The largest power-of-two context that trains one step at the given batch, per attention kernel."""
+    rows = []
+    for attention in ("reference", "sdpa"):
+        best, t = None, args.start_context
+        while t <= args.max_context:
+            job = {"kind": "train", "device": device, "model": {**model, "context": t, "attention": attention},
+                   "batch": args.batch, "context": t, "warmup": 0, "steps": 1, "precision": args.precision,
+                   "compile": False}  # fmt: skip
+            res = run_isolated(job, args.memory_budget_gb if device == "cpu" else None, timeout=args.timeout)
+            peak = res.get("peak_rss_gb", res.get("peak_mem_gb", 0.0))
+            over = device == "cpu" and peak > args.memory_budget_gb
+            timing = "over budget" if over else f"{res.get('step_ms', 0) / 1000:.1f} s/step, {peak:.2f} GB"
+            status = res.get("error") or timing
+            print(f"  {attention:9s} context {t:6d}: {status}", file=sys.stderr, flush=True)
+            if "error" in res or over:
+                break
+            best, t = {"attention": attention, "max_context": t, **res}, t * 2
+        rows.append(best or {"attention": attention, "max_context": None})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m transformers_scratch.bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", help="a project config whose model sizes, context and batch to use")
+    for name in ("depth", "emb", "heads", "context", "batch"):
+        p.add_argument(f"--{name}", type=int, help=f"override the {name}")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--steps", type=int, default=10, help="timed optimizer steps per variant (median reported)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps first (compile happens here)")
+    p.add_argument("--no-compile", action="store_true", help="skip the torch.compile variant (slow to compile)")
+    p.add_argument("--new-tokens", type=int, default=1000, help="characters generated, with and without cache")
+    p.add_argument("--long-context", action="store_true", help="search the largest context per attention kernel")
+    p.add_argument("--start-context", type=int, default=512)
+    p.add_argument("--max-context", type=int, default=65536)
+    p.add_argument("--memory-budget-gb", type=float, default=4.0, help="CPU long-context budget (peak RSS)")
+    p.add_argument("--precision", default="32-true", help="precision of the long-context search")
+    p.add_argument("--timeout", type=float, default=600, help="seconds per measurement before giving up")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--job", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.job:  # a child process: one measurement
+        print(json.dumps(run_job(json.loads(args.job))))
+        return
+
+    model, context, batch = load_sizes(args.config)
+    model.update({k: getattr(args, k) for k in ("depth", "emb", "heads") if getattr(args, k)})
+    context, batch = args.context or context, args.batch or batch
+    model["context"] = max(model.get("context", context), context)
+    args.batch = batch
+    LMConfig(**model)  # validate before spending time
+    device = args.device
+    hardware = torch.cuda.get_device_name() if device == "cuda" else f"CPU, {os.cpu_count()} cores"
+    report = {"hardware": hardware, "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
+              "model": model, "batch": batch, "context": context, "train": [], "generate": []}  # fmt: skip
+
+    if args.long_context:
+        report["long_context"] = long_context(args, model, device)
+    else:
+        for name, v in variants(device, not args.no_compile):
+            job = {"kind": "train", "device": device, "batch": batch, "context": context, "warmup": args.warmup,
+                   "steps": args.steps, "precision": v["precision"], "compile": v["compile"],
+                   "model": {**model, "attention": v["attention"],
+                             "activation_checkpointing": v["activation_checkpointing"]}}  # fmt: skip
+            print(f"  measuring {name} ...", file=sys.stderr, flush=True)
+            report["train"].append({"variant": name, **v, **run_isolated(job, timeout=args.timeout)})
+        for cache in (True, False):
+            job = {"kind": "generate", "device": device, "batch": 1, "context": context, "cache": cache,
+                   "new_tokens": args.new_tokens, "model": model}  # fmt: skip
+            print(f"  measuring generation {'with' if cache else 'without'} cache ...", file=sys.stderr, flush=True)
+            report["generate"].append({"cache": cache, **run_isolated(job, timeout=args.timeout)})
+
+    print(json.dumps(report, indent=2) if args.json else format_report(report))
+
+
+def format_report(r: dict) -> str:
+    m = r["model"]
+    lines = [f"{r['hardware']} | torch {r['torch']} | {r['date']}",
+             f"model: depth {m['depth']}, width {m['emb']}, heads {m['heads']}, vocab {m['vocab_size']}; "
+             f"context {r['context']}, batch {r['batch']}", ""]  # fmt: skip
+    if r.get("train"):
+        fused = r["train"][0].get("tokens_per_s")
+        lines += [f"{'training':28s} {'tokens/s':>10s} {'step ms':>9s} {'peak GB':>8s} {'MFU':>6s} {'vs fused':>9s}"]
+        for row in r["train"]:
+            if "error" in row:
+                lines.append(f"{row['variant']:28s} failed: {row['error']}")
+                continue
+            mem = row.get("peak_mem_gb", row.get("peak_rss_gb"))
+            mfu = f"{100 * row['mfu']:.1f}%" if "mfu" in row else "-"
+            ratio = f"{row['tokens_per_s'] / fused:.2f}x" if fused else "-"
+            lines.append(f"{row['variant']:28s} {row['tokens_per_s']:10,.0f} {row['step_ms']:9.1f} "
+                         f"{mem:8.2f} {mfu:>6s} {ratio:>9s}")  # fmt: skip
+        ref = next((x for x in r["train"] if x["variant"] == "reference attention" and "error" not in x), None)
+        if fused and ref:
+            lines.append(f"fused / reference attention: {fused / ref['tokens_per_s']:.2f}x")
+    if r.get("generate"):
+        lines += ["", f"{'generation (batch 1)':28s} {'tokens/s':>10s}"]
+        for row in r["generate"]:
+            name = "with KV cache" if row["cache"] else "recomputing the window"
+            lines.append(f"{name:28s} " + (f"{row['tokens_per_s']:10,.0f}" if "error" not in row else row["error"]))
+        with_cache, without = (row.get("tokens_per_s") for row in r["generate"])
+        if with_cache and without:
+            lines.append(f"KV cache speed-up: {with_cache / without:.2f}x")
+    for row in r.get("long_context", []):
+        lines.append(f"largest context that trains, {row['attention']} attention, batch {r['batch']}: "
+                     f"{row['max_context'] or 'none tried fits'}")  # fmt: skip
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
