@@ -113,3 +113,30 @@ def test_flop_count_matches_the_parameter_count():
     expected = 6 * (blocks + 256 * 256) + 12 * 4 * 256 * 256
     assert train_flops_per_token(cfg, 256) == expected
     assert math.isclose(train_flops_per_token(cfg, 256, output_size=2), expected - 6 * 256 * 254)
+
+
+def test_fsdp_shards_block_by_block():
+    """Under ``--trainer.strategy fsdp`` every transformer block becomes its own FSDP unit. Lightning runs
+    configure_model inside torch's wrap context; here a stand-in wrapper takes FSDP's place (FSDP needs GPUs)."""
+    from types import SimpleNamespace
+
+    from lightning.pytorch.strategies import FSDPStrategy
+    from torch.distributed.fsdp.wrap import enable_wrap
+
+    class Shard(torch.nn.Module):
+        def __init__(self, module, **kwargs):
+            super().__init__()
+            self.module = module
+
+        def forward(self, *args, **kwargs):
+            return self.module(*args, **kwargs)
+
+    module = LitCharLM(TINY, sample_length=0)
+    x = torch.randint(0, 256, (2, 16))
+    before = module(x)
+    module._trainer = SimpleNamespace(strategy=FSDPStrategy())
+    with enable_wrap(wrapper_cls=Shard):
+        module.configure_model()
+    assert len(module.model.stack.blocks) == TINY.depth
+    assert all(isinstance(block, Shard) for block in module.model.stack.blocks)
+    assert_close(module(x), before)

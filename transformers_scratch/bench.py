@@ -160,7 +160,7 @@ def long_context(args, model: dict, device: str) -> list[dict]:
     return rows
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m transformers_scratch.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--config", help="a project config whose model sizes, context and batch to use")
     for name in ("depth", "emb", "heads", "context", "batch"):
@@ -178,7 +178,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--timeout", type=float, default=600, help="seconds per measurement before giving up")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--job", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     if args.job:  # a child process: one measurement
         print(json.dumps(run_job(json.loads(args.job))))
         return

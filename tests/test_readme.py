@@ -1,0 +1,70 @@
+"""The README's commands parse: every `python cli.py ...` and benchmark line names real configs and flags."""
+
+import re
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+from lightning import LightningDataModule
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+
+
+def commands(prefix: str) -> list[list[str]]:
+    """Shell lines in the README's code blocks that start with prefix, continuations joined, comments cut."""
+    blocks = re.findall(r"```bash\n(.*?)```", README, flags=re.S)
+    lines = "\n".join(blocks).replace("\\\n", " ").splitlines()
+    found = []
+    for line in lines:
+        for part in line.split("&&"):
+            part = part.split(" #")[0].strip()
+            if part.startswith(prefix):
+                found.append(shlex.split(part)[len(shlex.split(prefix)) :])
+    return found
+
+
+CLI_LINES = commands("python cli.py")
+BENCH_LINES = commands("python -m transformers_scratch.bench")
+
+
+def test_readme_has_the_commands():
+    subcommands = {line[0] for line in CLI_LINES}
+    assert {"fit", "test", "predict", "sample"} <= subcommands
+    assert ["fit", "--config", "configs/enwik8.yaml"] in CLI_LINES  # the main job
+    assert len(BENCH_LINES) >= 3
+
+
+@pytest.mark.parametrize("argv", [a for a in CLI_LINES if a[0] != "sample"], ids=" ".join)
+def test_cli_lines_parse(argv, monkeypatch, capsys):
+    monkeypatch.chdir(ROOT)
+    sys.path.insert(0, str(ROOT))
+    from cli import CLI
+    from transformers_scratch.lit import TransformerModule
+
+    with pytest.raises(SystemExit) as done:
+        CLI(TransformerModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
+            args=[*argv, "--print_config"])  # fmt: skip
+    assert done.value.code == 0, capsys.readouterr().err
+    assert "class_path" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [a for a in CLI_LINES if a[0] == "sample"], ids=" ".join)
+def test_sample_lines_parse(argv, monkeypatch, capsys):
+    sys.path.insert(0, str(ROOT))
+    from cli import sample
+
+    monkeypatch.chdir(ROOT)
+    ckpt = argv.index("--ckpt_path") + 1
+    with pytest.raises(FileNotFoundError, match="does not exist"):  # flags parsed; no trained model here
+        sample([*argv[1:ckpt], "no/such.ckpt", *argv[ckpt + 1 :]])
+
+
+@pytest.mark.parametrize("argv", BENCH_LINES, ids=" ".join)
+def test_bench_lines_parse(argv):
+    from transformers_scratch.bench import build_parser
+
+    args = build_parser().parse_args(argv)
+    if args.config:
+        assert (ROOT / args.config).is_file()
