@@ -1,0 +1,277 @@
+"""Byte-level language-modelling data: enwik8 (the tutorial's experiment 2) or any file.
+
+Training batches are random windows of context + 1 bytes (inputs and next-byte targets), drawn afresh every
+step, so there are no epochs in the usual sense: an "epoch" is ``batches_per_epoch`` batches. Validation and
+test walk their split in windows and score every byte exactly once (see :class:`StridedWindows`).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Literal
+
+import lightning as L
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset, get_worker_info
+
+from .files import DataError, download, predicting, read_bytes
+
+ENWIK8_URL = "http://mattmahoney.net/dc/enwik8.zip"
+ENWIK8_BYTES = 100_000_000  # the first 10^8 bytes of the English Wikipedia dump of 2006-03-03
+SPLITS = (0.9, 0.05, 0.05)  # 90M / 5M / 5M bytes on enwik8, as in the tutorial and the literature
+IGNORE = -100  # target id that cross_entropy skips
+
+
+def split_bounds(n: int) -> dict[str, tuple[int, int]]:
+    """[start, end) of train, val and test in a file of n bytes: 90/5/5 (90M/5M/5M on enwik8)."""
+    n_train, n_val = int(n * SPLITS[0]), int(n * SPLITS[1])
+    return {"train": (0, n_train), "val": (n_train, n_train + n_val), "test": (n_train + n_val, n)}
+
+
+class ByteVocab:
+    """Token ids for bytes: all 256 values (the tutorial's enwik8 model), or only the byte values a file
+    uses, in sorted order (nanoGPT's shakespeare_char: 65 characters)."""
+
+    def __init__(self, symbols: bytes | None = None) -> None:
+        self.symbols = symbols
+        self.table = torch.full((256,), -1, dtype=torch.long)  # byte value -> id, -1 if absent
+        present = list(symbols) if symbols is not None else list(range(256))
+        self.table[present] = torch.arange(len(present))
+        self.alphabet = torch.tensor(present, dtype=torch.uint8)  # id -> byte value
+
+    @property
+    def size(self) -> int:
+        return len(self.alphabet)
+
+    def encode(self, data: bytes) -> Tensor:
+        """bytes -> uint8 ids (every byte must be in the vocabulary)."""
+        raw = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        return raw if self.symbols is None else self.table[raw.long()].to(torch.uint8)
+
+    def encode_text(self, text: str) -> Tensor:
+        """A prompt -> long ids (1, t), or an error naming the first character the model has never seen."""
+        if not text:
+            raise ValueError("empty prompt; give at least one character, e.g. --prompt 'The '")
+        ids = self.table[torch.frombuffer(bytearray(text.encode("utf-8")), dtype=torch.uint8).long()]
+        if (ids < 0).any():
+            bad = next(c for c in text if (self.table[list(c.encode("utf-8"))] < 0).any())
+            known = bytes(self.alphabet.tolist()).decode("utf-8", errors="replace")
+            raise ValueError(
+                f"prompt character {bad!r} is not in the model's vocabulary of {self.size} characters; "
+                f"use only these: {known!r}"
+            )
+        return ids[None]  # (1, t)
+
+    def decode(self, ids: Tensor) -> str:
+        return bytes(self.alphabet[ids.long()].tolist()).decode("utf-8", errors="replace")
+
+
+class RandomWindows(Dataset):
+    """Item i is a whole batch of random windows; the index is ignored, windows are drawn afresh.
+
+    Each process (rank, worker) draws from its own generator, so DDP ranks and loader workers never
+    repeat each other's windows.
+    """
+
+    def __init__(self, data: Tensor, context: int, batch_size: int, batches: int, seed: int) -> None:
+        self.data, self.context, self.batch_size, self.batches, self.seed = data, context, batch_size, batches, seed
+        self.generator: torch.Generator | None = None
+
+    def __len__(self) -> int:
+        return self.batches
+
+    def __getitem__(self, i: int) -> tuple[Tensor, Tensor]:
+        if self.generator is None:
+            worker = get_worker_info()
+            self.generator = torch.Generator().manual_seed((self.seed + 7919 * (worker.id if worker else 0)) % 2**63)
+        starts = torch.randint(len(self.data) - self.context, (self.batch_size, 1), generator=self.generator)
+        windows = self.data[starts + torch.arange(self.context + 1)].long()  # (b, context + 1)
+        return windows[:, :-1], windows[:, 1:]  # inputs, next-byte targets: (b, context) each
+
+
+class StridedWindows(Dataset):
+    """Windows of context + 1 bytes starting every ``stride`` bytes, each scoring only targets that no
+    earlier window scored, so every byte after the first is predicted exactly once.
+
+    stride = context: contiguous, non-overlapping windows (a byte sees 0 to context - 1 earlier bytes).
+    stride = 1: the tutorial's exhaustive protocol (every byte sees a full context; context times slower).
+    """
+
+    def __init__(self, data: Tensor, context: int, stride: int | None = None) -> None:
+        self.data, self.context = data, context
+        stride = stride or context
+        last = len(data) - context - 1
+        self.starts = list(range(0, last + 1, stride))
+        if self.starts[-1] != last:
+            self.starts.append(last)  # the tail, scoring only what is new
+        self.first, scored_until = [], 1  # targets at absolute positions < scored_until are done
+        for p in self.starts:
+            self.first.append(max(scored_until, p + 1) - (p + 1))
+            scored_until = p + context + 1
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def __getitem__(self, i: int) -> tuple[Tensor, Tensor]:
+        p = self.starts[i]
+        window = self.data[p : p + self.context + 1].long()  # (context + 1,)
+        targets = window[1:].clone()
+        targets[: self.first[i]] = IGNORE
+        return window[:-1], targets
+
+
+class Enwik8DataModule(L.LightningDataModule):
+    """enwik8 (downloaded into ``data_dir`` when missing) or any local file, split 90/5/5."""
+
+    def __init__(
+        self,
+        path: str | None = None,
+        data_dir: str = "data",
+        context: int = 256,
+        batch_size: int = 32,
+        batches_per_epoch: int = 1000,
+        eval_batch_size: int | None = None,
+        eval_stride: int | None = None,
+        vocab: Literal["bytes", "file"] = "bytes",
+        num_workers: int = 0,
+        seed: int = 1234,
+        url: str = ENWIK8_URL,
+        predict_path: str | None = None,
+    ) -> None:
+        """
+        Args:
+            path: A raw file, ``.zip`` or ``.gz`` to use instead of enwik8 (e.g. tinyshakespeare.txt).
+            data_dir: Where enwik8.zip is downloaded when ``path`` is not given.
+            context: Window length the model sees; must not exceed the model's context.
+            batch_size: Windows per training batch (per device).
+            batches_per_epoch: Training batches that make one "epoch" (windows are random; there is no pass).
+            eval_batch_size: Windows per validation/test batch; default: batch_size.
+            eval_stride: Bytes between evaluation windows. None: context (contiguous windows);
+                1: the tutorial's exhaustive evaluation, every byte predicted from a full context.
+            vocab: ``bytes``: all 256 byte values; ``file``: only the byte values in the file.
+            num_workers: DataLoader worker processes.
+            seed: Seed of the training-window sampler (combined with rank and step).
+            url: Where enwik8.zip is downloaded from (a mirror, if the original is unreachable).
+            predict_path: For ``predict``: a file to score in bits per byte, with this module's windows.
+        """
+        super().__init__()
+        for name, value in (("context", context), ("batch_size", batch_size), ("batches_per_epoch", batches_per_epoch)):
+            if value < 1:
+                raise ValueError(f"data.{name}={value} must be a positive integer")
+        if eval_stride is not None and not 1 <= eval_stride <= context:
+            raise ValueError(f"data.eval_stride={eval_stride} must lie in [1, context={context}], or be None")
+        self.path, self.data_dir, self.context, self.batch_size = path, Path(data_dir), context, batch_size
+        self.batches_per_epoch, self.eval_stride, self.vocab_kind = batches_per_epoch, eval_stride, vocab
+        self.eval_batch_size = eval_batch_size or batch_size
+        self.num_workers, self.seed, self.url, self.predict_path = num_workers, seed, url, predict_path
+        self._raw: bytes | None = None
+        self._vocab: ByteVocab | None = None
+        self.splits: dict[str, Tensor] = {}
+
+    # ---- the file -------------------------------------------------------------------------------
+    @property
+    def source(self) -> Path:
+        return Path(self.path) if self.path is not None else self.data_dir / "enwik8.zip"
+
+    def prepare_data(self) -> None:
+        """Download enwik8 when it is needed and missing (Lightning calls this on one process per node)."""
+        if self.path is None and not self.source.exists() and not predicting(self):
+            hint = (
+                f"Fetch {ENWIK8_URL} yourself and put it at {self.source}, or pass --data.path with a local "
+                "enwik8, enwik8.zip or enwik8.gz (or any other text file)."
+            )
+            download(self.url, self.source, "enwik8", hint)
+            raw = read_bytes(self.source)
+            if len(raw) != ENWIK8_BYTES:
+                self.source.unlink()
+                raise DataError(f"the download from {self.url} holds {len(raw):,} bytes, not enwik8's "
+                                f"{ENWIK8_BYTES:,}; removed it. {hint}")
+
+    def raw(self) -> bytes:
+        if self._raw is None:
+            if self.path is None and not self.source.exists():
+                self.prepare_data()  # the vocabulary is wanted before Lightning would call prepare_data
+            self._raw = read_bytes(self.source)
+        return self._raw
+
+    @property
+    def vocab(self) -> ByteVocab:
+        if self._vocab is None:
+            self._vocab = ByteVocab(None if self.vocab_kind == "bytes" else bytes(sorted(set(self.raw()))))
+        return self._vocab
+
+    @property
+    def vocab_size(self) -> int:
+        """Linked to model.vocab_size by the CLI."""
+        return 256 if self.vocab_kind == "bytes" else self.vocab.size
+
+    # ---- splits and loaders ---------------------------------------------------------------------
+    def setup(self, stage: str | None = None) -> None:
+        if self.splits or stage == "predict":
+            return
+        data = self.vocab.encode(self.raw())
+        for name, (lo, hi) in split_bounds(len(data)).items():
+            if hi - lo < self.context + 1:
+                raise DataError(
+                    f"the {name} split of {str(self.source)!r} holds {hi - lo:,} bytes (the file has {len(data):,}, "
+                    f"split 90/5/5), fewer than one window of data.context + 1 = {self.context + 1}; "
+                    f"use a file of at least {math.ceil((self.context + 1) / SPLITS[1]):,} bytes or lower data.context"
+                )
+            self.splits[name] = data[lo:hi]
+
+    def train_dataloader(self) -> DataLoader:
+        rank = self.trainer.global_rank if self.trainer else 0
+        step = self.trainer.global_step if self.trainer else 0  # a resumed run draws new windows
+        seed = hash((self.seed, rank, step)) % 2**62
+        dataset = RandomWindows(self.splits["train"], self.context, self.batch_size, self.batches_per_epoch, seed)
+        return DataLoader(
+            dataset, batch_size=None, shuffle=False, num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0, pin_memory=torch.cuda.is_available(),
+        )  # fmt: skip
+
+    def _eval_loader(self, split: str) -> DataLoader:
+        dataset = StridedWindows(self.splits[split], self.context, self.eval_stride)
+        return DataLoader(dataset, batch_size=self.eval_batch_size, num_workers=self.num_workers)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._eval_loader("val")
+
+    def test_dataloader(self) -> DataLoader:
+        return self._eval_loader("test")
+
+    def predict_dataloader(self) -> DataLoader:
+        """``predict_path`` in evaluation windows, encoded with the (checkpoint's) vocabulary."""
+        if self.predict_path is None:
+            raise ValueError("predict scores a file: pass --data.predict_path FILE")
+        data = read_bytes(self.predict_path)
+        if len(data) < self.context + 1:
+            raise DataError(f"data.predict_path {self.predict_path!r} holds {len(data)} bytes, fewer than one window "
+                            f"of data.context + 1 = {self.context + 1}")
+        ids = self.vocab.table[torch.frombuffer(bytearray(data), dtype=torch.uint8).long()]
+        if (ids < 0).any():
+            raise DataError(f"data.predict_path {self.predict_path!r} has bytes outside the model's vocabulary "
+                            f"of {self.vocab.size}; score files of the kind the model was trained on")
+        dataset = StridedWindows(ids.to(torch.uint8), self.context, self.eval_stride)
+        return DataLoader(dataset, batch_size=self.eval_batch_size, num_workers=self.num_workers)
+
+    @property
+    def protocol(self) -> str:
+        """How val/bpc and test/bpc are measured, in words (logged beside them)."""
+        if self.eval_stride in (None, self.context):
+            return f"contiguous windows of {self.context} bytes (each byte sees 0..{self.context - 1} earlier bytes)"
+        return f"windows every {self.eval_stride} bytes (each byte sees at least {self.context - self.eval_stride})"
+
+    def seed_text(self, length: int, generator: torch.Generator | None = None) -> Tensor:
+        """A random slice of the validation split, (1, length) ids, to seed samples."""
+        val = self.splits["val"]
+        start = torch.randint(max(1, len(val) - length), (1,), generator=generator).item()
+        return val[start : start + length].long()[None]
+
+    # ---- checkpoint state: the vocabulary ---------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"vocab_symbols": self.vocab.symbols}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._vocab = ByteVocab(state["vocab_symbols"])
