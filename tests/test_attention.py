@@ -66,7 +66,7 @@ def test_causal_mask_alignment():
 
 
 @pytest.mark.parametrize("fn", [reference_attention, fused_attention])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_fully_masked_rows_are_zero_and_finite(fn, dtype):
     q, k, v = (x.requires_grad_() for x in qkv(4, 6, dtype))
     mask = padding(6, (3, 0, 6))  # row 1 has no key at all

@@ -67,10 +67,11 @@ def test_classifier_ignores_padding(pool, pre_norm):
     assert_close(torch.cat(alone), logits)
 
 
-def test_fully_padded_row_is_finite_in_bf16():
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_fully_padded_row_is_finite_in_half_precision(dtype):
     torch.manual_seed(0)
     for pool in ("mean", "max", "cls"):
-        model = SequenceClassifier(ClassifierConfig(vocab_size=40, pool=pool, **SMALL)).to(torch.bfloat16)
+        model = SequenceClassifier(ClassifierConfig(vocab_size=40, pool=pool, **SMALL)).to(dtype)
         ids = torch.randint(1, 40, (2, 10))
         mask = torch.tensor([[True] * 10, [False] * 10])
         logits = model(ids, mask)
