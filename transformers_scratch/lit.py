@@ -16,6 +16,7 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 import torchmetrics
+from lightning.pytorch.strategies import FSDPStrategy
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
@@ -57,12 +58,6 @@ def as_config(value, cls):
     return cls(**value) if isinstance(value, dict) else value
 
 
-def _is_fsdp(strategy) -> bool:
-    from lightning.pytorch.strategies import FSDPStrategy
-
-    return isinstance(strategy, FSDPStrategy)
-
-
 def lr_factor(step: int, cfg: OptimConfig, total: int) -> float:
     """Multiplier of the peak learning rate at optimizer step ``step``."""
     if step < cfg.warmup_steps:
@@ -86,7 +81,7 @@ class TransformerModule(L.LightningModule):
         if torch.cuda.is_available():
             torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True  # fp32 matmuls on TF32
         strategy = self._trainer.strategy if self._trainer is not None else None  # None: load_from_checkpoint
-        if _is_fsdp(strategy) and "auto_wrap_policy" not in strategy.kwargs:
+        if isinstance(strategy, FSDPStrategy) and "auto_wrap_policy" not in strategy.kwargs:
             from torch.distributed.fsdp.wrap import wrap
 
             for stack in (m for m in self.model.modules() if isinstance(m, Stack)):  # each block is a shard unit

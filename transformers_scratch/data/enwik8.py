@@ -186,8 +186,10 @@ class Enwik8DataModule(L.LightningDataModule):
             raw = read_bytes(self.source)
             if len(raw) != ENWIK8_BYTES:
                 self.source.unlink()
-                raise DataError(f"the download from {self.url} holds {len(raw):,} bytes, not enwik8's "
-                                f"{ENWIK8_BYTES:,}; removed it. {hint}")
+                raise DataError(
+                    f"the download from {self.url} holds {len(raw):,} bytes, not enwik8's "
+                    f"{ENWIK8_BYTES:,}; removed it. {hint}"
+                )
 
     def raw(self) -> bytes:
         if self._raw is None:
@@ -247,12 +249,16 @@ class Enwik8DataModule(L.LightningDataModule):
             raise ValueError("predict scores a file: pass --data.predict_path FILE")
         data = read_bytes(self.predict_path)
         if len(data) < self.context + 1:
-            raise DataError(f"data.predict_path {self.predict_path!r} holds {len(data)} bytes, fewer than one window "
-                            f"of data.context + 1 = {self.context + 1}")
+            raise DataError(
+                f"data.predict_path {self.predict_path!r} holds {len(data)} bytes, fewer than one window "
+                f"of data.context + 1 = {self.context + 1}"
+            )
         ids = self.vocab.table[torch.frombuffer(bytearray(data), dtype=torch.uint8).long()]
         if (ids < 0).any():
-            raise DataError(f"data.predict_path {self.predict_path!r} has bytes outside the model's vocabulary "
-                            f"of {self.vocab.size}; score files of the kind the model was trained on")
+            raise DataError(
+                f"data.predict_path {self.predict_path!r} has bytes outside the model's vocabulary "
+                f"of {self.vocab.size}; score files of the kind the model was trained on"
+            )
         dataset = StridedWindows(ids.to(torch.uint8), self.context, self.eval_stride)
         return DataLoader(dataset, batch_size=self.eval_batch_size, num_workers=self.num_workers)
 

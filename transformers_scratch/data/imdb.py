@@ -111,8 +111,10 @@ def hold_out(labels: list[int], size: int, seed: int) -> list[int]:
     for c in range(len(CLASSES)):
         members = [i for i, y in enumerate(labels) if y == c]
         if len(members) < per_class:
-            raise DataError(f"data.val_size={size} needs {per_class} reviews of class {CLASSES[c]!r}, "
-                            f"the training data has {len(members)}; lower data.val_size")
+            raise DataError(
+                f"data.val_size={size} needs {per_class} reviews of class {CLASSES[c]!r}, "
+                f"the training data has {len(members)}; lower data.val_size"
+            )
         chosen += [members[j] for j in torch.randperm(len(members), generator=g)[:per_class].tolist()]
     return sorted(chosen)
 
@@ -197,8 +199,10 @@ class IMDbDataModule(L.LightningDataModule):
         else:
             p = Path(self.path).resolve()
             if not p.exists():
-                raise DataError(f"data.path {self.path!r} does not exist; pass aclImdb_v1.tar.gz or an aclImdb/ "
-                                f"directory ({ACLIMDB_URL}), or leave it unset to use the Hugging Face dataset")
+                raise DataError(
+                    f"data.path {self.path!r} does not exist; pass aclImdb_v1.tar.gz or an aclImdb/ "
+                    f"directory ({ACLIMDB_URL}), or leave it unset to use the Hugging Face dataset"
+                )
             source = f"{p}:{p.stat().st_size}:{p.stat().st_mtime_ns}"
         key = f"{source}|{self.vocab_words}|{self.val_size}|{self.seed}|{TOKENIZER_VERSION}"
         return self.data_dir / f"imdb-{hashlib.sha256(key.encode()).hexdigest()[:12]}.pt"
@@ -209,10 +213,11 @@ class IMDbDataModule(L.LightningDataModule):
             return
         raw = read_hf(HF_NAME) if self.path is None else read_aclimdb(Path(self.path))
         texts, labels = raw["train"]
-        val = set(hold_out(labels, self.val_size, self.seed))
+        val = hold_out(labels, self.val_size, self.seed)  # sorted indices
+        train = sorted(set(range(len(texts))) - set(val))
         parts = {
-            "train": ([t for i, t in enumerate(texts) if i not in val], [y for i, y in enumerate(labels) if i not in val]),
-            "val": ([texts[i] for i in sorted(val)], [labels[i] for i in sorted(val)]),
+            "train": ([texts[i] for i in train], [labels[i] for i in train]),
+            "val": ([texts[i] for i in val], [labels[i] for i in val]),
             "test": raw["test"],
         }
         tokens = {name: [tokenize(t) for t in part[0]] for name, part in parts.items()}
@@ -263,7 +268,9 @@ class IMDbDataModule(L.LightningDataModule):
             raise ValueError("predict needs the vocabulary of a trained classifier: pass --ckpt_path")
         path = Path(self.predict_path)
         if not path.is_file():
-            raise DataError(f"data.predict_path {self.predict_path!r} is not a file; give a text file, one review a line")
+            raise DataError(
+                f"data.predict_path {self.predict_path!r} is not a file; give a text file with one review a line"
+            )
         self.predict_texts = texts = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
         ids = [torch.tensor(self.vocab.encode(tokenize(t))[: self.max_length] or [WordVocab.UNK]) for t in texts]
         batches = PaddedBatches(ids, torch.zeros(len(ids), dtype=torch.long), self.batch_size, False, self.seed)
