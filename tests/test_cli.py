@@ -35,7 +35,7 @@ def corpus(path: Path, n: int = 60_000) -> Path:
     return path
 
 
-def fails_cleanly(result: subprocess.CompletedProcess, message: str) -> None:
+def assert_fails_cleanly(result: subprocess.CompletedProcess, message: str) -> None:
     assert result.returncode != 0, result.stdout[-2000:]
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
     assert result.stderr.count("error:") == 1, result.stderr[-3000:]
@@ -154,7 +154,7 @@ def test_sample_prints_text_that_begins_with_the_prompt(trained):
 
 
 def test_sample_refuses_an_empty_prompt(trained):
-    fails_cleanly(
+    assert_fails_cleanly(
         cli("sample", "--ckpt_path", "checkpoints/tiny_charlm/last.ckpt", "--prompt", "", cwd=trained[0]),
         "empty prompt",
     )
@@ -162,12 +162,12 @@ def test_sample_refuses_an_empty_prompt(trained):
 
 def test_sample_refuses_characters_outside_the_vocabulary(trained):
     result = cli("sample", "--ckpt_path", "checkpoints/tiny_charlm/last.ckpt", "--prompt", "the CAT", cwd=trained[0])
-    fails_cleanly(result, "prompt character 'C' is not in the model's vocabulary")
+    assert_fails_cleanly(result, "prompt character 'C' is not in the model's vocabulary")
 
 
 def test_sample_needs_an_existing_checkpoint(tmp_path):
     result = cli("sample", "--ckpt_path", "nope.ckpt", "--prompt", "x", cwd=tmp_path)
-    fails_cleanly(result, "'nope.ckpt' does not exist")
+    assert_fails_cleanly(result, "'nope.ckpt' does not exist")
 
 
 # ---- IMDb on the real data ----------------------------------------------------------------------------
@@ -208,11 +208,12 @@ def lm_fit(cwd: Path, *args: str, env: dict | None = None) -> subprocess.Complet
 
 
 def test_missing_data_path(tmp_path):
-    fails_cleanly(lm_fit(tmp_path, "--data.init_args.path", "missing.txt"), "data.path 'missing.txt' does not exist")
+    result = lm_fit(tmp_path, "--data.init_args.path", "missing.txt")
+    assert_fails_cleanly(result, "data.path 'missing.txt' does not exist")
 
 
 def test_unreadable_data_path(tmp_path):
-    fails_cleanly(lm_fit(tmp_path, "--data.init_args.path", str(tmp_path)), "is a directory")
+    assert_fails_cleanly(lm_fit(tmp_path, "--data.init_args.path", str(tmp_path)), "is a directory")
 
 
 @pytest.mark.parametrize("kind", ["zip", "gz"])
@@ -225,30 +226,30 @@ def test_corrupt_archive(tmp_path, kind):
     else:
         path.write_bytes(gzip.compress(text))
     path.write_bytes(path.read_bytes()[:-200])  # truncated
-    fails_cleanly(lm_fit(tmp_path, "--data.init_args.path", str(path)), "truncated or corrupt")
+    assert_fails_cleanly(lm_fit(tmp_path, "--data.init_args.path", str(path)), "truncated or corrupt")
 
 
 def test_corrupt_imdb_tarball(tmp_path):
     (tmp_path / "aclImdb_v1.tar.gz").write_bytes(gzip.compress(b"not a tar file " * 1000)[:300])
     result = cli("fit", "--config", TINY_IMDB, "--data.init_args.path", "aclImdb_v1.tar.gz", cwd=tmp_path)
-    fails_cleanly(result, "truncated or corrupt")
+    assert_fails_cleanly(result, "truncated or corrupt")
 
 
 def test_file_shorter_than_one_window(tmp_path):
     (tmp_path / "short.txt").write_text("far too short " * 50)
-    fails_cleanly(lm_fit(tmp_path, "--data.init_args.path", "short.txt"), "fewer than one window")
+    assert_fails_cleanly(lm_fit(tmp_path, "--data.init_args.path", "short.txt"), "fewer than one window")
 
 
 def test_context_longer_than_the_model(tmp_path):
     corpus(tmp_path / "t.txt")
     result = lm_fit(tmp_path, "--data.init_args.path", "t.txt", "--data.init_args.context", "128")
-    fails_cleanly(result, "data.context 128 > model.context 64; raise model.context or lower data.context")
+    assert_fails_cleanly(result, "data.context 128 > model.context 64; raise model.context or lower data.context")
 
 
 def test_checkpoint_that_does_not_exist(tmp_path):
     corpus(tmp_path / "t.txt")
     result = cli("test", "--config", TINY_LM, "--data.path", "t.txt", "--ckpt_path", "gone.ckpt", cwd=tmp_path)
-    fails_cleanly(result, "--ckpt_path 'gone.ckpt' does not exist")
+    assert_fails_cleanly(result, "--ckpt_path 'gone.ckpt' does not exist")
 
 
 def test_missing_enwik8_with_no_network(tmp_path):
@@ -261,10 +262,10 @@ def test_missing_enwik8_with_no_network(tmp_path):
         "--data.init_args.url",
         "http://127.0.0.1:9/enwik8.zip",
     )  # nothing listens on port 9
-    fails_cleanly(result, "put it at data/enwik8.zip, or pass --data.path")
+    assert_fails_cleanly(result, "put it at data/enwik8.zip, or pass --data.path")
 
 
 def test_missing_imdb_with_no_network(tmp_path):
     env = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
     result = cli("fit", "--config", TINY_IMDB, "--data.init_args.path", "null", cwd=tmp_path, env=env)
-    fails_cleanly(result, "pass --data.path data/aclImdb_v1.tar.gz")
+    assert_fails_cleanly(result, "pass --data.path data/aclImdb_v1.tar.gz")

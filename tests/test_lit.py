@@ -52,6 +52,11 @@ def test_cosine_needs_a_length(tmp_path):
     module.trainer = trainer(tmp_path, max_steps=-1, max_epochs=-1)
     with pytest.raises(ValueError, match="cosine schedule needs a length"):
         module.configure_optimizers()
+    module.optim = OptimConfig(schedule="constant", warmup_steps=2)  # a constant rate runs for ever
+    schedule = module.configure_optimizers()["lr_scheduler"]["scheduler"]
+    for _ in range(3):
+        schedule.step()
+    assert schedule.get_last_lr() == [module.optim.lr, module.optim.lr]
 
 
 def test_training_lowers_the_loss_and_checkpoints_rebuild_the_model(tmp_path):

@@ -121,9 +121,11 @@ class TransformerModule(L.LightningModule):
         fused = all(p.is_cuda for p in params)  # one kernel for the whole update on GPU
         optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=fused or None)
         total = cfg.total_steps or self.trainer.estimated_stepping_batches
-        if cfg.schedule == "cosine" and not math.isfinite(total):
-            raise ValueError("a cosine schedule needs a length: set trainer.max_steps or model.optim.total_steps")
-        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, cfg, int(total)))
+        if not math.isfinite(total):  # unbounded training: fine for a constant rate, not for a cosine
+            if cfg.schedule == "cosine":
+                raise ValueError("a cosine schedule needs a length: set trainer.max_steps or model.optim.total_steps")
+            total = 0
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step, n=int(total): lr_factor(step, cfg, n))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
     # ---- throughput: host-side counters only, no device sync in the loop ----
