@@ -60,6 +60,8 @@ def test_byte_vocab_round_trips_and_refuses_unknown_characters():
     small = ByteVocab(b"\n !abc")
     assert small.size == 6
     assert small.decode(small.encode(b"a cab!")) == "a cab!"
+    with pytest.raises(DataError, match="bytes outside the vocabulary of 6"):  # never a silent wrong id
+        small.encode(b"a cab?")
     with pytest.raises(ValueError, match="prompt character 'z' is not in the model's vocabulary of 6"):
         small.encode_text("abz")
     with pytest.raises(ValueError, match="empty prompt"):

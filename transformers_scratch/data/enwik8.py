@@ -45,16 +45,27 @@ class ByteVocab:
     def size(self) -> int:
         return len(self.alphabet)
 
+    def lookup(self, data: bytes) -> Tensor:
+        """bytes -> long ids, -1 where a byte is not in the vocabulary."""
+        return self.table[torch.frombuffer(bytearray(data), dtype=torch.uint8).long()]
+
     def encode(self, data: bytes) -> Tensor:
-        """bytes -> uint8 ids (every byte must be in the vocabulary)."""
-        raw = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-        return raw if self.symbols is None else self.table[raw.long()].to(torch.uint8)
+        """bytes -> uint8 ids; every byte must be in the vocabulary."""
+        if self.symbols is None:
+            return torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        ids = self.lookup(data)
+        if (ids < 0).any():
+            raise DataError(
+                f"the data has bytes outside the vocabulary of {self.size}; score files of the kind "
+                "the model was trained on"
+            )
+        return ids.to(torch.uint8)
 
     def encode_text(self, text: str) -> Tensor:
         """A prompt -> long ids (1, t), or an error naming the first character the model has never seen."""
         if not text:
             raise ValueError("empty prompt; give at least one character, e.g. --prompt 'The '")
-        ids = self.table[torch.frombuffer(bytearray(text.encode("utf-8")), dtype=torch.uint8).long()]
+        ids = self.lookup(text.encode("utf-8"))
         if (ids < 0).any():
             bad = next(c for c in text if (self.table[list(c.encode("utf-8"))] < 0).any())
             known = bytes(self.alphabet.tolist()).decode("utf-8", errors="replace")
@@ -253,13 +264,11 @@ class Enwik8DataModule(L.LightningDataModule):
                 f"data.predict_path {self.predict_path!r} holds {len(data)} bytes, fewer than one window "
                 f"of data.context + 1 = {self.context + 1}"
             )
-        ids = self.vocab.table[torch.frombuffer(bytearray(data), dtype=torch.uint8).long()]
-        if (ids < 0).any():
-            raise DataError(
-                f"data.predict_path {self.predict_path!r} has bytes outside the model's vocabulary "
-                f"of {self.vocab.size}; score files of the kind the model was trained on"
-            )
-        dataset = StridedWindows(ids.to(torch.uint8), self.context, self.eval_stride)
+        try:
+            ids = self.vocab.encode(data)
+        except DataError as e:
+            raise DataError(f"data.predict_path {self.predict_path!r}: {e}") from e
+        dataset = StridedWindows(ids, self.context, self.eval_stride)
         return DataLoader(dataset, batch_size=self.eval_batch_size, num_workers=self.num_workers)
 
     @property
