@@ -13,6 +13,7 @@ import re
 import tarfile
 from collections import Counter
 from pathlib import Path
+from typing import Literal
 
 import lightning as L
 import torch
@@ -122,20 +123,30 @@ def hold_out(labels: list[int], size: int, seed: int) -> list[int]:
 class PaddedBatches(Dataset):
     """Item i is a whole batch, padded only to its longest review: (ids (b, t), mask (b, t), labels (b,)).
 
-    Batches are cut from pools of ``pool`` batches sorted by length (length bucketing), so little is
-    padding; the order of batches is shuffled by the loader. Without shuffle, all are sorted by length.
+    ``order``: ``bucketed`` (training) cuts batches from seeded random pools of ``pool`` batches sorted by
+    length, so little is padding, and the loader shuffles the batches; ``length`` sorts everything by
+    length (evaluation); ``given`` keeps the reviews in their order (prediction, one output per input line).
     """
 
-    def __init__(self, ids: list[Tensor], labels: Tensor, batch_size: int, shuffle: bool, seed: int, pool: int = 50):
+    def __init__(
+        self,
+        ids: list[Tensor],
+        labels: Tensor,
+        batch_size: int,
+        order: Literal["bucketed", "length", "given"],
+        seed: int = 0,
+        pool: int = 50,
+    ) -> None:
         self.ids, self.labels = ids, labels
         lengths = torch.tensor([len(x) for x in ids])
-        if shuffle:
-            order = torch.randperm(len(ids), generator=torch.Generator().manual_seed(seed))
-            pools = order.split(batch_size * pool)
-            order = torch.cat([p[lengths[p].argsort(stable=True)] for p in pools])
+        if order == "bucketed":
+            shuffled = torch.randperm(len(ids), generator=torch.Generator().manual_seed(seed))
+            index = torch.cat([p[lengths[p].argsort(stable=True)] for p in shuffled.split(batch_size * pool)])
+        elif order == "length":
+            index = lengths.argsort(stable=True)
         else:
-            order = lengths.argsort(stable=True)
-        self.batches = list(order.split(batch_size))
+            index = torch.arange(len(ids))
+        self.batches = list(index.split(batch_size))
 
     def __len__(self) -> int:
         return len(self.batches)
@@ -248,7 +259,7 @@ class IMDbDataModule(L.LightningDataModule):
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         ids, labels = self.splits[split]
-        batches = PaddedBatches(ids, labels, self.batch_size, shuffle, self.seed)
+        batches = PaddedBatches(ids, labels, self.batch_size, "bucketed" if shuffle else "length", self.seed)
         return DataLoader(batches, batch_size=None, shuffle=shuffle, num_workers=self.num_workers)
 
     def train_dataloader(self) -> DataLoader:
@@ -273,8 +284,7 @@ class IMDbDataModule(L.LightningDataModule):
             )
         self.predict_texts = texts = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
         ids = [torch.tensor(self.vocab.encode(tokenize(t))[: self.max_length] or [WordVocab.UNK]) for t in texts]
-        batches = PaddedBatches(ids, torch.zeros(len(ids), dtype=torch.long), self.batch_size, False, self.seed)
-        batches.batches = list(torch.arange(len(ids)).split(self.batch_size))  # keep file order
+        batches = PaddedBatches(ids, torch.zeros(len(ids), dtype=torch.long), self.batch_size, "given")
         return DataLoader(batches, batch_size=None)
 
     def state_dict(self) -> dict:
