@@ -275,11 +275,16 @@ class LitCharLM(TransformerModule):
             self.log_train(loss=loss, bpc=loss / LN2)
         return loss
 
-    def _eval_step(self, batch, metric: torchmetrics.MeanMetric) -> None:
-        x, y = batch  # y is -100 where a byte is scored by another window
+    def scored_bits(self, batch) -> tuple[Tensor, Tensor]:
+        """Total bits over the bytes this batch scores, and how many it scores (targets of -100 are scored
+        by another window)."""
+        x, y = batch
         nats = F.cross_entropy(self(x).flatten(0, 1).float(), y.flatten(), reduction="sum", ignore_index=-100)
-        count = (y != -100).sum()
-        metric.update(nats / count / LN2, weight=count)  # a count-weighted mean: exact bits per byte
+        return nats / LN2, (y != -100).sum()
+
+    def _eval_step(self, batch, metric: torchmetrics.MeanMetric) -> None:
+        bits, count = self.scored_bits(batch)
+        metric.update(bits / count, weight=count)  # a count-weighted mean: exact bits per byte
 
     def validation_step(self, batch, batch_idx: int) -> None:
         self._eval_step(batch, self.val_bpc)
@@ -290,9 +295,7 @@ class LitCharLM(TransformerModule):
         self.log("test/bpc", self.test_bpc)
 
     def predict_step(self, batch, batch_idx: int) -> Tensor:
-        x, y = batch
-        nats = F.cross_entropy(self(x).flatten(0, 1).float(), y.flatten(), reduction="sum", ignore_index=-100)
-        return torch.stack([nats / LN2, (y != -100).sum()])  # bits, bytes scored
+        return torch.stack(self.scored_bits(batch))  # bits, bytes scored
 
     def on_predict_epoch_end(self) -> None:
         bits, count = torch.stack(self.trainer.predict_loop.predictions).sum(0).tolist()
