@@ -91,6 +91,13 @@ def run_job(job: dict) -> dict:
     return result
 
 
+def train_job(device: str, model: dict, batch: int, context: int, steps: int, warmup: int, precision: str,
+              compile_: bool = False) -> dict:  # fmt: skip
+    """A training measurement, as :func:`run_job` reads it."""
+    return {"kind": "train", "device": device, "model": model, "batch": batch, "context": context, "steps": steps,
+            "warmup": warmup, "precision": precision, "compile": compile_}  # fmt: skip
+
+
 def run_isolated(job: dict, memory_cap_gb: float | None = None, timeout: float = 900) -> dict:
     """Run a job in a child process; its result, or the error it died of."""
     cmd = [sys.executable, "-m", "transformers_scratch.bench", "--job", json.dumps(job)]
@@ -144,9 +151,8 @@ def long_context(args, model: dict, device: str) -> list[dict]:
     for attention in ("reference", "sdpa"):
         best, t = None, args.start_context
         while t <= args.max_context:
-            job = {"kind": "train", "device": device, "model": {**model, "context": t, "attention": attention},
-                   "batch": args.batch, "context": t, "warmup": 0, "steps": 1, "precision": args.precision,
-                   "compile": False}  # fmt: skip
+            job = train_job(device, {**model, "context": t, "attention": attention}, args.batch, t, steps=1,
+                            warmup=0, precision=args.precision)  # fmt: skip
             res = run_isolated(job, args.memory_budget_gb if device == "cpu" else None, timeout=args.timeout)
             peak = res.get("peak_rss_gb", res.get("peak_mem_gb", 0.0))
             over = device == "cpu" and peak > args.memory_budget_gb
@@ -202,10 +208,9 @@ def main(argv: list[str] | None = None) -> None:
         report["long_context"] = long_context(args, model, device)
     else:
         for name, v in variants(device, not args.no_compile):
-            job = {"kind": "train", "device": device, "batch": batch, "context": context, "warmup": args.warmup,
-                   "steps": args.steps, "precision": v["precision"], "compile": v["compile"],
-                   "model": {**model, "attention": v["attention"],
-                             "activation_checkpointing": v["activation_checkpointing"]}}  # fmt: skip
+            kernel = {"attention": v["attention"], "activation_checkpointing": v["activation_checkpointing"]}
+            job = train_job(device, {**model, **kernel}, batch, context, args.steps, args.warmup, v["precision"],
+                            v["compile"])  # fmt: skip
             print(f"  measuring {name} ...", file=sys.stderr, flush=True)
             report["train"].append({"variant": name, **v, **run_isolated(job, timeout=args.timeout)})
         for cache in (True, False):
