@@ -48,6 +48,15 @@ class CLI(LightningCLI):
         if cfg.trainer.precision == "bf16-mixed" and not (torch.cuda.is_available() and torch.cuda.is_bf16_supported()):
             print("note: no GPU with bf16 here, so trainer.precision bf16-mixed runs as 32-true", file=sys.stderr)
             cfg.trainer.precision = "32-true"
+        callbacks = cfg.trainer.get("callbacks") or []
+        if cfg.trainer.get("logger") is False and any(_is_lr_monitor(c) for c in callbacks):
+            # Lightning refuses a LearningRateMonitor without a logger; with logging off it has nothing to do.
+            print("note: --trainer.logger false, so the LearningRateMonitor callback is left out", file=sys.stderr)
+            cfg.trainer.callbacks = [c for c in callbacks if not _is_lr_monitor(c)]
+
+
+def _is_lr_monitor(callback) -> bool:
+    return str(getattr(callback, "class_path", "")).endswith("LearningRateMonitor")
 
 
 def sample(argv: list[str]) -> None:

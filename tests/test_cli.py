@@ -153,6 +153,23 @@ def test_sample_prints_text_that_begins_with_the_prompt(trained):
     assert result.stdout.startswith("the cat ") and len(result.stdout.rstrip("\n")) == len("the cat ") + 50
 
 
+def test_the_enwik8_model_trains_at_context_4096(tmp_path):
+    """Issue 4: the enwik8 config's model (12 x 256) at a 16x longer context, through the CLI. Fused
+    attention never builds a t x t mask, so only the position table and the windows grow."""
+    data = corpus(tmp_path / "long.txt", n=200_000)  # val and test: 10,000 bytes each, > one 4,097-byte window
+    result = cli("fit", "--config", str(ROOT / "configs" / "enwik8.yaml"), "--data.path", str(data),
+                 "--data.context", "4096", "--model.init_args.model.context", "4096", "--data.batch_size", "1",
+                 "--data.num_workers", "0", "--trainer.max_steps", "2", "--data.batches_per_epoch", "2",
+                 "--trainer.limit_val_batches", "1", "--model.init_args.sample_length", "8",
+                 "--trainer.logger", "false", cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "LearningRateMonitor callback is left out" in result.stderr  # logging off: Lightning would refuse it
+    ckpt = torch.load(tmp_path / "checkpoints" / "enwik8" / "last.ckpt", weights_only=True)
+    assert ckpt["global_step"] == 2
+    assert ckpt["state_dict"]["model.embed.positions.table.weight"].shape == (4096, 256)
+    assert all(v.isfinite().all() for v in ckpt["state_dict"].values() if v.is_floating_point())
+
+
 def test_sample_refuses_an_empty_prompt(trained):
     assert_fails_cleanly(
         cli("sample", "--ckpt_path", "checkpoints/tiny_charlm/last.ckpt", "--prompt", "", cwd=trained[0]),
