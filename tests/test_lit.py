@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from transformers_scratch import CausalLM, LMConfig
 from transformers_scratch.callbacks import SafeModelCheckpoint, TrainingDiverged
 from transformers_scratch.lit import LitCharLM, OptimConfig, lr_factor
-from transformers_scratch.perf import non_embedding_params, train_flops_per_token
+from transformers_scratch.perf import non_embedding_params, peak_flops, train_flops_per_token
 
 TINY = LMConfig(vocab_size=256, context=16, emb=32, heads=4, depth=2)
 
@@ -118,6 +118,17 @@ def test_flop_count_matches_the_parameter_count():
     expected = 6 * (blocks + 256 * 256) + 12 * 4 * 256 * 256
     assert train_flops_per_token(cfg, 256) == expected
     assert math.isclose(train_flops_per_token(cfg, 256, output_size=2), expected - 6 * 256 * 254)
+
+
+@pytest.mark.parametrize(
+    "name, peak",
+    [("NVIDIA H100 80GB HBM3", 989e12), ("NVIDIA H100 PCIe", 756e12), ("NVIDIA H200", 989e12),
+     ("NVIDIA A100-SXM4-80GB", 312e12), ("NVIDIA GeForce GTX 1080", None)],
+)  # fmt: skip
+def test_mfu_peak_is_the_devices_own(monkeypatch, name, peak):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    assert peak_flops("cuda") == peak
+    assert peak_flops("cpu") is None  # no MFU on a CPU
 
 
 def test_fsdp_shards_block_by_block():

@@ -6,10 +6,13 @@ import torch
 
 from .config import TransformerConfig
 
-# Dense bf16 tensor-core peaks (no sparsity), FLOP/s, from the vendors' data sheets.
+# Dense bf16 tensor-core peaks (no sparsity), FLOP/s, from the vendors' data sheets. The first key found in
+# the device's name wins, so variants come before their family.
 PEAK_BF16_FLOPS = {
     "H200": 989e12,
-    "H100": 989e12,  # SXM; the PCIe card is 756e12
+    "H100 PCIe": 756e12,
+    "H100 NVL": 835e12,
+    "H100": 989e12,  # SXM
     "A100": 312e12,
     "L40S": 362e12,
     "A10G": 70e12,
