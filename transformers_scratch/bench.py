@@ -4,6 +4,7 @@
     python -m transformers_scratch.bench --config configs/enwik8.yaml # the sizes of a config (GPU: bf16-mixed)
     python -m transformers_scratch.bench --json                       # machine-readable
     python -m transformers_scratch.bench --long-context --emb 64 --heads 2 --depth 2 --batch 1
+    python -m transformers_scratch.bench --nanogpt ../nanoGPT/model.py     # side by side with nanoGPT's GPT
 
 Every variant runs in its own process (clean memory peak, no compile cache shared). Training tokens/s is
 batch x context / the median time of timed optimizer steps (forward, backward, AdamW) after warm-up steps.
@@ -55,15 +56,21 @@ def run_job(job: dict) -> dict:
         _sync(device)
         return {"tokens_per_s": job["new_tokens"] / (time.perf_counter() - start)}
 
+    if job.get("nanogpt"):  # the same step on nanoGPT's GPT, for a side-by-side comparison
+        model = nanogpt_model(job["nanogpt"], cfg).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda" or None)
     forward = torch.compile(model) if job["compile"] else model
     bf16 = job["precision"] == "bf16-mixed"
     data = torch.randint(cfg.vocab_size, (b, t + 1), device=device)
+    inputs, targets = data[:, :-1].contiguous(), data[:, 1:].contiguous()  # as a data loader hands them over
 
     def step() -> None:
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            logits = forward(data[:, :-1])
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), data[:, 1:].flatten())
+            if job.get("nanogpt"):
+                loss = forward(inputs, targets)[1]  # nanoGPT computes its loss inside
+            else:
+                logits = forward(inputs)
+                loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -89,6 +96,19 @@ def run_job(job: dict) -> dict:
     if peak:
         result["mfu"] = result["tokens_per_s"] * train_flops_per_token(cfg, t) / peak
     return result
+
+
+def nanogpt_model(path: str, cfg: LMConfig) -> torch.nn.Module:
+    """nanoGPT's ``GPT`` (from its ``model.py`` at ``path``) at this config's sizes, with its own defaults
+    otherwise (biases, GELU, tied embeddings, no dropout)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("nanogpt_model", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sizes = {"block_size": cfg.context, "vocab_size": cfg.vocab_size, "n_layer": cfg.depth, "n_head": cfg.heads,
+             "n_embd": cfg.emb, "dropout": 0.0}  # fmt: skip
+    return module.GPT(module.GPTConfig(**sizes))
 
 
 def train_job(device: str, model: dict, batch: int, context: int, steps: int, warmup: int, precision: str,
@@ -182,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--memory-budget-gb", type=float, default=4.0, help="CPU long-context budget (peak RSS)")
     p.add_argument("--precision", default="32-true", help="precision of the long-context search")
     p.add_argument("--timeout", type=float, default=600, help="seconds per measurement before giving up")
+    p.add_argument("--nanogpt", metavar="MODEL_PY", help="also time nanoGPT's GPT from this model.py, same step")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--job", help=argparse.SUPPRESS)
     return p
@@ -213,6 +234,13 @@ def main(argv: list[str] | None = None) -> None:
                             v["compile"])  # fmt: skip
             print(f"  measuring {name} ...", file=sys.stderr, flush=True)
             report["train"].append({"variant": name, **v, **run_isolated(job, timeout=args.timeout)})
+        if args.nanogpt:
+            precision = variants(device, False)[0][1]["precision"]
+            job = train_job(device, model, batch, context, args.steps, args.warmup, precision)
+            job["nanogpt"] = str(Path(args.nanogpt).resolve())
+            print("  measuring nanoGPT's GPT ...", file=sys.stderr, flush=True)
+            report["train"].append({"variant": "nanoGPT GPT", "precision": precision,
+                                    **run_isolated(job, timeout=args.timeout)})  # fmt: skip
         for cache in (True, False):
             job = {"kind": "generate", "device": device, "batch": 1, "context": context, "cache": cache,
                    "new_tokens": args.new_tokens, "model": model}  # fmt: skip
@@ -242,6 +270,9 @@ def format_report(r: dict) -> str:
         ref = next((x for x in r["train"] if x["variant"] == "reference attention" and "error" not in x), None)
         if fused and ref:
             lines.append(f"fused / reference attention: {fused / ref['tokens_per_s']:.2f}x")
+        nano = next((x for x in r["train"] if x["variant"] == "nanoGPT GPT" and "error" not in x), None)
+        if fused and nano:
+            lines.append(f"fused / nanoGPT GPT: {fused / nano['tokens_per_s']:.2f}x")
     if r.get("generate"):
         lines += ["", f"{'generation (batch 1)':28s} {'tokens/s':>10s}"]
         for row in r["generate"]:
