@@ -20,7 +20,7 @@ from lightning.pytorch.strategies import FSDPStrategy
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
-from .blocks import Stack
+from .blocks import TransformerBlock
 from .config import ClassifierConfig, EncoderDecoderConfig, LMConfig
 from .models import CausalLM, SequenceClassifier
 from .perf import peak_flops, train_flops_per_token
@@ -35,7 +35,7 @@ class OptimConfig:
     lr: float = 3e-4
     """Peak learning rate."""
     weight_decay: float = 0.1
-    """Decoupled weight decay, applied to matrices only (not to biases, norms or ... vectors)."""
+    """Decoupled weight decay, on the weights of linear layers and embeddings only (not biases, norms, [CLS])."""
     beta1: float = 0.9
     beta2: float = 0.95
     warmup_steps: int = 100
@@ -68,6 +68,18 @@ def lr_factor(step: int, cfg: OptimConfig, total: int) -> float:
     return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
+def decay_groups(module: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
+    """Trainable parameters split into (decayed, not decayed): the weights of linear layers and embedding
+    tables are decayed; biases, layer norms and lone vectors (a [CLS] vector) are not. Decided by the owning
+    module, not by shape: under FSDP every parameter is a flat 1-D shard."""
+    decay, plain = [], []
+    for m in module.modules():
+        for name, p in m.named_parameters(recurse=False):
+            if p.requires_grad:
+                (decay if name == "weight" and isinstance(m, (nn.Linear, nn.Embedding)) else plain).append(p)
+    return decay, plain
+
+
 class TransformerModule(L.LightningModule):
     """What both experiments share: AdamW groups, the schedule, compile, sharding, throughput logging."""
 
@@ -80,16 +92,21 @@ class TransformerModule(L.LightningModule):
         """Hardware-dependent set-up, once the trainer knows the devices (called under FSDP's wrap context)."""
         if torch.cuda.is_available():
             torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True  # fp32 matmuls on TF32
-        strategy = self._trainer.strategy if self._trainer is not None else None  # None: load_from_checkpoint
-        if isinstance(strategy, FSDPStrategy) and "auto_wrap_policy" not in strategy.kwargs:
-            from torch.distributed.fsdp.wrap import wrap
+        if self.sharded and "auto_wrap_policy" not in self.trainer.strategy.kwargs:
+            # Each transformer block is its own FSDP unit (gathered for its forward and backward only); Lightning
+            # then wraps this module as the root unit, which holds the embeddings, final norm and output layer.
+            from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
-            for stack in (m for m in self.model.modules() if isinstance(m, Stack)):  # each block is a shard unit
-                stack.blocks = nn.ModuleList(wrap(block) for block in stack.blocks)
+            self.trainer.strategy.kwargs["auto_wrap_policy"] = ModuleWrapPolicy({TransformerBlock})
         if self.compile and "_compiled" not in self.__dict__:
             # Kept outside the module tree: the state dict (and so every checkpoint) stays that of the plain
             # model, and loads without compile.
             self.__dict__["_compiled"] = torch.compile(self.model)
+
+    @property
+    def sharded(self) -> bool:
+        """Whether the trainer shards this module with FSDP (None trainer: loaded from a checkpoint)."""
+        return self._trainer is not None and isinstance(self._trainer.strategy, FSDPStrategy)
 
     @property
     def net(self) -> nn.Module:
@@ -111,14 +128,19 @@ class TransformerModule(L.LightningModule):
         self.log_dict({f"train/{k}": v for k, v in values.items()})
         self.__dict__.setdefault("shown", {}).update({k: float(v) for k, v in values.items()})
 
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+        """Under FSDP, clip by the norm of the whole gradient: each rank holds only a shard, so the root FSDP
+        unit computes the norm across ranks (Lightning's FSDP precision refuses ``norm`` clipping itself)."""
+        if self.sharded and gradient_clip_val and gradient_clip_algorithm in (None, "norm"):
+            self.trainer.strategy.model.clip_grad_norm_(gradient_clip_val)
+            return
+        super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
     def configure_optimizers(self):
         cfg = self.optim
-        params = [p for p in self.parameters() if p.requires_grad]
-        groups = [
-            {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},  # matrices, embeddings
-            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},  # biases, layer norms
-        ]
-        fused = all(p.is_cuda for p in params)  # one kernel for the whole update on GPU
+        decay, plain = decay_groups(self)
+        groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": plain, "weight_decay": 0.0}]
+        fused = all(p.is_cuda for p in decay + plain)  # one kernel for the whole update on GPU
         optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=fused or None)
         total = cfg.total_steps or self.trainer.estimated_stepping_batches
         if not math.isfinite(total):  # unbounded training: fine for a constant rate, not for a cosine
@@ -304,7 +326,14 @@ class LitCharLM(TransformerModule):
 
     def on_validation_epoch_end(self) -> None:
         dm, trainer = self.trainer.datamodule, self.trainer
-        if self.hparams.sample_length <= 0 or trainer.sanity_checking or dm is None or not trainer.is_global_zero:
+        if self.hparams.sample_length <= 0 or trainer.sanity_checking or dm is None:
+            return
+        if self.sharded:  # one rank cannot run sharded blocks alone; sample from a checkpoint instead
+            if "sample_note" not in self.__dict__:
+                self.__dict__["sample_note"] = True
+                rank_zero_info("note: no samples during FSDP training; use `cli.py sample --ckpt_path ...`")
+            return
+        if not trainer.is_global_zero:
             return
         seed = dm.seed_text(min(self.hparams.sample_seed_length, self.model.cfg.context)).to(self.device)
         out = self.model.generate(seed, self.hparams.sample_length, temperature=self.hparams.sample_temperature)
