@@ -1,6 +1,7 @@
 """The LightningModules: optimiser groups, schedule, compile, checkpoints, throughput arithmetic."""
 
 import math
+from dataclasses import replace
 
 import lightning as L
 import pytest
@@ -73,10 +74,14 @@ def test_cosine_needs_a_length(tmp_path):
     assert schedule.get_last_lr() == [module.optim.lr, module.optim.lr]
 
 
-def test_training_lowers_the_loss_and_checkpoints_rebuild_the_model(tmp_path):
-    module = LitCharLM(TINY, OptimConfig(lr=3e-3, warmup_steps=1), sample_length=0)
+@pytest.mark.parametrize(
+    "precision, attention", [("32-true", "sdpa"), ("bf16-mixed", "sdpa"), ("bf16-mixed", "reference")]
+)
+def test_training_lowers_the_loss_and_checkpoints_rebuild_the_model(tmp_path, precision, attention):
+    """bf16-mixed runs on a CPU too (Lightning autocasts there), so the GPU default's code path is trained here."""
+    module = LitCharLM(replace(TINY, attention=attention), OptimConfig(lr=3e-3, warmup_steps=1), sample_length=0)
     ckpt = SafeModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
-    t = trainer(tmp_path, max_steps=40, callbacks=[ckpt])
+    t = trainer(tmp_path, max_steps=40, callbacks=[ckpt], precision=precision)
     x, y = next(iter(loader()))
     loss = lambda: torch.nn.functional.cross_entropy(module(x).flatten(0, 1), y.flatten()).item()  # noqa: E731
     first = loss()
