@@ -165,3 +165,21 @@ def test_no_sample_under_fsdp(caplog):
         module.on_validation_epoch_end()
         module.on_validation_epoch_end()
     assert caplog.text.count("no samples during FSDP training") == 1
+
+
+def test_throughput_and_mfu_are_logged(tmp_path, monkeypatch):
+    """tokens/s on every logging step; MFU where the device's peak is known (here a pretend 1 TFLOP/s)."""
+    import csv
+
+    from lightning.pytorch.loggers import CSVLogger
+
+    monkeypatch.setattr("transformers_scratch.lit.peak_flops", lambda device: 1e12)
+    module = LitCharLM(TINY, OptimConfig(warmup_steps=1), sample_length=0)
+    t = trainer(tmp_path, max_steps=4, log_every_n_steps=2, logger=CSVLogger(tmp_path))
+    t.fit(module, loader())
+    log = (tmp_path / "lightning_logs" / "version_0" / "metrics.csv").read_text().splitlines()
+    rows = [r for r in csv.DictReader(log) if r["train/mfu"]]
+    assert [int(r["step"]) for r in rows] == [1, 3]  # logging steps only
+    for r in rows:
+        expected = float(r["train/tokens_per_s"]) * train_flops_per_token(TINY, 16) / 1e12
+        assert math.isclose(float(r["train/mfu"]), expected, rel_tol=1e-5)
