@@ -1,11 +1,11 @@
 """Train a tiny LM a few steps: in one process on the global batch, or on 2 CPU processes (gloo) with DDP
 or FSDP.
 
-    python tests/distributed_script.py single|ddp|fsdp|fsdp-checkpointing OUT_DIR
+    python tests/distributed_script.py single|ddp|fsdp|fsdp-checkpointing|fsdp-compile OUT_DIR
 
 Writes OUT_DIR/losses_rank{R}.json (loss of every step on each rank), OUT_DIR/writes_rank{R}.txt (every
-checkpoint file a rank wrote), OUT_DIR/ckpt/last.ckpt and, under FSDP, OUT_DIR/units.json (what each FSDP
-unit wraps). tests/test_distributed.py compares the runs.
+checkpoint file a rank wrote), OUT_DIR/ckpt/last.ckpt and, under FSDP, OUT_DIR/fsdp.json (what each FSDP
+unit wraps, and whether the model ran compiled). tests/test_distributed.py compares the runs.
 """
 
 import json
@@ -77,7 +77,8 @@ class RecordLosses(L.Callback):
         wrapped = trainer.strategy.model.modules()
         units = [type(m.module).__name__ for m in wrapped if isinstance(m, FullyShardedDataParallel)]
         if units and trainer.global_rank == 0:
-            (self.out / "units.json").write_text(json.dumps(units))
+            report = {"units": units, "compiled": module.net is not module.model}
+            (self.out / "fsdp.json").write_text(json.dumps(report))
 
     def on_train_end(self, trainer, module) -> None:
         (self.out / f"losses_rank{trainer.global_rank}.json").write_text(json.dumps(self.losses))
@@ -108,6 +109,7 @@ def main(mode: str, out: Path) -> None:
         LMConfig(vocab_size=256, context=CONTEXT, emb=32, heads=4, depth=2, activation_checkpointing=checkpointing),
         OptimConfig(lr=1e-2, warmup_steps=1, schedule="constant"),
         sample_length=0,
+        compile=mode == "fsdp-compile",
     )
     trainer = L.Trainer(
         accelerator="cpu",

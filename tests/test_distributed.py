@@ -31,7 +31,7 @@ def single(tmp_path_factory) -> Path:
     return run("single", tmp_path_factory.mktemp("single"))
 
 
-@pytest.mark.parametrize("mode", ["ddp", "fsdp", "fsdp-checkpointing"])
+@pytest.mark.parametrize("mode", ["ddp", "fsdp", "fsdp-checkpointing", "fsdp-compile"])
 def test_two_processes_match_one_and_only_rank_0_writes_checkpoints(single, mode, tmp_path):
     out = run(mode, tmp_path)
     one = json.loads((single / "losses_rank0.json").read_text())
@@ -55,5 +55,6 @@ def test_two_processes_match_one_and_only_rank_0_writes_checkpoints(single, mode
     files = sorted(p.name for p in (out / "ckpt").iterdir())
     assert "last.ckpt" in files and not any(name.endswith(".tmp") for name in files)
     if mode.startswith("fsdp"):  # each block a shard unit; the root unit: embeddings, final norm, output layer
-        units = json.loads((out / "units.json").read_text())
-        assert units == ["LitCharLM", "TransformerBlock", "TransformerBlock"]
+        report = json.loads((out / "fsdp.json").read_text())
+        assert report["units"] == ["LitCharLM", "TransformerBlock", "TransformerBlock"]
+        assert report["compiled"] == (mode == "fsdp-compile")
