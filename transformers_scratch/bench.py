@@ -44,7 +44,8 @@ def run_job(job: dict) -> dict:
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     cfg = LMConfig(**job["model"])
-    model = CausalLM(cfg).to(device)
+    nanogpt = job.get("nanogpt")  # the same step on nanoGPT's GPT, for a side-by-side comparison
+    model = (nanogpt_model(nanogpt, cfg) if nanogpt else CausalLM(cfg)).to(device)
     b, t = job["batch"], job["context"]
     if job["kind"] == "generate":
         model.eval()
@@ -56,8 +57,6 @@ def run_job(job: dict) -> dict:
         _sync(device)
         return {"tokens_per_s": job["new_tokens"] / (time.perf_counter() - start)}
 
-    if job.get("nanogpt"):  # the same step on nanoGPT's GPT, for a side-by-side comparison
-        model = nanogpt_model(job["nanogpt"], cfg).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda" or None)
     forward = torch.compile(model) if job["compile"] else model
     bf16 = job["precision"] == "bf16-mixed"
@@ -66,7 +65,7 @@ def run_job(job: dict) -> dict:
 
     def step() -> None:
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            if job.get("nanogpt"):
+            if nanogpt:
                 loss = forward(inputs, targets)[1]  # nanoGPT computes its loss inside
             else:
                 logits = forward(inputs)
@@ -139,9 +138,14 @@ def run_isolated(job: dict, memory_cap_gb: float | None = None, timeout: float =
     return json.loads(lines[-1])
 
 
+def default_precision(device: str) -> str:
+    """What training runs at by default: bf16-mixed on a GPU, fp32 on a CPU."""
+    return "bf16-mixed" if device == "cuda" else "32-true"
+
+
 def variants(device: str, compile_: bool) -> list[tuple[str, dict]]:
     """One change at a time from the default path (fused attention; bf16-mixed on GPU, fp32 on CPU)."""
-    base = {"attention": "sdpa", "precision": "bf16-mixed" if device == "cuda" else "32-true", "compile": False,
+    base = {"attention": "sdpa", "precision": default_precision(device), "compile": False,
             "activation_checkpointing": False}  # fmt: skip
     out = [("fused (default)", base), ("reference attention", {**base, "attention": "reference"})]
     if device == "cuda":
@@ -235,7 +239,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"  measuring {name} ...", file=sys.stderr, flush=True)
             report["train"].append({"variant": name, **v, **run_isolated(job, timeout=args.timeout)})
         if args.nanogpt:
-            precision = variants(device, False)[0][1]["precision"]
+            precision = default_precision(device)
             job = train_job(device, model, batch, context, args.steps, args.warmup, precision)
             job["nanogpt"] = str(Path(args.nanogpt).resolve())
             print("  measuring nanoGPT's GPT ...", file=sys.stderr, flush=True)
