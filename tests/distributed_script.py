@@ -11,6 +11,7 @@ unit wraps, and whether the model ran compiled). tests/test_distributed.py compa
 import json
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import lightning as L
@@ -26,6 +27,7 @@ from transformers_scratch.config import LMConfig  # noqa: E402
 from transformers_scratch.lit import LitCharLM, OptimConfig  # noqa: E402
 
 GLOBAL_BATCH, CONTEXT, STEPS = 8, 16, 5
+MODEL = LMConfig(vocab_size=256, context=CONTEXT, emb=32, heads=4, depth=2)
 
 
 class FixedWindows(Dataset):
@@ -103,10 +105,9 @@ def main(mode: str, out: Path) -> None:
     devices = 1 if mode == "single" else 2
     if mode.startswith("fsdp"):
         fsdp_on_cpu()
-    checkpointing = mode == "fsdp-checkpointing"
     L.seed_everything(0)
     module = LitCharLM(
-        LMConfig(vocab_size=256, context=CONTEXT, emb=32, heads=4, depth=2, activation_checkpointing=checkpointing),
+        replace(MODEL, activation_checkpointing=mode == "fsdp-checkpointing"),
         OptimConfig(lr=1e-2, warmup_steps=1, schedule="constant"),
         sample_length=0,
         compile=mode == "fsdp-compile",

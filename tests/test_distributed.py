@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from distributed_script import MODEL
 from torch.testing import assert_close
 
-from transformers_scratch import LMConfig
 from transformers_scratch.lit import LitCharLM
 
 SCRIPT = Path(__file__).with_name("distributed_script.py")
@@ -48,7 +48,7 @@ def test_two_processes_match_one_and_only_rank_0_writes_checkpoints(single, mode
     assert a.keys() == b.keys()
     for name in a:
         assert_close(b[name], a[name], rtol=1e-4, atol=1e-5, msg=name)
-    LitCharLM(LMConfig(vocab_size=256, context=16, emb=32, heads=4, depth=2)).load_state_dict(b)
+    LitCharLM(MODEL).load_state_dict(b)
 
     writes = out / "writes_rank0.txt"
     assert writes.exists() and not (out / "writes_rank1.txt").exists()  # rank 1 wrote nothing

@@ -89,7 +89,7 @@ class TransformerModule(L.LightningModule):
     output_size: int  # width of the model's last matmul, for the FLOP count
 
     def configure_model(self) -> None:
-        """Hardware-dependent set-up, once the trainer knows the devices (called under FSDP's wrap context)."""
+        """Hardware-dependent set-up, once the trainer knows the devices and before it wraps the model."""
         if torch.cuda.is_available():
             torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True  # fp32 matmuls on TF32
         if self.sharded and "auto_wrap_policy" not in self.trainer.strategy.kwargs:
