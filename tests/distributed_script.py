@@ -109,7 +109,6 @@ def main(mode: str, out: Path) -> None:
     module = LitCharLM(
         replace(MODEL, activation_checkpointing=mode == "fsdp-checkpointing"),
         OptimConfig(lr=1e-2, warmup_steps=1, schedule="constant"),
-        sample_length=0,
         compile=mode == "fsdp-compile",
     )
     trainer = L.Trainer(

@@ -2,6 +2,7 @@
 
 import gzip
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -9,15 +10,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from lightning import LightningDataModule
+
+from transformers_scratch.cli import build_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 TINY_LM = str(ROOT / "configs" / "tiny_charlm.yaml")
 TINY_IMDB = str(ROOT / "configs" / "tiny_imdb.yaml")
 IMDB_TARBALL = ROOT.parent / "shared" / "data" / "aclImdb_v1.tar.gz"
-FAST = ["--trainer.max_steps", "6", "--data.init_args.batches_per_epoch", "3", "--trainer.limit_val_batches", "2",
-        "--trainer.log_every_n_steps", "1", "--model.init_args.sample_length", "20"]  # fmt: skip
+FAST = ["--trainer.max_steps", "6", "--data.batches_per_epoch", "3", "--trainer.limit_val_batches", "2",
+        "--trainer.log_every_n_steps", "1", "--sample.length", "20"]  # fmt: skip
 
 
 def cli(*args, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -48,14 +50,10 @@ def test_every_config_instantiates(config, monkeypatch):
     if "shared/data" in config.read_text() and not IMDB_TARBALL.parent.exists():
         pytest.skip("needs ../shared/data")
     monkeypatch.chdir(ROOT)  # configs name ../shared/data relative to the repository
-    sys.path.insert(0, str(ROOT))
-    from cli import CLI
-    from transformers_scratch.lit import TransformerModule
-
-    run = CLI(TransformerModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
-              run=False, args=["--config", str(config)])  # fmt: skip
+    run = build_cli(["--config", str(config)], run=False)
     cfg = run.model.model.cfg
     assert cfg.vocab_size == run.datamodule.vocab_size  # linked, never typed twice
+    assert cfg.context == run.datamodule.context
     assert run.trainer.gradient_clip_val == 1.0
     if hasattr(run.datamodule, "num_classes"):
         assert cfg.num_classes == run.datamodule.num_classes == 2
@@ -74,7 +72,8 @@ def test_enwik8_config_has_the_tutorials_sizes(tmp_path):
         "warmup_steps: 5000",
         "gradient_clip_val: 1.0",
         "precision: bf16-mixed",
-        "sample_temperature: 0.5",
+        "temperature: 0.5",  # the sample callback's
+        "length: 600",
     ):
         assert line in out, line
 
@@ -85,7 +84,7 @@ def trained(tmp_path_factory):
     """A few steps of the tiny LM on a generated file, with a file-derived vocabulary."""
     cwd = tmp_path_factory.mktemp("lm")
     data = corpus(cwd / "text.txt")
-    result = cli("fit", "--config", TINY_LM, "--data.init_args.path", str(data), "--data.init_args.vocab", "file",
+    result = cli("fit", "--config", TINY_LM, "--data.path", str(data), "--data.vocab", "file",
                  *FAST, cwd=cwd)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     return cwd, data, result
@@ -107,7 +106,7 @@ def test_fit_writes_checkpoints_logs_and_an_offline_wandb_run(trained):
 
 def test_resume_continues_from_last(trained):
     cwd, data, _ = trained
-    result = cli("fit", "--config", TINY_LM, "--data.init_args.path", str(data), "--data.init_args.vocab", "file",
+    result = cli("fit", "--config", TINY_LM, "--data.path", str(data), "--data.vocab", "file",
                  *FAST, "--trainer.max_steps", "9", "--ckpt_path", "last", cwd=cwd)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Restoring states from the checkpoint" in result.stdout + result.stderr
@@ -120,9 +119,9 @@ def test_test_prints_bits_per_byte(trained):
         "test",
         "--config",
         TINY_LM,
-        "--data.init_args.path",
+        "--data.path",
         str(data),
-        "--data.init_args.vocab",
+        "--data.vocab",
         "file",
         "--ckpt_path",
         "checkpoints/tiny_charlm/last.ckpt",
@@ -158,9 +157,9 @@ def test_the_enwik8_model_trains_at_context_4096(tmp_path):
     attention never builds a t x t mask, so only the position table and the windows grow."""
     data = corpus(tmp_path / "long.txt", n=200_000)  # val and test: 10,000 bytes each, > one 4,097-byte window
     result = cli("fit", "--config", str(ROOT / "configs" / "enwik8.yaml"), "--data.path", str(data),
-                 "--data.context", "4096", "--model.init_args.model.context", "4096", "--data.batch_size", "1",
+                 "--data.context", "4096", "--data.batch_size", "1",
                  "--data.num_workers", "0", "--trainer.max_steps", "2", "--data.batches_per_epoch", "2",
-                 "--trainer.limit_val_batches", "1", "--model.init_args.sample_length", "8",
+                 "--trainer.limit_val_batches", "1", "--sample.length", "8",
                  "--trainer.logger", "false", cwd=tmp_path)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert "LearningRateMonitor callback is left out" in result.stderr  # logging off: Lightning would refuse it
@@ -190,10 +189,10 @@ def test_sample_needs_an_existing_checkpoint(tmp_path):
 # ---- IMDb on the real data ----------------------------------------------------------------------------
 @pytest.mark.skipif(not IMDB_TARBALL.exists(), reason="needs ../shared/data/aclImdb_v1.tar.gz")
 def test_imdb_on_the_real_tarball_reports_validation_accuracy(tmp_path):
-    result = cli("fit", "--config", TINY_IMDB, "--data.init_args.path", str(IMDB_TARBALL),
+    result = cli("fit", "--config", TINY_IMDB, "--data.path", str(IMDB_TARBALL),
                  "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "4", "--trainer.limit_val_batches", "3",
                  "--trainer.log_every_n_steps", "1",
-                 "--model.init_args.model.depth", "1", cwd=tmp_path)  # fmt: skip
+                 "--model.model.depth", "1", cwd=tmp_path)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert "val/acc" in result.stdout
     ckpt = torch.load(tmp_path / "checkpoints" / "tiny_imdb" / "last.ckpt", weights_only=True)
@@ -225,12 +224,12 @@ def lm_fit(cwd: Path, *args: str, env: dict | None = None) -> subprocess.Complet
 
 
 def test_missing_data_path(tmp_path):
-    result = lm_fit(tmp_path, "--data.init_args.path", "missing.txt")
+    result = lm_fit(tmp_path, "--data.path", "missing.txt")
     assert_fails_cleanly(result, "data.path 'missing.txt' does not exist")
 
 
 def test_unreadable_data_path(tmp_path):
-    assert_fails_cleanly(lm_fit(tmp_path, "--data.init_args.path", str(tmp_path)), "is a directory")
+    assert_fails_cleanly(lm_fit(tmp_path, "--data.path", str(tmp_path)), "is a directory")
 
 
 @pytest.mark.parametrize("kind", ["zip", "gz"])
@@ -243,24 +242,27 @@ def test_corrupt_archive(tmp_path, kind):
     else:
         path.write_bytes(gzip.compress(text))
     path.write_bytes(path.read_bytes()[:-200])  # truncated
-    assert_fails_cleanly(lm_fit(tmp_path, "--data.init_args.path", str(path)), "truncated or corrupt")
+    assert_fails_cleanly(lm_fit(tmp_path, "--data.path", str(path)), "truncated or corrupt")
 
 
 def test_corrupt_imdb_tarball(tmp_path):
     (tmp_path / "aclImdb_v1.tar.gz").write_bytes(gzip.compress(b"not a tar file " * 1000)[:300])
-    result = cli("fit", "--config", TINY_IMDB, "--data.init_args.path", "aclImdb_v1.tar.gz", cwd=tmp_path)
+    result = cli("fit", "--config", TINY_IMDB, "--data.path", "aclImdb_v1.tar.gz", cwd=tmp_path)
     assert_fails_cleanly(result, "truncated or corrupt")
 
 
 def test_file_shorter_than_one_window(tmp_path):
     (tmp_path / "short.txt").write_text("far too short " * 50)
-    assert_fails_cleanly(lm_fit(tmp_path, "--data.init_args.path", "short.txt"), "fewer than one window")
+    assert_fails_cleanly(lm_fit(tmp_path, "--data.path", "short.txt"), "fewer than one window")
 
 
-def test_context_longer_than_the_model(tmp_path):
+def test_a_model_context_that_contradicts_the_data(tmp_path):
+    """model.context is linked from data.context; a different value typed by hand is refused, not replaced."""
     corpus(tmp_path / "t.txt")
-    result = lm_fit(tmp_path, "--data.init_args.path", "t.txt", "--data.init_args.context", "128")
-    assert_fails_cleanly(result, "data.context 128 > model.context 64; raise model.context or lower data.context")
+    result = lm_fit(tmp_path, "--data.path", "t.txt", "--model.model.context", "128")
+    assert_fails_cleanly(
+        result, "model.context 128 is set from data.context (64), so it cannot differ; set --data.context 128 instead"
+    )
 
 
 def test_checkpoint_that_does_not_exist(tmp_path):
@@ -272,11 +274,11 @@ def test_checkpoint_that_does_not_exist(tmp_path):
 def test_missing_enwik8_with_no_network(tmp_path):
     result = lm_fit(
         tmp_path,
-        "--data.init_args.path",
+        "--data.path",
         "null",
-        "--data.init_args.data_dir",
+        "--data.data_dir",
         "data",
-        "--data.init_args.url",
+        "--data.url",
         "http://127.0.0.1:9/enwik8.zip",
     )  # nothing listens on port 9
     assert_fails_cleanly(result, "put it at data/enwik8.zip, or pass --data.path")
@@ -284,5 +286,77 @@ def test_missing_enwik8_with_no_network(tmp_path):
 
 def test_missing_imdb_with_no_network(tmp_path):
     env = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
-    result = cli("fit", "--config", TINY_IMDB, "--data.init_args.path", "null", cwd=tmp_path, env=env)
+    result = cli("fit", "--config", TINY_IMDB, "--data.path", "null", cwd=tmp_path, env=env)
     assert_fails_cleanly(result, "pass --data.path data/aclImdb_v1.tar.gz")
+
+
+# ---- one front door, old spellings -------------------------------------------------------------------
+OLD_TINY_LM = str(ROOT / "tests" / "old_configs" / "tiny_charlm.yaml")  # configs/tiny_charlm.yaml before the
+# shared loggers and callbacks: Enwik8DataModule, model.context, sample_* on the model, its own callback list
+
+
+def test_an_old_config_and_its_checkpoint_still_load(tmp_path):
+    data = corpus(tmp_path / "text.txt")
+    old = [arg for arg in FAST if arg not in ("--sample.length", "20")] + ["--model.sample_length", "20"]
+    result = cli("fit", "--config", OLD_TINY_LM, "--data.path", str(data), "--data.vocab", "file",
+                 *old, cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "model.sample_length is now sample.length; using 20" in result.stderr
+    assert "--- sample at step" in result.stdout + result.stderr
+    folder = tmp_path / "checkpoints" / "tiny_charlm"
+    assert sorted(p.name for p in folder.iterdir() if not p.name.startswith("step")) == ["last.ckpt"]  # one callback
+    ckpt = torch.load(folder / "last.ckpt", weights_only=True)
+    assert "Enwik8DataModule" in ckpt and "sample_length" in ckpt["hyper_parameters"]  # the old layout
+
+    # The new config (TextDataModule, shared callbacks) tests and samples from it, with its vocabulary.
+    result = cli("test", "--config", TINY_LM, "--data.path", str(data), "--data.vocab", "file",
+                 "--ckpt_path", str(folder / "last.ckpt"), "--trainer.logger", "false", cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "test/bpc" in result.stdout
+    result = cli("sample", "--ckpt_path", str(folder / "last.ckpt"), "--prompt", "the dog", "--length", "5",
+                 cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0 and result.stdout.startswith("the dog"), result.stderr[-3000:]
+
+
+def test_predictions_can_go_to_a_file(trained):
+    cwd, data, _ = trained
+    (cwd / "score2.txt").write_text("the cat ran far away " * 20)
+    result = cli("predict", "--config", TINY_LM, "--data.path", str(data), "--data.vocab", "file",
+                 "--data.predict_path", "score2.txt", "--ckpt_path", "checkpoints/tiny_charlm/last.ckpt",
+                 "--predictions.output", "out/bits.txt", "--trainer.logger", "false", cwd=cwd)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "bits per byte" not in result.stdout
+    assert (cwd / "out" / "bits.txt").read_text().startswith("score2.txt: ")
+
+
+def test_the_modules_read_nothing_from_a_data_module():
+    """What a module needs from the data reaches it through the CLI's links; samples and printed predictions
+    are callbacks. So lit.py never touches the trainer's data module."""
+    source = (ROOT / "transformers_scratch" / "lit.py").read_text()
+    assert "datamodule" not in source and "dm." not in source
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="copies the tracked files with git")
+def test_a_plain_install_gives_the_transformers_scratch_command(tmp_path):
+    """`pip install .` (not editable) in a new virtual environment puts `transformers-scratch` on its PATH.
+    The environment sees this machine's packages, so only the project itself is installed."""
+    src = tmp_path / "src"
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+    for name in files:
+        if (ROOT / name).is_file():
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(ROOT / name, src / name)
+    venv = tmp_path / "venv"
+    # No pip of its own: this machine's pip and setuptools build and install into the new environment.
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", str(src)]
+    install = subprocess.run(pip, capture_output=True, text=True)
+    assert install.returncode == 0, install.stderr[-3000:]
+    result = subprocess.run([str(venv / "bin" / "transformers-scratch"), "--help"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "fit" in result.stdout and "predict" in result.stdout
+    code = "import transformers_scratch; print(transformers_scratch.__file__)"
+    where = subprocess.run([str(venv / "bin" / "python"), "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    assert str(venv) in where.stdout  # the installed copy, not this checkout

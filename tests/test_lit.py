@@ -2,6 +2,7 @@
 
 import math
 from dataclasses import replace
+from pathlib import Path
 
 import lightning as L
 import pytest
@@ -10,7 +11,7 @@ from torch.testing import assert_close
 from torch.utils.data import DataLoader, TensorDataset
 
 from transformers_scratch import CausalLM, LMConfig, SequenceClassifier
-from transformers_scratch.callbacks import SafeModelCheckpoint, TrainingDiverged
+from transformers_scratch.callbacks import SafeModelCheckpoint, SampleText, TrainingDiverged
 from transformers_scratch.lit import LitCharLM, OptimConfig, lr_factor
 from transformers_scratch.perf import non_embedding_params, peak_flops, train_flops_per_token
 
@@ -30,7 +31,7 @@ def trainer(tmp_path, **kwargs) -> L.Trainer:
 
 
 def test_weight_decay_only_on_matrices(tmp_path):
-    module = LitCharLM(TINY, OptimConfig(weight_decay=0.1), sample_length=0)
+    module = LitCharLM(TINY, OptimConfig(weight_decay=0.1))
     module.trainer = trainer(tmp_path, max_steps=10)
     opt = module.configure_optimizers()["optimizer"]
     decayed, plain = opt.param_groups
@@ -63,7 +64,7 @@ def test_warmup_then_cosine_to_the_floor():
 
 
 def test_cosine_needs_a_length(tmp_path):
-    module = LitCharLM(TINY, sample_length=0)
+    module = LitCharLM(TINY)
     module.trainer = trainer(tmp_path, max_steps=-1, max_epochs=-1)
     with pytest.raises(ValueError, match="cosine schedule needs a length"):
         module.configure_optimizers()
@@ -79,7 +80,7 @@ def test_cosine_needs_a_length(tmp_path):
 )
 def test_training_lowers_the_loss_and_checkpoints_rebuild_the_model(tmp_path, precision, attention):
     """bf16-mixed runs on a CPU too (Lightning autocasts there), so the GPU default's code path is trained here."""
-    module = LitCharLM(replace(TINY, attention=attention), OptimConfig(lr=3e-3, warmup_steps=1), sample_length=0)
+    module = LitCharLM(replace(TINY, attention=attention), OptimConfig(lr=3e-3, warmup_steps=1))
     ckpt = SafeModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
     t = trainer(tmp_path, max_steps=40, callbacks=[ckpt], precision=precision)
     x, y = next(iter(loader()))
@@ -92,7 +93,7 @@ def test_training_lowers_the_loss_and_checkpoints_rebuild_the_model(tmp_path, pr
 
 
 def test_compiled_training_writes_checkpoints_that_load_without_compile(tmp_path):
-    module = LitCharLM(TINY, OptimConfig(warmup_steps=1), sample_length=0, compile=True)
+    module = LitCharLM(TINY, OptimConfig(warmup_steps=1), compile=True)
     t = trainer(tmp_path, max_steps=2, callbacks=[SafeModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)])
     t.fit(module, loader())
     assert module.net is not module.model  # it really ran compiled
@@ -104,7 +105,7 @@ def test_compiled_training_writes_checkpoints_that_load_without_compile(tmp_path
 
 
 def test_non_finite_weights_never_replace_a_good_checkpoint(tmp_path):
-    module = LitCharLM(TINY, OptimConfig(warmup_steps=1), sample_length=0)
+    module = LitCharLM(TINY, OptimConfig(warmup_steps=1))
     ckpt = SafeModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
     t = trainer(tmp_path, max_steps=4, callbacks=[ckpt])
     t.fit(module, loader())
@@ -112,9 +113,25 @@ def test_non_finite_weights_never_replace_a_good_checkpoint(tmp_path):
     with torch.no_grad():
         module.model.head.weight[0, 0] = float("nan")  # a step that blew up
     with pytest.raises(TrainingDiverged, match=r"became NaN or infinite .* Last good checkpoint: .*last.ckpt"):
-        ckpt._save_checkpoint(t, str(tmp_path / "ckpt" / "last.ckpt"))
+        t.save_checkpoint(tmp_path / "ckpt" / "last.ckpt")  # every save goes through the safe writer
     assert (tmp_path / "ckpt" / "last.ckpt").read_bytes() == good
-    assert not list((tmp_path / "ckpt").glob("*.tmp"))
+    assert not [p for p in (tmp_path / "ckpt").iterdir() if p.suffix == ".tmp"]  # no temporary file left
+
+
+def test_checkpoints_are_written_under_a_temporary_name_then_renamed(tmp_path, monkeypatch):
+    """A crash mid-write must leave the previous file whole: the bytes go to a private temporary file in the
+    same folder, and only a complete file is renamed over the old one."""
+    import os
+
+    module = LitCharLM(TINY, OptimConfig(warmup_steps=1))
+    t = trainer(tmp_path, max_steps=1, callbacks=[SafeModelCheckpoint(dirpath=tmp_path / "ckpt")])
+    t.fit(module, loader())
+    renames = []
+    monkeypatch.setattr(os, "replace", lambda src, dst: renames.append((src, dst)) or os.rename(src, dst))
+    t.save_checkpoint(tmp_path / "ckpt" / "a.ckpt")
+    [(src, dst)] = renames
+    assert Path(src).parent == Path(dst).parent and Path(src).name.startswith(".a.ckpt.") and src.endswith(".tmp")
+    assert not Path(src).exists() and Path(dst).is_file()
 
 
 def test_activation_checkpointing_gives_the_same_gradients():
@@ -157,14 +174,40 @@ def test_no_sample_under_fsdp(caplog):
 
     from lightning.pytorch.strategies import FSDPStrategy
 
-    module = LitCharLM(TINY, sample_length=8)
+    module = LitCharLM(TINY)
     module.model.generate = None  # any call to generate would fail
-    module._trainer = SimpleNamespace(strategy=FSDPStrategy(), sanity_checking=False, datamodule=object(),
-                                      is_global_zero=True)  # fmt: skip
+    trainer = SimpleNamespace(strategy=FSDPStrategy(), sanity_checking=False, is_global_zero=True,
+                              datamodule=SimpleNamespace(seed_text=None, vocab=None))  # fmt: skip
+    callback = SampleText(length=8)
     with caplog.at_level("INFO"):
-        module.on_validation_epoch_end()
-        module.on_validation_epoch_end()
+        callback.on_validation_epoch_end(trainer, module)
+        callback.on_validation_epoch_end(trainer, module)
     assert caplog.text.count("no samples during FSDP training") == 1
+
+
+def test_sample_text_continues_a_validation_seed(tmp_path, caplog):
+    """The sample callback asks the data for a seed and its vocabulary, and the module's model for the rest."""
+    from transformers_scratch.data import ByteVocab
+
+    class Data(L.LightningDataModule):
+        vocab = ByteVocab()
+
+        def train_dataloader(self):
+            return loader()
+
+        def val_dataloader(self):
+            return loader(8)
+
+        def seed_text(self, length):
+            return torch.tensor([list(b"seed text!")])[:, :length]
+
+    module = LitCharLM(TINY, OptimConfig(warmup_steps=1))
+    t = trainer(tmp_path, max_steps=4, callbacks=[SampleText(length=12, temperature=0, seed_length=4)],
+                num_sanity_val_steps=0)  # fmt: skip
+    with caplog.at_level("INFO"):
+        t.fit(module, datamodule=Data())
+    sample = caplog.text.split("--- sample at step 4 (temperature 0) ---\n")[1].split("\n---")[0]
+    assert sample.startswith("[seed]") and len(sample) > len("[seed]")  # the seed, cut to 4, then the model's text
 
 
 def test_throughput_and_mfu_are_logged(tmp_path, monkeypatch):
@@ -174,7 +217,7 @@ def test_throughput_and_mfu_are_logged(tmp_path, monkeypatch):
     from lightning.pytorch.loggers import CSVLogger
 
     monkeypatch.setattr("transformers_scratch.lit.peak_flops", lambda device: 1e12)
-    module = LitCharLM(TINY, OptimConfig(warmup_steps=1), sample_length=0)
+    module = LitCharLM(TINY, OptimConfig(warmup_steps=1))
     t = trainer(tmp_path, max_steps=4, log_every_n_steps=2, logger=CSVLogger(tmp_path))
     t.fit(module, loader())
     log = (tmp_path / "lightning_logs" / "version_0" / "metrics.csv").read_text().splitlines()

@@ -2,11 +2,11 @@
 
 import re
 import shlex
-import sys
 from pathlib import Path
 
 import pytest
-from lightning import LightningDataModule
+
+from transformers_scratch.cli import build_cli, sample
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -39,22 +39,14 @@ def test_readme_has_the_commands():
 @pytest.mark.parametrize("argv", [a for a in CLI_LINES if a[0] != "sample"], ids=" ".join)
 def test_cli_lines_parse(argv, monkeypatch, capsys):
     monkeypatch.chdir(ROOT)
-    sys.path.insert(0, str(ROOT))
-    from cli import CLI
-    from transformers_scratch.lit import TransformerModule
-
     with pytest.raises(SystemExit) as done:
-        CLI(TransformerModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
-            args=[*argv, "--print_config"])  # fmt: skip
+        build_cli([*argv, "--print_config"])
     assert done.value.code == 0, capsys.readouterr().err
     assert "class_path" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv", [a for a in CLI_LINES if a[0] == "sample"], ids=" ".join)
 def test_sample_lines_parse(argv, monkeypatch, capsys):
-    sys.path.insert(0, str(ROOT))
-    from cli import sample
-
     monkeypatch.chdir(ROOT)
     ckpt = argv.index("--ckpt_path") + 1
     with pytest.raises(FileNotFoundError, match="does not exist"):  # flags parsed; no trained model here

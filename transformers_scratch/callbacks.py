@@ -1,48 +1,173 @@
-"""Checkpointing that never replaces a good checkpoint with a broken one."""
+"""Callbacks: checkpoints that are never broken, the progress bar, samples during training, and the
+printed predictions. They are the glue between a module and its data; the modules know neither."""
 
 from __future__ import annotations
 
 import os
+import sys
+import tempfile
+from pathlib import Path
 
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
+from lightning.fabric.plugins import CheckpointIO
+from lightning.pytorch.callbacks import BasePredictionWriter, Callback, ModelCheckpoint, TQDMProgressBar
+from lightning.pytorch.strategies import FSDPStrategy
+from lightning.pytorch.utilities import rank_zero_info
 
 
 class TrainingDiverged(RuntimeError):
     """The parameters stopped being finite; the message says which checkpoint was kept."""
 
 
-class SafeModelCheckpoint(ModelCheckpoint):
-    """``ModelCheckpoint`` that writes to a temporary file and renames it into place (a crash mid-write
-    leaves the previous checkpoint whole), and refuses to save non-finite weights: training stops with an
-    error and the last good checkpoint stays as it was."""
+class SafeCheckpointIO(CheckpointIO):
+    """Wraps the strategy's checkpoint writer: refuses weights that are not finite, and writes each file to a
+    temporary name of its own in the same folder, then renames it into place (atomic on POSIX), so a crash
+    mid-write leaves the previous checkpoint whole and two runs never share a temporary file."""
 
-    def _save_checkpoint(self, trainer, filepath: str) -> None:
-        params = trainer.lightning_module.parameters()
-        if not all(torch.isfinite(p).all() for p in params):  # one sync per checkpoint, not per step
-            kept = self._last_checkpoint_saved or "none was saved yet"
+    def __init__(self, inner: CheckpointIO, callback: ModelCheckpoint) -> None:
+        self.inner, self.callback = inner, callback
+        self.last_written: str | None = None
+
+    def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
+        weights = checkpoint.get("state_dict", {}).values()
+        if not all(torch.isfinite(w).all() for w in weights if torch.is_tensor(w) and w.is_floating_point()):
+            kept = self.last_written or self.callback.best_model_path or "none was saved yet"
             raise TrainingDiverged(
-                f"the weights became NaN or infinite by step {trainer.global_step}; not saving {filepath}. "
+                f"the weights became NaN or infinite by step {checkpoint.get('global_step')}; not saving {path}. "
                 f"Last good checkpoint: {kept}. Lower the learning rate, lengthen the warm-up or keep gradient "
                 "clipping on, then resume from it with --ckpt_path"
             )
-        tmp = f"{filepath}.tmp"
-        trainer.save_checkpoint(tmp, self.save_weights_only)  # on all ranks; rank 0 writes
-        if trainer.is_global_zero:
-            os.replace(tmp, filepath)  # atomic on POSIX: the old file until the new one is complete
-        trainer.strategy.barrier("SafeModelCheckpoint")
-        self._last_global_step_saved = trainer.global_step
-        self._last_checkpoint_saved = filepath
-        if trainer.is_global_zero:
-            for logger in trainer.loggers:
-                logger.after_save_checkpoint(self)
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
+        try:
+            self.inner.save_checkpoint(checkpoint, tmp, storage_options)
+            os.replace(tmp, path)  # the old file until the new one is complete
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+        self.last_written = str(path)
+
+    def load_checkpoint(self, path, map_location=None, weights_only=None) -> dict:
+        return self.inner.load_checkpoint(path, map_location=map_location, weights_only=weights_only)
+
+    def remove_checkpoint(self, path) -> None:
+        self.inner.remove_checkpoint(path)
+
+    def teardown(self) -> None:
+        self.inner.teardown()
+
+
+class SafeModelCheckpoint(ModelCheckpoint):
+    """``ModelCheckpoint`` whose files are written through :class:`SafeCheckpointIO`: atomically, and never
+    with non-finite weights (training then stops with an error that names the last good checkpoint).
+
+    ``monitor: null`` in a config means the module's own metric (``val/bpc`` for the character model,
+    ``val/acc`` for the classifier); the CLI fills it in, with the file name pattern that goes with it.
+    """
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
+        io = trainer.strategy.checkpoint_io
+        if not isinstance(io, SafeCheckpointIO):
+            trainer.strategy.checkpoint_io = SafeCheckpointIO(io, self)
 
 
 class ProgressBar(TQDMProgressBar):
     """The usual bar, plus the training loss and throughput that the module copies to the host on logging
-    steps (``TransformerModule.log_train``), so showing them costs no device sync."""
+    steps (``LitTransformer.log_train``), so showing them costs no device sync."""
 
     def get_metrics(self, trainer, pl_module) -> dict:
         items = super().get_metrics(trainer, pl_module)
         items.update({k: f"{v:.4g}" for k, v in pl_module.__dict__.get("shown", {}).items()})
         return items
+
+
+class SampleText(Callback):
+    """After each validation, continue a random validation slice with the model and print it (the tutorial:
+    600 characters at temperature 0.5 from a 256-character seed); W&B also gets a table of samples. Acts
+    on models that generate (the character model) fed by a data module with ``seed_text`` and ``vocab``."""
+
+    def __init__(self, length: int = 600, temperature: float = 0.5, seed_length: int = 256) -> None:
+        """
+        Args:
+            length: Characters sampled after each validation (0: never).
+            temperature: Sampling temperature (the tutorial's 0.5; 0 is greedy).
+            seed_length: Length of the validation slice the sample continues (at most the model's context).
+        """
+        if length < 0 or temperature < 0 or seed_length < 1:
+            raise ValueError(
+                f"sample.length={length}, sample.temperature={temperature} and sample.seed_length={seed_length} "
+                "must be >= 0, >= 0 and >= 1"
+            )
+        self.length, self.temperature, self.seed_length = length, temperature, seed_length
+        self.noted_fsdp = False
+
+    def on_validation_epoch_end(self, trainer, pl_module) -> None:
+        model, data = getattr(pl_module, "model", None), trainer.datamodule
+        if self.length == 0 or trainer.sanity_checking or not hasattr(model, "generate"):
+            return
+        if not (hasattr(data, "seed_text") and hasattr(data, "vocab")):
+            return
+        if isinstance(trainer.strategy, FSDPStrategy):  # one rank cannot run sharded blocks alone
+            if not self.noted_fsdp:
+                self.noted_fsdp = True
+                rank_zero_info("note: no samples during FSDP training; use `cli.py sample --ckpt_path ...`")
+            return
+        if not trainer.is_global_zero:
+            return
+        seed = data.seed_text(min(self.seed_length, model.cfg.context)).to(pl_module.device)
+        out = model.generate(seed, self.length, temperature=self.temperature)
+        prompt, text = data.vocab.decode(seed[0]), data.vocab.decode(out[0, seed.size(1) :])
+        rank_zero_info(
+            f"\n--- sample at step {trainer.global_step} (temperature {self.temperature}) ---\n[{prompt}]{text}\n---"
+        )
+        for logger in trainer.loggers:
+            if hasattr(logger, "log_text"):  # W&B: a table of samples over training
+                row = [trainer.global_step, prompt, text]
+                logger.log_text("samples", columns=["step", "seed", "sample"], data=[row])
+
+
+class PredictionWriter(BasePredictionWriter):
+    """Writes what ``predict`` computed, to stdout or a file: for a classifier one line per input in input
+    order, ``label<TAB>probability<TAB>text`` (batches carry their texts); for the character model one
+    line, the file's bits per byte (batches carry bits and bytes scored)."""
+
+    def __init__(self, output: str | None = None) -> None:
+        """
+        Args:
+            output: A file to write the predictions to; None: standard output.
+        """
+        super().__init__(write_interval="batch_and_epoch")
+        self.output = output
+        self.lines: list[str] = []
+        self.bits = self.count = 0.0
+
+    def on_predict_epoch_start(self, trainer, pl_module) -> None:
+        self.lines, self.bits, self.count = [], 0.0, 0.0
+
+    def write_on_batch_end(self, trainer, pl_module, prediction, batch_indices, batch, batch_idx, dataloader_idx=0):
+        if prediction.dim() == 1:  # (bits, bytes scored) of a window batch
+            bits, count = prediction.tolist()
+            self.bits, self.count = self.bits + bits, self.count + count
+            return
+        names = getattr(trainer.datamodule, "class_names", None) or [str(c) for c in range(prediction.size(1))]
+        texts = batch[3] if len(batch) > 3 else [""] * len(prediction)
+        for p, text in zip(prediction.tolist(), texts, strict=True):
+            best = max(range(len(p)), key=p.__getitem__)
+            self.lines.append(f"{names[best]}\t{p[best]:.4f}\t{text[:70]}")
+
+    def write_on_epoch_end(self, trainer, pl_module, predictions, batch_indices) -> None:
+        if self.count:
+            path = getattr(trainer.datamodule, "predict_path", None) or "the file"
+            self.lines.append(f"{path}: {self.bits / self.count:.4f} bits per byte over {int(self.count):,} bytes")
+        if not trainer.is_global_zero or not self.lines:
+            return
+        text = "\n".join(self.lines) + "\n"
+        if self.output is None:
+            sys.stdout.write("\n" + text)
+            sys.stdout.flush()
+        else:
+            Path(self.output).parent.mkdir(parents=True, exist_ok=True)
+            Path(self.output).write_text(text)
+            rank_zero_info(f"predictions written to {self.output}")

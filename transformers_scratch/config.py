@@ -13,7 +13,8 @@ class TransformerConfig:
     vocab_size: int = 256
     """Number of token ids (256 for raw bytes). Linked from the data module in the CLI."""
     context: int = 256
-    """Longest sequence the model accepts: size of the position table."""
+    """Longest token sequence the model accepts: size of the position table. Linked from the data in the CLI
+    (data.context for text, data.max_length for reviews)."""
     emb: int = 256
     """Model width k (embedding size)."""
     heads: int = 8
@@ -56,7 +57,8 @@ class ClassifierConfig(TransformerConfig):
     num_classes: int = 2
     """Number of classes. Linked from the data module in the CLI."""
     pool: Literal["mean", "max", "cls"] = "mean"
-    """Sequence summary: mean or max over real tokens, or the output at a prepended [CLS] token."""
+    """Sequence summary: mean or max over real tokens, or the output at a prepended [CLS] token (which
+    takes a position of its own, in front of ``context`` tokens)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -17,7 +17,6 @@ import torch
 import torch.nn.functional as F
 import torchmetrics
 from lightning.pytorch.strategies import FSDPStrategy
-from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
 from .blocks import TransformerBlock
@@ -80,13 +79,18 @@ def decay_groups(module: nn.Module) -> tuple[list[nn.Parameter], list[nn.Paramet
     return decay, plain
 
 
-class TransformerModule(L.LightningModule):
-    """What both experiments share: AdamW groups, the schedule, compile, sharding, throughput logging."""
+class LitTransformer(L.LightningModule):
+    """What every experiment shares: AdamW groups, the schedule, compile, sharding, throughput logging.
+
+    A module knows its model and nothing of the data: what it needs from the data (vocabulary size,
+    classes, context) reaches the model config through the CLI's argument links.
+    """
 
     model: nn.Module
     optim: OptimConfig
     compile: bool = False
     output_size: int  # width of the model's last matmul, for the FLOP count
+    checkpoint_metric: tuple[str, str, str]  # (monitored metric, min or max, checkpoint file name pattern)
 
     def configure_model(self) -> None:
         """Hardware-dependent set-up, once the trainer knows the devices and before it wraps the model."""
@@ -105,8 +109,11 @@ class TransformerModule(L.LightningModule):
 
     @property
     def sharded(self) -> bool:
-        """Whether the trainer shards this module with FSDP (None trainer: loaded from a checkpoint)."""
-        return self._trainer is not None and isinstance(self._trainer.strategy, FSDPStrategy)
+        """Whether the trainer shards this module with FSDP (no trainer: loaded from a checkpoint)."""
+        try:
+            return isinstance(self.trainer.strategy, FSDPStrategy)
+        except RuntimeError:  # "not attached to a Trainer"
+            return False
 
     @property
     def net(self) -> nn.Module:
@@ -114,8 +121,9 @@ class TransformerModule(L.LightningModule):
         return self.__dict__.get("_compiled", self.model)
 
     def should_log(self) -> bool:
-        """Whether this training step is one of the trainer's logging steps (every ``log_every_n_steps``)."""
-        return self.trainer._logger_connector.should_update_logs
+        """Whether this training step is one of the trainer's logging steps (every ``log_every_n_steps``
+        optimizer steps, counted from 1, as Lightning's own logging does)."""
+        return (self.trainer.global_step + 1) % self.trainer.log_every_n_steps == 0
 
     def log_train(self, **values) -> None:
         """Log training values on a logging step, without a per-step device sync.
@@ -169,8 +177,10 @@ class TransformerModule(L.LightningModule):
             self._tokens, self._flops, self._clock = 0, 0.0, now
 
 
-class LitClassifier(TransformerModule):
+class LitClassifier(LitTransformer):
     """Sequence classification with cross-entropy and accuracy (IMDb sentiment)."""
+
+    checkpoint_metric = ("val/acc", "max", "epoch{epoch}-acc{val/acc:.4f}")
 
     def __init__(
         self, model: ClassifierConfig | None = None, optim: OptimConfig | None = None, compile: bool = False
@@ -189,15 +199,6 @@ class LitClassifier(TransformerModule):
         self.output_size = model.num_classes
         acc = lambda: torchmetrics.Accuracy(task="multiclass", num_classes=model.num_classes)  # noqa: E731
         self.train_acc, self.val_acc, self.test_acc = acc(), acc(), acc()
-
-    def setup(self, stage: str) -> None:
-        dm = self.trainer.datamodule if self.trainer else None
-        need = getattr(dm, "max_length", 0) + (self.model.cfg.pool == "cls")
-        if need > self.model.cfg.context:
-            raise ValueError(
-                f"data.max_length {dm.max_length} needs model.context >= {need}, it is "
-                f"{self.model.cfg.context}; raise model.context or lower data.max_length"
-            )
 
     def forward(self, ids: Tensor, mask: Tensor | None = None) -> Tensor:
         return self.net(ids, mask)
@@ -227,41 +228,33 @@ class LitClassifier(TransformerModule):
         self._step(batch, "test", self.test_acc)
 
     def predict_step(self, batch, batch_idx: int) -> Tensor:
-        ids, mask, _ = batch
+        ids, mask = batch[:2]
         return self(ids, mask).float().softmax(-1)  # (b, c) class probabilities
 
-    def on_predict_epoch_end(self) -> None:
-        """Print one line per review, in file order: predicted class, its probability, the review's start."""
-        dm = self.trainer.datamodule
-        probs = torch.cat(self.trainer.predict_loop.predictions)  # (n, c)
-        names = getattr(dm, "class_names", None) or [str(c) for c in range(probs.size(1))]
-        print()
-        for p, text in zip(probs.tolist(), getattr(dm, "predict_texts", [""] * len(probs)), strict=True):
-            best = max(range(len(p)), key=p.__getitem__)
-            print(f"{names[best]}\t{p[best]:.4f}\t{text[:70]}")
 
-
-class LitCharLM(TransformerModule):
+class LitCharLM(LitTransformer):
     """Next-byte prediction, measured in bits per byte (enwik8, Shakespeare)."""
+
+    checkpoint_metric = ("val/bpc", "min", "step{step}-bpc{val/bpc:.4f}")
 
     def __init__(
         self,
         model: LMConfig | None = None,
         optim: OptimConfig | None = None,
-        sample_length: int = 600,
-        sample_temperature: float = 0.5,
-        sample_seed_length: int = 256,
         compile: bool = False,
+        sample_length: int | None = None,
+        sample_temperature: float | None = None,
+        sample_seed_length: int | None = None,
     ) -> None:
         """
         Args:
             model: The transformer's sizes.
             optim: Optimiser and schedule.
-            sample_length: Characters sampled after each validation, from a validation seed (0: never).
-            sample_temperature: Sampling temperature for those samples (the tutorial's 0.5).
-            sample_seed_length: Length of the validation seed they continue (the tutorial's 256).
             compile: Run the model through torch.compile for training and evaluation (checkpoints still load
                 without it; sampling runs uncompiled).
+            sample_length: Old spelling of ``--sample.length`` (the SampleText callback); still read by the CLI.
+            sample_temperature: Old spelling of ``--sample.temperature``.
+            sample_seed_length: Old spelling of ``--sample.seed_length``.
         """
         super().__init__()
         self.save_hyperparameters()
@@ -270,21 +263,6 @@ class LitCharLM(TransformerModule):
         self.model = CausalLM(model)
         self.output_size = model.vocab_size
         self.val_bpc, self.test_bpc = torchmetrics.MeanMetric(), torchmetrics.MeanMetric()
-
-    def setup(self, stage: str) -> None:
-        dm = self.trainer.datamodule if self.trainer else None
-        if dm is not None and dm.context > self.model.cfg.context:
-            raise ValueError(
-                f"data.context {dm.context} > model.context {self.model.cfg.context}; "
-                "raise model.context or lower data.context"
-            )
-        if dm is not None and dm.vocab_size > self.model.cfg.vocab_size:
-            raise ValueError(
-                f"the data has {dm.vocab_size} symbols but model.vocab_size is "
-                f"{self.model.cfg.vocab_size}; let the CLI link it or raise model.vocab_size"
-            )
-        if dm is not None and stage in ("validate", "test", "fit"):
-            rank_zero_info(f"val/bpc and test/bpc: {dm.protocol}")
 
     def forward(self, ids: Tensor) -> Tensor:
         return self.net(ids)
@@ -318,30 +296,3 @@ class LitCharLM(TransformerModule):
 
     def predict_step(self, batch, batch_idx: int) -> Tensor:
         return torch.stack(self.scored_bits(batch))  # bits, bytes scored
-
-    def on_predict_epoch_end(self) -> None:
-        bits, count = torch.stack(self.trainer.predict_loop.predictions).sum(0).tolist()
-        path = getattr(self.trainer.datamodule, "predict_path", "the file")
-        print(f"\n{path}: {bits / count:.4f} bits per byte over {int(count):,} bytes")
-
-    def on_validation_epoch_end(self) -> None:
-        dm, trainer = self.trainer.datamodule, self.trainer
-        if self.hparams.sample_length <= 0 or trainer.sanity_checking or dm is None:
-            return
-        if self.sharded:  # one rank cannot run sharded blocks alone; sample from a checkpoint instead
-            if "sample_note" not in self.__dict__:
-                self.__dict__["sample_note"] = True
-                rank_zero_info("note: no samples during FSDP training; use `cli.py sample --ckpt_path ...`")
-            return
-        if not trainer.is_global_zero:
-            return
-        seed = dm.seed_text(min(self.hparams.sample_seed_length, self.model.cfg.context)).to(self.device)
-        out = self.model.generate(seed, self.hparams.sample_length, temperature=self.hparams.sample_temperature)
-        prompt, text = dm.vocab.decode(seed[0]), dm.vocab.decode(out[0, seed.size(1) :])
-        rank_zero_info(
-            f"\n--- sample at step {self.global_step} (temperature {self.hparams.sample_temperature}) ---\n"
-            f"[{prompt}]{text}\n---"
-        )
-        for logger in self.loggers:
-            if hasattr(logger, "log_text"):  # W&B: a table of samples over training
-                logger.log_text("samples", columns=["step", "seed", "sample"], data=[[self.global_step, prompt, text]])

@@ -69,7 +69,8 @@ class SequenceClassifier(nn.Module):
     def __init__(self, cfg: ClassifierConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.embed = Embedding(cfg.vocab_size, cfg.context, cfg.emb, cfg.positions, cfg.dropout)
+        prefix = int(cfg.pool == "cls")  # a [CLS] vector takes one position in front of the context's tokens
+        self.embed = Embedding(cfg.vocab_size, cfg.context + prefix, cfg.emb, cfg.positions, cfg.dropout)
         self.cls = nn.Parameter(torch.zeros(1, 1, cfg.emb)) if cfg.pool == "cls" else None
         self.stack = Stack(cfg, cfg.depth)
         self.head = nn.Linear(cfg.emb, cfg.num_classes)

@@ -1,7 +1,16 @@
 """LightningDataModules: IMDb reviews (experiment 1) and byte-level text such as enwik8 (experiment 2)."""
 
-from .enwik8 import ByteVocab, Enwik8DataModule
+from .enwik8 import Enwik8DataModule, TextDataModule
 from .files import DataError
-from .imdb import IMDbDataModule, WordVocab
+from .imdb import IMDbDataModule
+from .vocab import ByteVocab, WordVocab, checkpoint_vocab
 
-__all__ = ["ByteVocab", "DataError", "Enwik8DataModule", "IMDbDataModule", "WordVocab"]
+__all__ = [
+    "ByteVocab",
+    "DataError",
+    "Enwik8DataModule",
+    "IMDbDataModule",
+    "TextDataModule",
+    "WordVocab",
+    "checkpoint_vocab",
+]

@@ -13,10 +13,12 @@ from typing import Literal
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 from .files import DataError, download, predicting, read_bytes
+from .vocab import ByteVocab, vocab_from_state, vocab_state
 
 ENWIK8_URL = "http://mattmahoney.net/dc/enwik8.zip"
 ENWIK8_BYTES = 100_000_000  # the first 10^8 bytes of the English Wikipedia dump of 2006-03-03
@@ -28,55 +30,6 @@ def split_bounds(n: int) -> dict[str, tuple[int, int]]:
     """[start, end) of train, val and test in a file of n bytes: 90/5/5 (90M/5M/5M on enwik8)."""
     n_train, n_val = int(n * SPLITS[0]), int(n * SPLITS[1])
     return {"train": (0, n_train), "val": (n_train, n_train + n_val), "test": (n_train + n_val, n)}
-
-
-class ByteVocab:
-    """Token ids for bytes: all 256 values (the tutorial's enwik8 model), or only the byte values a file
-    uses, in sorted order (nanoGPT's shakespeare_char: 65 characters)."""
-
-    def __init__(self, symbols: bytes | None = None) -> None:
-        self.symbols = symbols
-        self.table = torch.full((256,), -1, dtype=torch.long)  # byte value -> id, -1 if absent
-        present = list(symbols) if symbols is not None else list(range(256))
-        self.table[present] = torch.arange(len(present))
-        self.alphabet = torch.tensor(present, dtype=torch.uint8)  # id -> byte value
-
-    @property
-    def size(self) -> int:
-        return len(self.alphabet)
-
-    def lookup(self, data: bytes) -> Tensor:
-        """bytes -> long ids, -1 where a byte is not in the vocabulary."""
-        return self.table[torch.frombuffer(bytearray(data), dtype=torch.uint8).long()]
-
-    def encode(self, data: bytes) -> Tensor:
-        """bytes -> uint8 ids; every byte must be in the vocabulary."""
-        if self.symbols is None:
-            return torch.frombuffer(bytearray(data), dtype=torch.uint8)
-        ids = self.lookup(data)
-        if (ids < 0).any():
-            raise DataError(
-                f"the data has bytes outside the vocabulary of {self.size}; score files of the kind "
-                "the model was trained on"
-            )
-        return ids.to(torch.uint8)
-
-    def encode_text(self, text: str) -> Tensor:
-        """A prompt -> long ids (1, t), or an error naming the first character the model has never seen."""
-        if not text:
-            raise ValueError("empty prompt; give at least one character, e.g. --prompt 'The '")
-        ids = self.lookup(text.encode("utf-8"))
-        if (ids < 0).any():
-            bad = next(c for c in text if (self.table[list(c.encode("utf-8"))] < 0).any())
-            known = bytes(self.alphabet.tolist()).decode("utf-8", errors="replace")
-            raise ValueError(
-                f"prompt character {bad!r} is not in the model's vocabulary of {self.size} characters; "
-                f"use only these: {known!r}"
-            )
-        return ids[None]  # (1, t)
-
-    def decode(self, ids: Tensor) -> str:
-        return bytes(self.alphabet[ids.long()].tolist()).decode("utf-8", errors="replace")
 
 
 class RandomWindows(Dataset):
@@ -133,8 +86,13 @@ class StridedWindows(Dataset):
         return window[:-1], targets
 
 
-class Enwik8DataModule(L.LightningDataModule):
-    """enwik8 (downloaded into ``data_dir`` when missing) or any local file, split 90/5/5."""
+class TextDataModule(L.LightningDataModule):
+    """Byte-level text: enwik8 (downloaded into ``data_dir`` when missing) or any local text file, split
+    90/5/5.
+
+    What a model needs from it (``vocab_size``, ``context``) is linked into the model's config by the CLI;
+    ``vocab`` and ``seed_text`` serve samples, and the vocabulary travels in checkpoints (``state_dict``).
+    """
 
     def __init__(
         self,
@@ -222,6 +180,8 @@ class Enwik8DataModule(L.LightningDataModule):
 
     # ---- splits and loaders ---------------------------------------------------------------------
     def setup(self, stage: str | None = None) -> None:
+        if stage in ("fit", "validate", "test"):
+            rank_zero_info(f"val/bpc and test/bpc: {self.protocol}")
         if self.splits or stage == "predict":
             return
         data = self.vocab.encode(self.raw())
@@ -286,7 +246,12 @@ class Enwik8DataModule(L.LightningDataModule):
 
     # ---- checkpoint state: the vocabulary ---------------------------------------------------------
     def state_dict(self) -> dict:
-        return {"vocab_symbols": self.vocab.symbols}
+        return vocab_state(self.vocab)
 
     def load_state_dict(self, state: dict) -> None:
-        self._vocab = ByteVocab(state["vocab_symbols"])
+        self._vocab = vocab_from_state(state) or self._vocab
+
+
+class Enwik8DataModule(TextDataModule):
+    """The old name of :class:`TextDataModule`, kept so that configs and checkpoints written with it still
+    load (Lightning files a data module's checkpoint state under its class name)."""

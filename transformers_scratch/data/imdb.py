@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import re
 import tarfile
-from collections import Counter
 from pathlib import Path
 from typing import Literal
 
@@ -21,6 +20,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from .files import DataError, predicting
+from .vocab import WordVocab, vocab_from_state, vocab_state
 
 HF_NAME = "stanfordnlp/imdb"
 ACLIMDB_URL = "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"
@@ -32,27 +32,6 @@ Split = tuple[list[str], list[int]]  # texts, labels
 
 def tokenize(text: str) -> list[str]:
     return TOKEN.findall(text.replace("<br />", " ").lower())
-
-
-class WordVocab:
-    """Word -> id: 0 is padding, 1 is unknown, then words from most to least frequent."""
-
-    PAD, UNK = 0, 1
-
-    def __init__(self, words: list[str]) -> None:
-        self.itos = ["<pad>", "<unk>", *words]
-        self.stoi = {w: i for i, w in enumerate(self.itos)}
-
-    @classmethod
-    def build(cls, token_lists, size: int) -> WordVocab:
-        counts = Counter(tok for tokens in token_lists for tok in tokens)
-        return cls([w for w, _ in sorted(counts.items(), key=lambda wc: (-wc[1], wc[0]))[:size]])
-
-    def encode(self, tokens: list[str]) -> list[int]:
-        return [self.stoi.get(tok, self.UNK) for tok in tokens]
-
-    def __len__(self) -> int:
-        return len(self.itos)
 
 
 def read_aclimdb(path: Path) -> dict[str, Split]:
@@ -121,7 +100,8 @@ def hold_out(labels: list[int], size: int, seed: int) -> list[int]:
 
 
 class PaddedBatches(Dataset):
-    """Item i is a whole batch, padded only to its longest review: (ids (b, t), mask (b, t), labels (b,)).
+    """Item i is a whole batch, padded only to its longest review: (ids (b, t), mask (b, t), labels (b,)),
+    and the reviews' texts when given (prediction prints them beside the predicted class).
 
     ``order``: ``bucketed`` (training) cuts batches from seeded random pools of ``pool`` batches sorted by
     length, so little is padding, and the loader shuffles the batches; ``length`` sorts everything by
@@ -136,8 +116,9 @@ class PaddedBatches(Dataset):
         order: Literal["bucketed", "length", "given"],
         seed: int = 0,
         pool: int = 50,
+        texts: list[str] | None = None,
     ) -> None:
-        self.ids, self.labels = ids, labels
+        self.ids, self.labels, self.texts = ids, labels, texts
         lengths = torch.tensor([len(x) for x in ids])
         if order == "bucketed":
             shuffled = torch.randperm(len(ids), generator=torch.Generator().manual_seed(seed))
@@ -151,15 +132,22 @@ class PaddedBatches(Dataset):
     def __len__(self) -> int:
         return len(self.batches)
 
-    def __getitem__(self, i: int) -> tuple[Tensor, Tensor, Tensor]:
-        rows = [self.ids[j] for j in self.batches[i].tolist()]
+    def __getitem__(self, i: int) -> tuple:
+        index = self.batches[i].tolist()
+        rows = [self.ids[j] for j in index]
         ids = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=WordVocab.PAD)  # (b, t)
         mask = torch.arange(ids.size(1))[None] < torch.tensor([len(r) for r in rows])[:, None]  # (b, t)
-        return ids, mask, self.labels[self.batches[i]]
+        batch = ids, mask, self.labels[self.batches[i]]
+        return batch if self.texts is None else (*batch, [self.texts[j] for j in index])
 
 
 class IMDbDataModule(L.LightningDataModule):
-    """IMDb: 25,000 training reviews (less a held-out validation set) and 25,000 test reviews."""
+    """IMDb: 25,000 training reviews (less a held-out validation set) and 25,000 test reviews.
+
+    What a model needs from it (``vocab_size``, ``num_classes``, ``context``) is linked into the model's
+    config by the CLI; ``vocab`` and ``class_names`` serve prediction, and the vocabulary travels in
+    checkpoints (``state_dict``).
+    """
 
     num_classes = len(CLASSES)
     class_names = CLASSES
@@ -202,6 +190,11 @@ class IMDbDataModule(L.LightningDataModule):
     def vocab_size(self) -> int:
         """Token ids the model needs: the words plus <pad> and <unk>. Linked to model.vocab_size by the CLI."""
         return self.vocab_words + 2
+
+    @property
+    def context(self) -> int:
+        """The longest review in tokens, ``max_length``. Linked to model.context by the CLI."""
+        return self.max_length
 
     @property
     def cache_file(self) -> Path:
@@ -282,14 +275,13 @@ class IMDbDataModule(L.LightningDataModule):
             raise DataError(
                 f"data.predict_path {self.predict_path!r} is not a file; give a text file with one review a line"
             )
-        self.predict_texts = texts = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        texts = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
         ids = [torch.tensor(self.vocab.encode(tokenize(t))[: self.max_length] or [WordVocab.UNK]) for t in texts]
-        batches = PaddedBatches(ids, torch.zeros(len(ids), dtype=torch.long), self.batch_size, "given")
+        batches = PaddedBatches(ids, torch.zeros(len(ids), dtype=torch.long), self.batch_size, "given", texts=texts)
         return DataLoader(batches, batch_size=None)
 
     def state_dict(self) -> dict:
-        return {"vocab": self.vocab.itos[2:]} if self.vocab is not None else {}
+        return vocab_state(self.vocab) if self.vocab is not None else {}
 
     def load_state_dict(self, state: dict) -> None:
-        if "vocab" in state:
-            self.vocab = WordVocab(state["vocab"])
+        self.vocab = vocab_from_state(state) or self.vocab

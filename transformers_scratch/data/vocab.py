@@ -1,0 +1,115 @@
+"""Vocabularies: bytes for the character model, words for the classifier, and how a checkpoint carries them.
+
+A trained model is only usable with the ids it was trained on, so the vocabulary travels in every
+checkpoint. The data modules write it (``state_dict``) and every command that loads a checkpoint reads it
+back through :func:`checkpoint_vocab`, which finds it by its content, whatever the data module is called.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+from torch import Tensor
+
+from .files import DataError
+
+
+class ByteVocab:
+    """Token ids for bytes: all 256 values (the tutorial's enwik8 model), or only the byte values a file
+    uses, in sorted order (nanoGPT's shakespeare_char: 65 characters)."""
+
+    def __init__(self, symbols: bytes | None = None) -> None:
+        self.symbols = symbols
+        self.table = torch.full((256,), -1, dtype=torch.long)  # byte value -> id, -1 if absent
+        present = list(symbols) if symbols is not None else list(range(256))
+        self.table[present] = torch.arange(len(present))
+        self.alphabet = torch.tensor(present, dtype=torch.uint8)  # id -> byte value
+
+    @property
+    def size(self) -> int:
+        return len(self.alphabet)
+
+    def lookup(self, data: bytes) -> Tensor:
+        """bytes -> long ids, -1 where a byte is not in the vocabulary."""
+        return self.table[torch.frombuffer(bytearray(data), dtype=torch.uint8).long()]
+
+    def encode(self, data: bytes) -> Tensor:
+        """bytes -> uint8 ids; every byte must be in the vocabulary."""
+        if self.symbols is None:
+            return torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        ids = self.lookup(data)
+        if (ids < 0).any():
+            raise DataError(
+                f"the data has bytes outside the vocabulary of {self.size}; score files of the kind "
+                "the model was trained on"
+            )
+        return ids.to(torch.uint8)
+
+    def encode_text(self, text: str) -> Tensor:
+        """A prompt -> long ids (1, t), or an error naming the first character the model has never seen."""
+        if not text:
+            raise ValueError("empty prompt; give at least one character, e.g. --prompt 'The '")
+        ids = self.lookup(text.encode("utf-8"))
+        if (ids < 0).any():
+            bad = next(c for c in text if (self.table[list(c.encode("utf-8"))] < 0).any())
+            known = bytes(self.alphabet.tolist()).decode("utf-8", errors="replace")
+            raise ValueError(
+                f"prompt character {bad!r} is not in the model's vocabulary of {self.size} characters; "
+                f"use only these: {known!r}"
+            )
+        return ids[None]  # (1, t)
+
+    def decode(self, ids: Tensor) -> str:
+        return bytes(self.alphabet[ids.long()].tolist()).decode("utf-8", errors="replace")
+
+
+class WordVocab:
+    """Word -> id: 0 is padding, 1 is unknown, then words from most to least frequent."""
+
+    PAD, UNK = 0, 1
+
+    def __init__(self, words: list[str]) -> None:
+        self.itos = ["<pad>", "<unk>", *words]
+        self.stoi = {w: i for i, w in enumerate(self.itos)}
+
+    @classmethod
+    def build(cls, token_lists, size: int) -> WordVocab:
+        counts = Counter(tok for tokens in token_lists for tok in tokens)
+        return cls([w for w, _ in sorted(counts.items(), key=lambda wc: (-wc[1], wc[0]))[:size]])
+
+    def encode(self, tokens: list[str]) -> list[int]:
+        return [self.stoi.get(tok, self.UNK) for tok in tokens]
+
+    def __len__(self) -> int:
+        return len(self.itos)
+
+
+Vocab = ByteVocab | WordVocab
+
+
+def vocab_state(vocab: Vocab) -> dict:
+    """What a checkpoint stores of a vocabulary (the format checkpoints have always had)."""
+    if isinstance(vocab, ByteVocab):
+        return {"vocab_symbols": vocab.symbols}  # None: all 256 byte values
+    return {"vocab": vocab.itos[2:]}  # the words after <pad> and <unk>
+
+
+def vocab_from_state(state: dict) -> Vocab | None:
+    """The vocabulary a :func:`vocab_state` dict describes, or None if it describes none."""
+    if "vocab_symbols" in state:
+        return ByteVocab(state["vocab_symbols"])
+    if isinstance(state.get("vocab"), list):
+        return WordVocab(state["vocab"])
+    return None
+
+
+def checkpoint_vocab(checkpoint: dict) -> Vocab | None:
+    """The vocabulary in a checkpoint, found by content: Lightning files a data module's state under the
+    module's class name, and a renamed class must not lose it."""
+    for key, value in checkpoint.items():
+        if isinstance(value, dict) and key not in ("state_dict", "hyper_parameters", "callbacks", "loops"):
+            vocab = vocab_from_state(value)
+            if vocab is not None:
+                return vocab
+    return None
