@@ -137,7 +137,7 @@ def test_cross_attention_uses_the_query_rows_on_x_and_key_value_rows_on_context(
     """Cross-attention of a sequence with itself is self-attention: the fused matrix is split correctly."""
     mha = MultiHeadAttention(32, 4)
     x = torch.randn(2, 7, 32)
-    assert_close(mha(x, context=x), mha(x))
+    assert_close(mha(x, memory=x), mha(x))
 
 
 @pytest.mark.parametrize("impl", ["reference", "sdpa"])

@@ -135,8 +135,8 @@ class MultiHeadAttention(nn.Module):
 
     The query, key and value projections are three k x k matrices stored as one (3k, k) matrix, so
     self-attention projects with one matmul; cross-attention applies the query rows to ``x`` and the
-    key/value rows to ``context``. With the output projection and its bias there are 4k^2 + k parameters
-    whatever the number of heads: more heads cut the same projections into narrower pieces.
+    key/value rows to ``memory`` (the encoder's output). With the output projection and its bias there are
+    4k^2 + k parameters whatever the number of heads: more heads cut the same projections into narrower pieces.
     """
 
     def __init__(self, emb: int, heads: int, causal: bool = False, dropout: float = 0.0, impl: str = "sdpa") -> None:
@@ -150,19 +150,19 @@ class MultiHeadAttention(nn.Module):
         self.out = nn.Linear(emb, emb)  # the tutorial's "unifyheads"
 
     def forward(
-        self, x: Tensor, context: Tensor | None = None, key_mask: Tensor | None = None, cache: KVCache | None = None
+        self, x: Tensor, memory: Tensor | None = None, key_mask: Tensor | None = None, cache: KVCache | None = None
     ) -> Tensor:
-        """x: (b, t, k) queries; context: (b, u, k) keys/values (None: self-attention);
+        """x: (b, t, k) queries; memory: (b, u, k) keys/values (None: self-attention);
         key_mask: (b, u) bool, True for real tokens, False for padding; cache: append and attend over it.
         """
         b, t, k = x.shape
         h, s = self.heads, k // self.heads
-        if context is None:
+        if memory is None:
             q, key, val = self.qkv(x).split(k, dim=-1)  # 3 x (b, t, k)
         else:
             w_q, w_kv = self.qkv.weight.split([k, 2 * k])  # (k, k), (2k, k)
             q = F.linear(x, w_q)  # (b, t, k)
-            key, val = F.linear(context, w_kv).split(k, dim=-1)  # 2 x (b, u, k)
+            key, val = F.linear(memory, w_kv).split(k, dim=-1)  # 2 x (b, u, k)
         q = q.view(b, t, h, s).transpose(1, 2)  # (b, h, t, s)
         key = key.view(b, -1, h, s).transpose(1, 2)  # (b, h, u, s)
         val = val.view(b, -1, h, s).transpose(1, 2)  # (b, h, u, s)

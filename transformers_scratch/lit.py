@@ -99,6 +99,8 @@ class LitTransformer(L.LightningModule):
         if self.sharded and "auto_wrap_policy" not in self.trainer.strategy.kwargs:
             # Each transformer block is its own FSDP unit (gathered for its forward and backward only); Lightning
             # then wraps this module as the root unit, which holds the embeddings, final norm and output layer.
+            # No public hook sets the policy once the strategy exists, so it goes into the strategy's FSDP
+            # kwargs; tests/test_distributed.py pins the units this gives (the root plus one per block).
             from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
             self.trainer.strategy.kwargs["auto_wrap_policy"] = ModuleWrapPolicy({TransformerBlock})

@@ -49,10 +49,6 @@ class WandbLogger(_WandbLogger):
                         f"W&B: no API key or no network, so this run is logged offline under {save_dir}/wandb; "
                         f"upload it later with `wandb sync {save_dir}/wandb/offline-run-*`"
                     )
+        if save_dir:
+            Path(save_dir).mkdir(parents=True, exist_ok=True)  # wandb wants its folder to exist
         super().__init__(project=project, save_dir=save_dir, offline=offline, **kwargs)
-
-    @property
-    def experiment(self):
-        if self._experiment is None and self.save_dir:
-            Path(self.save_dir).mkdir(parents=True, exist_ok=True)  # wandb wants its folder to exist
-        return super().experiment
