@@ -122,8 +122,9 @@ class CLI(LightningCLI):
         sub = self.config.get("subcommand")
         ckpt_path = self.config[sub].get("ckpt_path") if sub else None
         check_ckpt_path(ckpt_path)
-        if ckpt_path and Path(ckpt_path).is_file():
-            read_checkpoint(ckpt_path)  # one clear line for a truncated or foreign file
+        self.ckpt_vocab = None
+        if ckpt_path and Path(ckpt_path).is_file():  # one clear line for a truncated or foreign file
+            self.ckpt_vocab = checkpoint_vocab(read_checkpoint(ckpt_path))
 
     def before_instantiate_classes(self) -> None:
         cfg = self.config[self.subcommand] if self.subcommand else self.config
@@ -185,12 +186,10 @@ class CLI(LightningCLI):
         )
 
     def _restore_vocab(self) -> None:
-        """Give the data module the vocabulary of the checkpoint it will serve, whatever class wrote it."""
-        ckpt_path = self.config[self.subcommand].get("ckpt_path")
-        if ckpt_path and Path(ckpt_path).is_file() and hasattr(self.datamodule, "load_state_dict"):
-            vocab = checkpoint_vocab(read_checkpoint(ckpt_path))
-            if vocab is not None:
-                self.datamodule.load_state_dict(vocab_state(vocab))
+        """Give the data module the vocabulary of the checkpoint it will serve, whatever class wrote it (read
+        once, when the arguments were checked)."""
+        if self.ckpt_vocab is not None:
+            self.datamodule.load_state_dict(vocab_state(self.ckpt_vocab))
 
     before_fit = before_validate = before_test = before_predict = _restore_vocab
 
