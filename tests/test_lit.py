@@ -10,9 +10,16 @@ import torch
 from torch.testing import assert_close
 from torch.utils.data import DataLoader, TensorDataset
 
-from transformers_scratch import CausalLM, LMConfig, SequenceClassifier
+from transformers_scratch import (
+    CausalLM,
+    ClassifierConfig,
+    EncoderDecoder,
+    EncoderDecoderConfig,
+    LMConfig,
+    SequenceClassifier,
+)
 from transformers_scratch.callbacks import SafeModelCheckpoint, SampleText, TrainingDiverged
-from transformers_scratch.lit import LitCharLM, OptimConfig, lr_factor
+from transformers_scratch.lit import LitCharLM, OptimConfig, decay_groups, lr_factor
 from transformers_scratch.perf import non_embedding_params, peak_flops, train_flops_per_token
 
 TINY = LMConfig(vocab_size=256, context=16, emb=32, heads=4, depth=2)
@@ -42,9 +49,6 @@ def test_weight_decay_only_on_matrices(tmp_path):
 
 def test_weight_decay_is_decided_by_module_not_shape():
     """FSDP hands the optimizer flat 1-D shards, so a shape rule would decay nothing there."""
-    from transformers_scratch import ClassifierConfig
-    from transformers_scratch.lit import decay_groups
-
     model = SequenceClassifier(ClassifierConfig(vocab_size=50, context=8, emb=16, heads=2, depth=1, pool="cls"))
     decay, plain = decay_groups(model)
     assert {id(p) for p in decay} == {id(p) for n, p in model.named_parameters() if p.dim() >= 2 and n != "cls"}
@@ -52,6 +56,42 @@ def test_weight_decay_is_decided_by_module_not_shape():
     flat = torch.nn.Linear(4, 4)
     flat.weight = torch.nn.Parameter(flat.weight.detach().flatten())  # as FSDP's use_orig_params views look
     assert decay_groups(flat)[0] == [flat.weight]
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        CausalLM(replace(TINY, tie_weights=True)),
+        EncoderDecoder(EncoderDecoderConfig(vocab_size=20, context=8, emb=16, heads=2, depth=1)),  # shared vocab
+        SequenceClassifier(ClassifierConfig(vocab_size=50, context=8, emb=16, heads=2, depth=1, pool="cls")),
+    ],
+    ids=["tied-lm", "encoder-decoder", "classifier"],
+)
+def test_every_parameter_is_in_exactly_one_group(model):
+    decay, plain = decay_groups(model)
+    ids = [id(p) for p in decay + plain]
+    assert len(ids) == len(set(ids)) == len({id(p) for p in model.parameters()})
+
+
+def test_one_step_on_tied_weights_is_one_adamw_step(tmp_path):
+    """The tied embedding/output matrix gets one update and one decay per step, as plain AdamW gives it."""
+    cfg = OptimConfig(lr=1e-2, weight_decay=0.1, warmup_steps=0, schedule="constant")
+    module = LitCharLM(replace(TINY, tie_weights=True), cfg)
+    module.trainer = trainer(tmp_path, max_steps=1)
+    reference = CausalLM(replace(TINY, tie_weights=True))
+    reference.load_state_dict(module.model.state_dict())
+    opt = module.configure_optimizers()["optimizer"]
+    plain = torch.optim.AdamW(reference.parameters(), lr=1e-2, betas=(0.9, 0.95), weight_decay=0.0)
+    x, y = next(iter(loader()))
+    for model, o in ((module.model, opt), (reference, plain)):
+        torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten()).backward()
+    tied = module.model.head.weight
+    with torch.no_grad():  # the decay AdamW applies to that one matrix: p *= 1 - lr * wd, once
+        reference.head.weight.mul_(1 - 1e-2 * 0.1)
+    opt.step()
+    plain.step()
+    assert opt.state[tied]["step"].item() == 1
+    assert_close(tied, reference.head.weight, rtol=0, atol=1e-7)
 
 
 def test_warmup_then_cosine_to_the_floor():

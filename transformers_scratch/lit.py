@@ -70,11 +70,15 @@ def lr_factor(step: int, cfg: OptimConfig, total: int) -> float:
 def decay_groups(module: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
     """Trainable parameters split into (decayed, not decayed): the weights of linear layers and embedding
     tables are decayed; biases, layer norms and lone vectors (a [CLS] vector) are not. Decided by the owning
-    module, not by shape: under FSDP every parameter is a flat 1-D shard."""
-    decay, plain = [], []
+    module, not by shape: under FSDP every parameter is a flat 1-D shard.
+
+    A shared tensor (tied input/output embeddings) is listed once, under its first owner: AdamW would
+    otherwise update it, and decay it, twice a step."""
+    decay, plain, seen = [], [], set()
     for m in module.modules():
         for name, p in m.named_parameters(recurse=False):
-            if p.requires_grad:
+            if p.requires_grad and id(p) not in seen:
+                seen.add(id(p))
                 (decay if name == "weight" and isinstance(m, (nn.Linear, nn.Embedding)) else plain).append(p)
     return decay, plain
 
