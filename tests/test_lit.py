@@ -83,7 +83,7 @@ def test_one_step_on_tied_weights_is_one_adamw_step(tmp_path):
     opt = module.configure_optimizers()["optimizer"]
     plain = torch.optim.AdamW(reference.parameters(), lr=1e-2, betas=(0.9, 0.95), weight_decay=0.0)
     x, y = next(iter(loader()))
-    for model, o in ((module.model, opt), (reference, plain)):
+    for model in (module.model, reference):
         torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten()).backward()
     tied = module.model.head.weight
     with torch.no_grad():  # the decay AdamW applies to that one matrix: p *= 1 - lr * wd, once

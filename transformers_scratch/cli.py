@@ -24,10 +24,11 @@ from pathlib import Path
 
 import torch
 import yaml
-from jsonargparse import ArgumentParser
+from jsonargparse import ArgumentError, ArgumentParser, set_parsing_settings
 from lightning import LightningDataModule
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from .callbacks import PredictionWriter, ProgressBar, SafeModelCheckpoint, SampleText, TrainingDiverged
 from .checkpoints import check_ckpt_path, load_trained, read_checkpoint
@@ -36,6 +37,11 @@ from .data import DataError, checkpoint_vocab
 from .data.vocab import vocab_state
 from .lit import LitCharLM, LitTransformer
 from .loggers import WandbLogger
+
+# A config names classes and callables by import path; only these packages may be named (checked by jsonargparse
+# before it imports anything), so a config cannot run os.system, eval or an arbitrary module's import-time code.
+ALLOWED_IMPORTS = ["transformers_scratch", "torch", "lightning"]
+set_parsing_settings(import_path_denylist=["*"], import_path_allowlist=ALLOWED_IMPORTS)
 
 OLD_SAMPLE_ARGS = {"sample_length": "length", "sample_temperature": "temperature", "sample_seed_length": "seed_length"}
 
@@ -66,6 +72,44 @@ def run_name(argv: list[str]) -> str:
     return Path(configs[0]).stem if configs else "run"
 
 
+def refuse_optimizer_flags(argv: list[str]) -> None:
+    """LightningCLI's ``--optimizer``/``--lr_scheduler`` would replace the modules' two weight-decay groups and
+    warm-up schedule with one plain group; the settings live under ``model.optim`` instead."""
+    for flag in ("--optimizer", "--lr_scheduler"):
+        if any(arg == flag or arg.startswith(flag + "=") or arg.startswith(flag + ".") for arg in argv):
+            raise ValueError(
+                f"{flag} is not used here: the modules build AdamW with weight decay on matrices only and a warm-up "
+                "then cosine schedule; set them with --model.optim.lr, .weight_decay, .beta1, .beta2, .warmup_steps, "
+                ".schedule (cosine or constant), .min_lr_ratio and .total_steps"
+            )
+
+
+SCAFFOLDING = (
+    "Parser key", "Does not validate", "Subtypes:", "Errors:", "Given value", "Expected a <class 'NoneType'>",
+    "Not a valid subclass", "Subclass types expect", "a class path", "a dict", "Problem with given class_path",
+)  # fmt: skip
+
+
+def brief(message: str) -> str:
+    """One line from jsonargparse's nested "does not validate against any of the Union subtypes" report: the
+    innermost key and the first real reason (the project's own message, when a config refused the value)."""
+    lines = [line.strip().removeprefix("- ") for line in message.splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return message
+    keys = [line.split('"')[1] for line in lines if line.startswith('Parser key "')]
+    reasons = [line for line in lines if not line.startswith(SCAFFOLDING)]
+    if not reasons:
+        return lines[0]
+    reason = reasons[0].split("callable class: ")[-1]
+    if "import path denylist" in reason:
+        path = reason.split("'")[1]
+        reason = (
+            f"{path!r} is refused: a config may name classes and functions from {', '.join(ALLOWED_IMPORTS)} only "
+            "(nothing else is imported)"
+        )
+    return f"{'.'.join(keys)}: {reason}" if keys else reason
+
+
 def _class_name(item) -> str:
     return str(getattr(item, "class_path", "")).rsplit(".", 1)[-1]
 
@@ -75,12 +119,15 @@ class CLI(LightningCLI):
 
     def __init__(self, args: list[str] | None = None, run: bool = True) -> None:
         self.argv = sys.argv[1:] if args is None else list(args)
+        refuse_optimizer_flags(self.argv)
         super().__init__(
             LitTransformer,
             LightningDataModule,
             subclass_mode_model=True,
             subclass_mode_data=True,
             save_config_kwargs={"overwrite": True},
+            parser_kwargs={"exit_on_error": False},  # main() turns a parse error into one line
+            auto_configure_optimizers=False,  # the modules build their own AdamW groups and schedule
             args=args,  # None: read sys.argv
             run=run,
         )
@@ -229,10 +276,11 @@ def main(argv: list[str] | None = None) -> None:
             sample(args[1:])
         else:
             build_cli(argv)  # None: LightningCLI reads sys.argv itself
-    except (ValueError, OSError, TrainingDiverged, DataError) as e:  # the user's input or files: one line
+    except (ValueError, OSError, TrainingDiverged, DataError, ArgumentError, MisconfigurationException) as e:
+        # The user's input or files: one line.
         if os.environ.get("TS_DEBUG"):
             raise
-        print(f"error: {e}\n(set TS_DEBUG=1 to see the traceback)", file=sys.stderr)
+        print(f"error: {brief(str(e))}\n(set TS_DEBUG=1 to see the traceback)", file=sys.stderr)
         sys.exit(1)
 
 
