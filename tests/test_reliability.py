@@ -1,16 +1,26 @@
 """What a hostile or unlucky user meets: bad settings, configs that name code, checkpoints that are not data,
 runs that diverge, are killed and resumed. Each test fails when its guard is removed."""
 
+import logging
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
+import lightning as L
 import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
 
+from transformers_scratch import LMConfig
+from transformers_scratch.callbacks import SafeModelCheckpoint, SampleText, TrainingDiverged
 from transformers_scratch.cli import build_cli, main
+from transformers_scratch.data.vocab import ByteVocab
+from transformers_scratch.lit import LitCharLM, OptimConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_LM = str(ROOT / "configs" / "tiny_charlm.yaml")
 SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"
+TINY = LMConfig(vocab_size=256, context=16, emb=32, heads=4, depth=2)
 
 
 def fails(capsys, *args: str, message: str) -> str:
@@ -101,3 +111,61 @@ def test_lightnings_own_callbacks_still_load(text, tmp_path):
     run = build_cli(["--config", TINY_LM, "--config", str(config), "--data.path", str(text)], run=False)
     names = [type(c).__name__ for c in run.trainer.callbacks]
     assert "EarlyStopping" in names and "LambdaCallback" in names
+
+
+# ---- divergence is caught at the step it happens ------------------------------------------------------
+class GoesNaN(LitCharLM):
+    """Its training loss is NaN from optimizer step ``at`` (0-based) on, as an overflow would make it."""
+
+    at = 3
+
+    def training_step(self, batch, batch_idx):
+        loss = super().training_step(batch, batch_idx)
+        return loss * float("nan") if self.trainer.global_step >= self.at else loss
+
+
+def windows(n: int = 64) -> DataLoader:
+    data = torch.randint(0, 256, (n, 17), generator=torch.Generator().manual_seed(0))
+    return DataLoader(TensorDataset(data[:, :-1], data[:, 1:]), batch_size=4)
+
+
+def test_a_nan_loss_stops_training_at_the_next_logging_step_naming_the_last_good_checkpoint(tmp_path):
+    ckpt = SafeModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=3, save_last=True)
+    module = GoesNaN(TINY, OptimConfig(warmup_steps=1))
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        max_steps=30, log_every_n_steps=5, callbacks=[ckpt], default_root_dir=tmp_path)  # fmt: skip
+    with pytest.raises(TrainingDiverged) as error:
+        trainer.fit(module, windows(), windows(8))
+    message = str(error.value)
+    assert "at step 4 (checked at step 5)" in message  # the 4th step's loss, read on the logging step
+    assert f"Last good checkpoint: {tmp_path / 'ckpt' / 'last.ckpt'}" in message
+    assert trainer.global_step == 5
+    good = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=True)
+    assert good["global_step"] == 3 and all(torch.isfinite(w).all() for w in good["state_dict"].values())
+
+
+def test_validation_never_runs_on_a_diverged_model(tmp_path):
+    """A validation between logging steps would sample from NaN logits (torch.multinomial raises on them)."""
+    module = GoesNaN(TINY, OptimConfig(warmup_steps=1))
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        max_steps=30, log_every_n_steps=50, val_check_interval=6, limit_val_batches=1,
+                        callbacks=[SafeModelCheckpoint(dirpath=tmp_path)], default_root_dir=tmp_path)  # fmt: skip
+    with pytest.raises(TrainingDiverged, match="at step 4 \\(checked at step 6\\)"):
+        trainer.fit(module, windows(), windows(8))
+
+
+def test_no_sample_from_non_finite_weights(caplog):
+    class Data:
+        vocab = ByteVocab()
+
+        def seed_text(self, length):
+            return torch.zeros(1, length, dtype=torch.long)
+
+    module = LitCharLM(TINY)
+    with torch.no_grad():
+        module.model.head.weight.fill_(float("nan"))
+    trainer = SimpleNamespace(datamodule=Data(), sanity_checking=False, strategy=None, is_global_zero=True,
+                              global_step=7, loggers=[])  # fmt: skip
+    with caplog.at_level(logging.INFO):
+        SampleText(length=5).on_validation_epoch_end(trainer, module)
+    assert "no sample at step 7: the weights are not finite" in caplog.text

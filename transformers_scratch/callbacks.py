@@ -13,6 +13,7 @@ from lightning.fabric.plugins import CheckpointIO
 from lightning.pytorch.callbacks import BasePredictionWriter, Callback, ModelCheckpoint, TQDMProgressBar
 from lightning.pytorch.strategies import FSDPStrategy
 from lightning.pytorch.utilities import rank_zero_info
+from torch import Tensor
 
 
 class TrainingDiverged(RuntimeError):
@@ -31,11 +32,9 @@ class SafeCheckpointIO(CheckpointIO):
     def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
         weights = checkpoint.get("state_dict", {}).values()
         if not all(torch.isfinite(w).all() for w in weights if torch.is_tensor(w) and w.is_floating_point()):
-            kept = self.last_written or self.callback.best_model_path or "none was saved yet"
             raise TrainingDiverged(
                 f"the weights became NaN or infinite by step {checkpoint.get('global_step')}; not saving {path}. "
-                f"Last good checkpoint: {kept}. Lower the learning rate, lengthen the warm-up or keep gradient "
-                "clipping on, then resume from it with --ckpt_path"
+                f"{self.callback.last_good()}"
             )
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -71,6 +70,45 @@ class SafeModelCheckpoint(ModelCheckpoint):
         io = trainer.strategy.checkpoint_io
         if not isinstance(io, SafeCheckpointIO):
             trainer.strategy.checkpoint_io = SafeCheckpointIO(io, self)
+        self.io = trainer.strategy.checkpoint_io
+        self.first_bad: Tensor | None = None  # on the device: the first step whose loss was not finite, or -1
+
+    # ---- divergence: caught at the step it happens, read on logging steps only ----
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+        if torch.is_tensor(loss):  # a device-side record, so checking costs no sync
+            if self.first_bad is None:
+                self.first_bad = torch.full((), -1, dtype=torch.long, device=loss.device)
+            bad = ~torch.isfinite(loss.detach()) & (self.first_bad < 0)
+            self.first_bad = torch.where(bad, trainer.global_step, self.first_bad)
+            if trainer.global_step % trainer.log_every_n_steps == 0:
+                self.stop_if_diverged(trainer)
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        if not trainer.sanity_checking:  # nothing downstream (metrics, samples) runs on a diverged model
+            self.stop_if_diverged(trainer)
+
+    def stop_if_diverged(self, trainer) -> None:
+        step = -1 if self.first_bad is None else int(self.first_bad)
+        if step >= 0:
+            raise TrainingDiverged(
+                f"the training loss became NaN or infinite at step {step} (checked at step {trainer.global_step}); "
+                f"training stopped. {self.last_good()}"
+            )
+
+    def last_good(self) -> str:
+        """Where to resume from after a divergence: the newest checkpoint this run (or the run it resumed)
+        wrote; every checkpoint written is finite."""
+        written = getattr(getattr(self, "io", None), "last_written", None)
+        candidates = [written, self.last_model_path, self.best_model_path]
+        if self.dirpath and Path(self.dirpath).is_dir():
+            candidates += sorted(map(str, Path(self.dirpath).glob("*.ckpt")), key=os.path.getmtime, reverse=True)
+        kept = next((c for c in candidates if c and Path(c).is_file()), None)
+        return (
+            f"Last good checkpoint: {kept or 'none was saved yet'}. Lower the learning rate, lengthen the warm-up "
+            "or keep gradient clipping on, then resume" + (f" with --ckpt_path {kept}" if kept else "")
+        )
 
 
 class ProgressBar(TQDMProgressBar):
@@ -115,6 +153,9 @@ class SampleText(Callback):
                 rank_zero_info("note: no samples during FSDP training; use `cli.py sample --ckpt_path ...`")
             return
         if not trainer.is_global_zero:
+            return
+        if not all(torch.isfinite(p).all() for p in model.parameters()):  # sampling from NaN would raise
+            rank_zero_info(f"note: no sample at step {trainer.global_step}: the weights are not finite")
             return
         seed = data.seed_text(min(self.seed_length, model.cfg.context)).to(pl_module.device)
         out = model.generate(seed, self.length, temperature=self.temperature)

@@ -140,7 +140,8 @@ class LitTransformer(L.LightningModule):
         logging step.
         """
         self.log_dict({f"train/{k}": v for k, v in values.items()})
-        self.__dict__.setdefault("shown", {}).update({k: float(v) for k, v in values.items()})
+        shown = {k: float(v.detach() if torch.is_tensor(v) else v) for k, v in values.items()}
+        self.__dict__.setdefault("shown", {}).update(shown)
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
         """Under FSDP, clip by the norm of the whole gradient: each rank holds only a shard, so the root FSDP
