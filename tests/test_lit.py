@@ -238,7 +238,7 @@ def test_sample_text_continues_a_validation_seed(tmp_path, caplog):
         def val_dataloader(self):
             return loader(8)
 
-        def seed_text(self, length):
+        def seed_text(self, length, generator=None):
             return torch.tensor([list(b"seed text!")])[:, :length]
 
     module = LitCharLM(TINY, OptimConfig(warmup_steps=1))

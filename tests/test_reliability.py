@@ -2,6 +2,9 @@
 runs that diverge, are killed and resumed. Each test fails when its guard is removed."""
 
 import logging
+import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -9,6 +12,8 @@ from types import SimpleNamespace
 import lightning as L
 import pytest
 import torch
+from test_cli import corpus
+from test_data import make_aclimdb
 from torch.utils.data import DataLoader, TensorDataset
 
 from transformers_scratch import LMConfig
@@ -19,6 +24,7 @@ from transformers_scratch.lit import LitCharLM, OptimConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_LM = str(ROOT / "configs" / "tiny_charlm.yaml")
+TINY_IMDB = str(ROOT / "configs" / "tiny_imdb.yaml")
 SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"
 TINY = LMConfig(vocab_size=256, context=16, emb=32, heads=4, depth=2)
 
@@ -158,7 +164,7 @@ def test_no_sample_from_non_finite_weights(caplog):
     class Data:
         vocab = ByteVocab()
 
-        def seed_text(self, length):
+        def seed_text(self, length, generator=None):
             return torch.zeros(1, length, dtype=torch.long)
 
     module = LitCharLM(TINY)
@@ -169,3 +175,80 @@ def test_no_sample_from_non_finite_weights(caplog):
     with caplog.at_level(logging.INFO):
         SampleText(length=5).on_validation_epoch_end(trainer, module)
     assert "no sample at step 7: the weights are not finite" in caplog.text
+
+
+# ---- exact resume --------------------------------------------------------------------------------------
+KILLED_RUN = """
+import os, signal, sys
+from lightning.pytorch.callbacks import Callback
+from transformers_scratch.cli import build_cli
+
+class Kill(Callback):  # SIGKILL, as an out-of-memory killer or a pre-empted node would
+    def on_train_batch_end(self, trainer, *args):
+        if trainer.global_step == int(os.environ["KILL_AT"]):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+run = build_cli(sys.argv[1:], run=False)
+run.trainer.callbacks.append(Kill())
+run.trainer.fit(run.model, datamodule=run.datamodule)
+"""
+
+
+def python(*args, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    clean.update(HOME=str(cwd), PYTHONUNBUFFERED="1", **(env or {}))
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=clean, capture_output=True, text=True, timeout=600)
+
+
+def small_imdb(tmp_path: Path) -> Path:
+    """24 training reviews: 8 held out for validation, 16 in 4 batches of 4."""
+    return make_aclimdb(tmp_path / "imdb", per_class=12)
+
+
+def same_training_state(a: dict, b: dict) -> None:
+    """Bitwise: step, weights, AdamW moments and step counts, learning rates, schedule."""
+    assert a["global_step"] == b["global_step"]
+    assert a["state_dict"].keys() == b["state_dict"].keys()
+    for name in a["state_dict"]:
+        assert torch.equal(a["state_dict"][name], b["state_dict"][name]), name
+    (oa,), (ob,) = a["optimizer_states"], b["optimizer_states"]
+    assert oa["param_groups"] == ob["param_groups"]
+    for i in oa["state"]:
+        for key in oa["state"][i]:
+            assert torch.equal(oa["state"][i][key], ob["state"][i][key]), (i, key)
+    assert a["lr_schedulers"] == b["lr_schedulers"]
+
+
+@pytest.mark.parametrize(
+    "kind, every, kill",
+    [("charlm", 3, 7), ("charlm", 4, 9), ("imdb", 3, 7)],
+    ids=["charlm", "charlm-epoch-end", "imdb"],
+)
+def test_a_killed_run_resumed_from_its_last_checkpoint_equals_the_uninterrupted_run(tmp_path, kind, every, kill):
+    """Epochs of 4 batches, checkpoints every ``every`` steps, SIGKILL at step ``kill``: resumed from step 6
+    (part-way through the second epoch) or step 8 (its end). Dropout is on, so the random stream must continue
+    too, and validation samples text in between."""
+    if kind == "charlm":
+        data = ["--config", TINY_LM, "--data.path", str(corpus(tmp_path / "text.txt")), "--data.batches_per_epoch",
+                "4", "--trainer.limit_val_batches", "2", "--sample.length", "5"]  # fmt: skip
+    else:
+        data = ["--config", TINY_IMDB, "--data.path", str(small_imdb(tmp_path)), "--data.batch_size", "4",
+                "--data.val_size", "8", "--data.data_dir", str(tmp_path / "cache")]  # fmt: skip
+    args = [*data, "--model.model.dropout", "0.1", "--trainer.max_steps", "12", "--trainer.max_epochs", "-1",
+            "--model.optim.warmup_steps", "2", "--checkpoint.every_n_train_steps", str(every),
+            "--trainer.logger", "false", "--trainer.deterministic", "true",
+            "--trainer.enable_progress_bar", "false"]  # fmt: skip
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    whole.mkdir(), killed.mkdir()
+    done = python(str(ROOT / "cli.py"), "fit", *args, cwd=whole)
+    assert done.returncode == 0, done.stderr[-3000:]
+    cut = python("-c", KILLED_RUN, *args, cwd=killed, env={"KILL_AT": str(kill)})
+    assert cut.returncode == -signal.SIGKILL, cut.stderr[-3000:]
+    name = Path(args[1]).stem
+    assert torch.load(killed / "checkpoints" / name / "last.ckpt", weights_only=True)["global_step"] == kill - 1
+    resumed = python(str(ROOT / "cli.py"), "fit", *args, "--ckpt_path", "last", cwd=killed)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    a = torch.load(whole / "checkpoints" / name / "last.ckpt", weights_only=True)
+    b = torch.load(killed / "checkpoints" / name / "last.ckpt", weights_only=True)
+    assert a["global_step"] == 12
+    same_training_state(a, b)

@@ -157,8 +157,13 @@ class SampleText(Callback):
         if not all(torch.isfinite(p).all() for p in model.parameters()):  # sampling from NaN would raise
             rank_zero_info(f"note: no sample at step {trainer.global_step}: the weights are not finite")
             return
-        seed = data.seed_text(min(self.seed_length, model.cfg.context)).to(pl_module.device)
-        out = model.generate(seed, self.length, temperature=self.temperature)
+        # A generator of its own: sampling leaves the global stream (dropout) as it was, so training's numbers
+        # do not depend on whether or how much it samples, and a resumed run continues them exactly.
+        generator = torch.Generator(pl_module.device).manual_seed(trainer.global_step)
+        seed = data.seed_text(
+            min(self.seed_length, model.cfg.context), torch.Generator().manual_seed(trainer.global_step)
+        )
+        out = model.generate(seed.to(pl_module.device), self.length, temperature=self.temperature, generator=generator)
         prompt, text = data.vocab.decode(seed[0]), data.vocab.decode(out[0, seed.size(1) :])
         rank_zero_info(
             f"\n--- sample at step {trainer.global_step} (temperature {self.temperature}) ---\n[{prompt}]{text}\n---"

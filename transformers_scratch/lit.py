@@ -165,8 +165,21 @@ class LitTransformer(L.LightningModule):
         schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step, n=int(total): lr_factor(step, cfg, n))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
-    # ---- throughput: host-side counters only, no device sync in the loop ----
+    # ---- exact resume: the global random stream (dropout) continues where the checkpoint left it ----
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["rng"] = {"torch": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            checkpoint["rng"]["cuda"] = torch.cuda.get_rng_state_all()
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self.__dict__["_resume_rng"] = checkpoint.get("rng")  # applied when training starts, after the sanity check
+
     def on_train_start(self) -> None:
+        if rng := self.__dict__.pop("_resume_rng", None):
+            torch.set_rng_state(rng["torch"])
+            if "cuda" in rng and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(rng["cuda"])
+        # Throughput: host-side counters only, no device sync in the loop.
         self._tokens, self._flops, self._clock = 0, 0.0, time.perf_counter()
         self._peak = peak_flops(self.device)
 

@@ -26,15 +26,18 @@ def init_weights(model: nn.Module, depth: int) -> None:
             nn.init.normal_(p, std=0.02 / math.sqrt(2 * depth) if residual_out else 0.02)
 
 
-def sample_next(logits: Tensor, temperature: float = 1.0, top_k: int | None = None) -> Tensor:
-    """Draw one token per row from logits (b, v): temperature 0 is greedy, top_k keeps the k likeliest."""
+def sample_next(
+    logits: Tensor, temperature: float = 1.0, top_k: int | None = None, generator: torch.Generator | None = None
+) -> Tensor:
+    """Draw one token per row from logits (b, v): temperature 0 is greedy, top_k keeps the k likeliest;
+    ``generator``: draw from it instead of the global random stream."""
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)  # (b, 1)
     logits = logits / temperature
     if top_k is not None:
         kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]  # (b, 1)
         logits = logits.masked_fill(logits < kth, float("-inf"))
-    return torch.multinomial(logits.softmax(dim=-1), num_samples=1)  # (b, 1)
+    return torch.multinomial(logits.softmax(dim=-1), num_samples=1, generator=generator)  # (b, 1)
 
 
 def _check_sampling(temperature: float, top_k: int | None) -> None:
@@ -120,6 +123,7 @@ class CausalLM(nn.Module):
         temperature: float = 1.0,
         top_k: int | None = None,
         use_cache: bool = True,
+        generator: torch.Generator | None = None,
     ) -> Tensor:
         """Continue prompt (b, t) by max_new_tokens; returns (b, t + max_new_tokens).
 
@@ -145,7 +149,7 @@ class CausalLM(nn.Module):
                 logits = self(tokens[:, -keep:], caches)  # (re)fill the cache with the newest window
             else:
                 logits = self(tokens[:, -1:], caches)  # one new position
-            tokens = torch.cat([tokens, sample_next(logits[:, -1], temperature, top_k)], dim=1)
+            tokens = torch.cat([tokens, sample_next(logits[:, -1], temperature, top_k, generator)], dim=1)
         self.train(was_training)
         return tokens
 

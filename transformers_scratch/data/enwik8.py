@@ -11,13 +11,13 @@ import math
 from pathlib import Path
 from typing import Literal
 
-import lightning as L
 import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, get_worker_info
+from torch.utils.data import DataLoader, Dataset
 
 from .files import DataError, download, predicting, read_bytes
+from .progress import ResumableData
 from .vocab import ByteVocab, vocab_from_state, vocab_state
 
 ENWIK8_URL = "http://mattmahoney.net/dc/enwik8.zip"
@@ -33,24 +33,16 @@ def split_bounds(n: int) -> dict[str, tuple[int, int]]:
 
 
 class RandomWindows(Dataset):
-    """Item i is a whole batch of random windows; the index is ignored, windows are drawn afresh.
+    """Item i is training batch number i: ``batch_size`` random windows drawn by a generator seeded with
+    ``(seed, i)``, so a batch is the same whichever process (rank, worker) draws it, and a resumed run
+    draws exactly the batches the interrupted one would have (see :mod:`.progress`)."""
 
-    Each process (rank, worker) draws from its own generator, so DDP ranks and loader workers never
-    repeat each other's windows.
-    """
-
-    def __init__(self, data: Tensor, context: int, batch_size: int, batches: int, seed: int) -> None:
-        self.data, self.context, self.batch_size, self.batches, self.seed = data, context, batch_size, batches, seed
-        self.generator: torch.Generator | None = None
-
-    def __len__(self) -> int:
-        return self.batches
+    def __init__(self, data: Tensor, context: int, batch_size: int, seed: int) -> None:
+        self.data, self.context, self.batch_size, self.seed = data, context, batch_size, seed
 
     def __getitem__(self, i: int) -> tuple[Tensor, Tensor]:
-        if self.generator is None:
-            worker = get_worker_info()
-            self.generator = torch.Generator().manual_seed((self.seed + 7919 * (worker.id if worker else 0)) % 2**63)
-        starts = torch.randint(len(self.data) - self.context, (self.batch_size, 1), generator=self.generator)
+        generator = torch.Generator().manual_seed(hash((self.seed, i)) % 2**63)
+        starts = torch.randint(len(self.data) - self.context, (self.batch_size, 1), generator=generator)
         windows = self.data[starts + torch.arange(self.context + 1)].long()  # (b, context + 1)
         return windows[:, :-1], windows[:, 1:]  # inputs, next-byte targets: (b, context) each
 
@@ -86,7 +78,7 @@ class StridedWindows(Dataset):
         return window[:-1], targets
 
 
-class TextDataModule(L.LightningDataModule):
+class TextDataModule(ResumableData):
     """Byte-level text: enwik8 (downloaded into ``data_dir`` when missing) or any local text file, split
     90/5/5.
 
@@ -121,7 +113,7 @@ class TextDataModule(L.LightningDataModule):
                 1: the tutorial's exhaustive evaluation, every byte predicted from a full context.
             vocab: ``bytes``: all 256 byte values; ``file``: only the byte values in the file.
             num_workers: DataLoader worker processes.
-            seed: Seed of the training-window sampler (combined with rank and step).
+            seed: Seed of the training windows (batch i is drawn with seed and i).
             url: Where enwik8.zip is downloaded from (a mirror, if the original is unreachable).
             predict_path: For ``predict``: a file to score in bits per byte, with this module's windows.
         """
@@ -195,14 +187,8 @@ class TextDataModule(L.LightningDataModule):
             self.splits[name] = data[lo:hi]
 
     def train_dataloader(self) -> DataLoader:
-        rank = self.trainer.global_rank if self.trainer else 0
-        step = self.trainer.global_step if self.trainer else 0  # a resumed run draws new windows
-        seed = hash((self.seed, rank, step)) % 2**62
-        dataset = RandomWindows(self.splits["train"], self.context, self.batch_size, self.batches_per_epoch, seed)
-        return DataLoader(
-            dataset, batch_size=None, shuffle=False, num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0, pin_memory=torch.cuda.is_available(),
-        )  # fmt: skip
+        windows = RandomWindows(self.splits["train"], self.context, self.batch_size, self.seed)
+        return self.train_loader(windows, self.batches_per_epoch, shuffle=False)  # batch numbers are random enough
 
     def _eval_loader(self, split: str) -> DataLoader:
         dataset = StridedWindows(self.splits[split], self.context, self.eval_stride)
@@ -246,10 +232,11 @@ class TextDataModule(L.LightningDataModule):
 
     # ---- checkpoint state: the vocabulary ---------------------------------------------------------
     def state_dict(self) -> dict:
-        return vocab_state(self.vocab)
+        return {**vocab_state(self.vocab), **self.progress_state()}
 
     def load_state_dict(self, state: dict) -> None:
         self._vocab = vocab_from_state(state) or self._vocab
+        self.load_progress(state)
 
 
 class Enwik8DataModule(TextDataModule):

@@ -14,12 +14,12 @@ import tarfile
 from pathlib import Path
 from typing import Literal
 
-import lightning as L
 import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from .files import DataError, predicting
+from .progress import ResumableData
 from .vocab import WordVocab, vocab_from_state, vocab_state
 
 HF_NAME = "stanfordnlp/imdb"
@@ -104,7 +104,7 @@ class PaddedBatches(Dataset):
     and the reviews' texts when given (prediction prints them beside the predicted class).
 
     ``order``: ``bucketed`` (training) cuts batches from seeded random pools of ``pool`` batches sorted by
-    length, so little is padding, and the loader shuffles the batches; ``length`` sorts everything by
+    length, so little is padding, and the training order shuffles the batches each epoch; ``length`` sorts everything by
     length (evaluation); ``given`` keeps the reviews in their order (prediction, one output per input line).
     """
 
@@ -133,15 +133,16 @@ class PaddedBatches(Dataset):
         return len(self.batches)
 
     def __getitem__(self, i: int) -> tuple:
-        index = self.batches[i].tolist()
+        chosen = self.batches[i % len(self.batches)]  # i: a training batch number (epoch * n + k)
+        index = chosen.tolist()
         rows = [self.ids[j] for j in index]
         ids = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=WordVocab.PAD)  # (b, t)
         mask = torch.arange(ids.size(1))[None] < torch.tensor([len(r) for r in rows])[:, None]  # (b, t)
-        batch = ids, mask, self.labels[self.batches[i]]
+        batch = ids, mask, self.labels[chosen]
         return batch if self.texts is None else (*batch, [self.texts[j] for j in index])
 
 
-class IMDbDataModule(L.LightningDataModule):
+class IMDbDataModule(ResumableData):
     """IMDb: 25,000 training reviews (less a held-out validation set) and 25,000 test reviews.
 
     What a model needs from it (``vocab_size``, ``num_classes``, ``context``) is linked into the model's
@@ -250,19 +251,20 @@ class IMDbDataModule(L.LightningDataModule):
             ids = [x[: self.max_length].long() for x in part["ids"].split(part["lengths"].tolist())]
             self.splits[name] = (ids, part["labels"])
 
-    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+    def _eval_loader(self, split: str) -> DataLoader:
         ids, labels = self.splits[split]
-        batches = PaddedBatches(ids, labels, self.batch_size, "bucketed" if shuffle else "length", self.seed)
-        return DataLoader(batches, batch_size=None, shuffle=shuffle, num_workers=self.num_workers)
+        batches = PaddedBatches(ids, labels, self.batch_size, "length")
+        return DataLoader(batches, batch_size=None, num_workers=self.num_workers)
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
+        batches = PaddedBatches(*self.splits["train"], self.batch_size, "bucketed", self.seed)
+        return self.train_loader(batches, len(batches), shuffle=True)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader("val", shuffle=False)
+        return self._eval_loader("val")
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)
+        return self._eval_loader("test")
 
     def predict_dataloader(self) -> DataLoader:
         """Reviews from ``predict_path``, one a line, in file order, encoded with the model's vocabulary."""
@@ -281,7 +283,8 @@ class IMDbDataModule(L.LightningDataModule):
         return DataLoader(batches, batch_size=None)
 
     def state_dict(self) -> dict:
-        return vocab_state(self.vocab) if self.vocab is not None else {}
+        return {**(vocab_state(self.vocab) if self.vocab is not None else {}), **self.progress_state()}
 
     def load_state_dict(self, state: dict) -> None:
         self.vocab = vocab_from_state(state) or self.vocab
+        self.load_progress(state)

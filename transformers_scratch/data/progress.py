@@ -1,0 +1,97 @@
+"""Training batches that a resumed run continues exactly.
+
+A killed run resumed from a checkpoint must see the batches the uninterrupted run would have seen. So a
+training batch is a pure function of its number, never of a random stream that a restart would reseed:
+epoch ``e``'s order comes from ``(seed, e)``, each rank takes its own share, and the data module counts the
+batches training has consumed in the epoch. That count travels in the checkpoint (the data module's
+``state_dict``), and the resumed epoch starts after it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+
+@dataclass
+class Progress:
+    """Training batches consumed in epoch ``epoch`` (of this rank's share)."""
+
+    epoch: int = 0
+    batches: int = 0
+
+    def start(self, epoch: int) -> int:
+        """Where epoch ``epoch`` begins: after the consumed batches if it is the epoch a checkpoint was saved
+        in, else at its first batch."""
+        if epoch != self.epoch:
+            self.epoch, self.batches = epoch, 0
+        return self.batches
+
+
+class ResumableOrder(DistributedSampler):
+    """The numbers of this rank's training batches in one epoch, from where training left off.
+
+    Batch number ``epoch * n + k`` is the k-th of the epoch's n batches: its content is decided by that number
+    alone. ``shuffle`` permutes the n batches with a generator seeded by ``(seed, epoch)``; rank r of w takes
+    every w-th batch of the permutation (the tail that does not divide evenly waits for the next epoch). It is
+    a ``DistributedSampler``, with ``set_epoch`` called by Lightning each epoch, so Lightning uses it as it is
+    instead of wrapping it in its own.
+    """
+
+    def __init__(self, n: int, seed: int, shuffle: bool, rank: int, world: int, progress: Progress) -> None:
+        if n < world:
+            raise ValueError(f"{n} training batches per epoch cannot be shared by {world} devices; use more batches")
+        super().__init__(range(n), num_replicas=world, rank=rank, shuffle=shuffle, seed=seed, drop_last=True)
+        self.n, self.progress = n, progress
+        # Lightning makes the first iterator before its first set_epoch: start in the epoch the checkpoint was
+        # saved in, or in the next one if that epoch was complete (0 in a fresh run).
+        self.epoch = progress.epoch + (progress.batches >= self.num_samples)
+
+    def __iter__(self):
+        if self.shuffle:
+            order = torch.randperm(self.n, generator=torch.Generator().manual_seed(hash((self.seed, self.epoch))))
+        else:
+            order = torch.arange(self.n)
+        mine = order[self.rank : self.num_samples * self.num_replicas : self.num_replicas]  # (num_samples,)
+        start = self.progress.start(self.epoch)
+        return iter((self.epoch * self.n + mine[start:]).tolist())
+
+    def __len__(self) -> int:
+        return self.num_samples  # the whole epoch's share, also when resuming part-way (Lightning counts it so)
+
+
+class ResumableData(L.LightningDataModule):
+    """What both data modules share: training loaders built on :class:`ResumableOrder`, and the count of
+    consumed batches, which goes into checkpoints with the vocabulary."""
+
+    seed: int
+    num_workers: int
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.progress = Progress()
+
+    def train_loader(self, batches: Dataset, n: int, shuffle: bool) -> DataLoader:
+        """A loader of whole batches (``batches[i]`` is batch number i) in a resumable order."""
+        rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
+        order = ResumableOrder(n, self.seed, shuffle, rank, world, self.progress)
+        return DataLoader(
+            batches, batch_size=None, sampler=order, num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0, pin_memory=torch.cuda.is_available(),
+            generator=torch.Generator().manual_seed(self.seed),  # worker seeds drawn here, not from the global RNG
+        )  # fmt: skip
+
+    def on_before_batch_transfer(self, batch, dataloader_idx: int):
+        if self.trainer is not None and self.trainer.training:  # consumed by a training step
+            self.progress.batches += 1
+        return batch
+
+    def progress_state(self) -> dict:
+        return {"progress": asdict(self.progress)}
+
+    def load_progress(self, state: dict) -> None:
+        if "progress" in state:  # in place: a loader already made holds this object
+            self.progress.epoch, self.progress.batches = state["progress"]["epoch"], state["progress"]["batches"]
