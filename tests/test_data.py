@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from transformers_scratch.data import ByteVocab, DataError, Enwik8DataModule, IMDbDataModule
-from transformers_scratch.data.enwik8 import ENWIK8_BYTES, RandomWindows, StridedWindows, split_bounds
+from transformers_scratch.data.enwik8 import ENWIK8_BYTES, ENWIK8_SHA256, RandomWindows, StridedWindows, split_bounds
 from transformers_scratch.data.files import read_bytes
 from transformers_scratch.data.imdb import WordVocab, read_aclimdb, tokenize
+from transformers_scratch.data.progress import Progress, ResumableOrder
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 IMDB_TARBALL = SHARED / "aclImdb_v1.tar.gz"
@@ -43,15 +44,35 @@ def test_evaluation_scores_every_byte_exactly_once(stride):
     assert scored[0] == 0 and (scored[1:] == 1).all()
 
 
-def test_random_windows_are_next_byte_pairs_and_differ_between_processes():
+def test_random_windows_are_next_byte_pairs_and_a_function_of_the_batch_number():
     data = torch.arange(1000).to(torch.uint8)
-    a = RandomWindows(data, context=32, batch_size=8, batches=3, seed=1)
+    a = RandomWindows(data, context=32, batch_size=8, seed=1)
     x, y = a[0]
     assert x.shape == y.shape == (8, 32)
     assert torch.equal(y[:, :-1], x[:, 1:]) and torch.equal((x[:, -1] + 1) % 256, y[:, -1])
     assert not torch.equal(a[0][0], a[1][0])  # fresh windows every batch
-    b = RandomWindows(data, context=32, batch_size=8, batches=3, seed=2)  # another rank's seed
-    assert not torch.equal(b[0][0], RandomWindows(data, 32, 8, 3, seed=1)[0][0])
+    assert torch.equal(RandomWindows(data, 32, 8, seed=1)[7][0], a[7][0])  # in any process, in any order
+    assert not torch.equal(RandomWindows(data, 32, 8, seed=2)[0][0], a[0][0])
+
+
+def test_training_order_shares_batches_between_ranks_and_resumes_part_way():
+    progress = Progress()
+    ranks = [ResumableOrder(10, seed=3, shuffle=True, rank=r, world=2, progress=Progress()) for r in (0, 1)]
+    for order in ranks:
+        order.set_epoch(1)
+    mine = [list(order) for order in ranks]
+    assert len(mine[0]) == len(mine[1]) == len(ranks[0]) == 5
+    assert not set(mine[0]) & set(mine[1]) and set(mine[0]) | set(mine[1]) == set(range(10, 20))  # epoch 1: 10..19
+    one = ResumableOrder(10, seed=3, shuffle=True, rank=0, world=1, progress=progress)
+    whole = list(one)
+    one.set_epoch(1)
+    epoch1 = list(one)
+    assert sorted(epoch1) == list(range(10, 20)) and epoch1 != [b + 10 for b in whole]  # reshuffled
+    progress.epoch, progress.batches = 1, 4  # a checkpoint saved after 4 batches of epoch 1
+    resumed = ResumableOrder(10, seed=3, shuffle=True, rank=0, world=1, progress=progress)
+    assert list(resumed) == epoch1[4:] and len(resumed) == 10  # the rest of the epoch; Lightning counts all
+    progress.epoch, progress.batches = 1, 10  # saved at the end of epoch 1: the next starts afresh
+    assert list(ResumableOrder(10, seed=3, shuffle=True, rank=0, world=1, progress=progress))[0] >= 20
 
 
 def test_byte_vocab_round_trips_and_refuses_unknown_characters():
@@ -121,20 +142,21 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 
 
 def test_enwik8_download_is_verified(tmp_path):
-    """The real download path against a loopback server: a file that is not 10^8 bytes is refused."""
+    """The real download path against a loopback server: a file of enwik8's size that is not enwik8 is refused
+    by its SHA-256, and removed."""
     served = tmp_path / "served"
     served.mkdir()
-    with zipfile.ZipFile(served / "enwik8.zip", "w") as z:
-        z.writestr("enwik8", b"too short")
+    with zipfile.ZipFile(served / "enwik8.zip", "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("enwik8", bytes(ENWIK8_BYTES))  # the right size, the wrong bytes
     handler = lambda *a, **k: _Quiet(*a, directory=str(served), **k)  # noqa: E731
     with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
         threading.Thread(target=server.serve_forever, daemon=True).start()
         url = f"http://127.0.0.1:{server.server_address[1]}/enwik8.zip"
         dm = Enwik8DataModule(data_dir=str(tmp_path / "data"), url=url)
-        with pytest.raises(DataError, match="holds 9 bytes, not enwik8's 100,000,000"):
+        with pytest.raises(DataError, match=f"its SHA-256 is [0-9a-f]{{64}}, not {ENWIK8_SHA256}; removed it"):
             dm.prepare_data()
         server.shutdown()
-    assert not (tmp_path / "data" / "enwik8.zip").exists()  # nothing half-right left behind
+    assert list((tmp_path / "data").iterdir()) == []  # nothing half-right left behind, no partial file
 
 
 def test_enwik8_download_failure_says_what_to_fetch(tmp_path):

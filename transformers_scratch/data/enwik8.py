@@ -22,6 +22,7 @@ from .vocab import ByteVocab, vocab_from_state, vocab_state
 
 ENWIK8_URL = "http://mattmahoney.net/dc/enwik8.zip"
 ENWIK8_BYTES = 100_000_000  # the first 10^8 bytes of the English Wikipedia dump of 2006-03-03
+ENWIK8_SHA256 = "547994d9980ebed1288380d652999f38a14fe291a6247c157c3d33d4932534bc"  # enwik8.zip, 36,445,475 bytes
 SPLITS = (0.9, 0.05, 0.05)  # 90M / 5M / 5M bytes on enwik8, as in the tutorial and the literature
 IGNORE = -100  # target id that cross_entropy skips
 
@@ -143,20 +144,15 @@ class TextDataModule(ResumableData):
                 f"Fetch {ENWIK8_URL} yourself and put it at {self.source}, or pass --data.path with a local "
                 "enwik8, enwik8.zip or enwik8.gz (or any other text file)."
             )
-            download(self.url, self.source, "enwik8", hint)
-            raw = read_bytes(self.source)
-            if len(raw) != ENWIK8_BYTES:
-                self.source.unlink()
-                raise DataError(
-                    f"the download from {self.url} holds {len(raw):,} bytes, not enwik8's "
-                    f"{ENWIK8_BYTES:,}; removed it. {hint}"
-                )
+            download(self.url, self.source, "enwik8", hint, sha256=ENWIK8_SHA256)
 
     def raw(self) -> bytes:
         if self._raw is None:
             if self.path is None and not self.source.exists():
                 self.prepare_data()  # the vocabulary is wanted before Lightning would call prepare_data
             self._raw = read_bytes(self.source)
+            if not self._raw:
+                raise DataError(f"{str(self.source)!r} is empty; pass a text file (data.path) with something in it")
         return self._raw
 
     @property

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import os
-import shutil
 import tempfile
 import urllib.request
 import zipfile
@@ -22,9 +22,27 @@ def predicting(datamodule) -> bool:
     return trainer is not None and trainer.state.fn == "predict"
 
 
+MAX_INFLATED = 500_000_000  # 5x enwik8: an archive that inflates to more is refused (a zip bomb)
+
+
+def _too_large(path: Path) -> DataError:
+    return DataError(
+        f"{str(path)!r} inflates to more than {MAX_INFLATED:,} bytes (5x enwik8), so it was not read; "
+        "unpack it yourself and pass the raw file with --data.path if it is really meant"
+    )
+
+
+def _inflate(stream, path: Path) -> bytes:
+    """Read a decompressing stream, stopping past MAX_INFLATED bytes instead of filling the memory."""
+    data = stream.read(MAX_INFLATED + 1)
+    if len(data) > MAX_INFLATED:
+        raise _too_large(path)
+    return data
+
+
 def read_bytes(path: str | os.PathLike) -> bytes:
     """The contents of a raw file, a one-member ``.zip`` (the member named like the archive if there are
-    several) or a ``.gz``, checked against the archive's CRC."""
+    several) or a ``.gz``, checked against the archive's CRC; an archive is read only up to MAX_INFLATED."""
     path = Path(path)
     if not path.exists():
         raise DataError(f"data.path {str(path)!r} does not exist; pass the path of a text file, .zip or .gz")
@@ -37,9 +55,13 @@ def read_bytes(path: str | os.PathLike) -> bytes:
                 name = path.stem if path.stem in names else names[0] if len(names) == 1 else None
                 if name is None:
                     raise DataError(f"{str(path)!r} holds {len(names)} files and none named {path.stem!r}")
-                return archive.read(name)  # raises BadZipFile on a CRC mismatch
+                if archive.getinfo(name).file_size > MAX_INFLATED:  # what the archive says, before inflating
+                    raise _too_large(path)
+                with archive.open(name) as member:  # checks the CRC (BadZipFile) once read to the end
+                    return _inflate(member, path)  # and the true size, whatever the header claimed
         if path.suffix == ".gz":
-            return gzip.decompress(path.read_bytes())
+            with gzip.open(path) as stream:
+                return _inflate(stream, path)
         return path.read_bytes()
     except (zipfile.BadZipFile, gzip.BadGzipFile, EOFError, zlib.error) as e:
         raise DataError(
@@ -49,16 +71,28 @@ def read_bytes(path: str | os.PathLike) -> bytes:
         raise DataError(f"data.path {str(path)!r} cannot be read ({e.strerror}); check its permissions") from e
 
 
-def download(url: str, dest: Path, what: str, manual_hint: str) -> Path:
-    """Fetch url to dest atomically (a broken transfer never leaves a partial file at dest)."""
+def download(url: str, dest: Path, what: str, manual_hint: str, sha256: str | None = None) -> Path:
+    """Fetch url to dest atomically: a broken transfer, or one whose SHA-256 is not ``sha256``, never leaves a
+    file at dest, and partial files that a killed download left are removed first."""
     dest.parent.mkdir(parents=True, exist_ok=True)
+    for stale in dest.parent.glob(f".{dest.name}.*.part"):
+        stale.unlink(missing_ok=True)
     print(f"downloading {what} from {url} to {dest}", flush=True)
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    digest = hashlib.sha256()
     try:
         with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as response:
-            shutil.copyfileobj(response, out, length=1 << 20)
+            while chunk := response.read(1 << 20):
+                digest.update(chunk)
+                out.write(chunk)
+        if sha256 is not None and digest.hexdigest() != sha256:
+            raise DataError(
+                f"the download from {url} is not {what}: its SHA-256 is {digest.hexdigest()}, not {sha256}; "
+                f"removed it. {manual_hint}"
+            )
         os.replace(tmp, dest)
     except OSError as e:
-        Path(tmp).unlink(missing_ok=True)
         raise DataError(f"could not download {what} from {url} ({e}). {manual_hint}") from e
+    finally:
+        Path(tmp).unlink(missing_ok=True)
     return dest

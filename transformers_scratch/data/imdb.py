@@ -49,11 +49,14 @@ def read_aclimdb(path: Path) -> dict[str, Split]:
         if path.is_dir():
             root = path if path.name == "aclImdb" else path / "aclImdb"
             for f in sorted(root.glob("*/*/*.txt")):
+                if f.is_symlink() or not f.resolve().is_relative_to(root.resolve()):
+                    continue  # a link could point anywhere: only the folder's own files are read
                 add(f.relative_to(root.parent).as_posix(), f.read_text(encoding="utf-8"))
         else:
             with tarfile.open(path) as archive:
-                for member in archive:
-                    if member.isfile() and pattern.search(member.name):
+                for member in archive:  # regular files only (no links), named inside the archive's folder
+                    parts = member.name.split("/")
+                    if member.isfile() and ".." not in parts and parts[0] and pattern.search(member.name):
                         add(member.name, archive.extractfile(member).read().decode("utf-8"))
     except (tarfile.TarError, EOFError, OSError) as e:
         raise DataError(
@@ -278,6 +281,8 @@ class IMDbDataModule(ResumableData):
                 f"data.predict_path {self.predict_path!r} is not a file; give a text file with one review a line"
             )
         texts = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        if not texts:
+            raise DataError(f"data.predict_path {self.predict_path!r} holds no reviews; give one review a line")
         ids = [torch.tensor(self.vocab.encode(tokenize(t))[: self.max_length] or [WordVocab.UNK]) for t in texts]
         batches = PaddedBatches(ids, torch.zeros(len(ids), dtype=torch.long), self.batch_size, "given", texts=texts)
         return DataLoader(batches, batch_size=None)
