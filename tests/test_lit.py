@@ -1,5 +1,6 @@
 """The LightningModules: optimiser groups, schedule, compile, checkpoints, throughput arithmetic."""
 
+import csv
 import math
 from dataclasses import replace
 from pathlib import Path
@@ -252,8 +253,6 @@ def test_sample_text_continues_a_validation_seed(tmp_path, caplog):
 
 def test_throughput_and_mfu_are_logged(tmp_path, monkeypatch):
     """tokens/s on every logging step; MFU where the device's peak is known (here a pretend 1 TFLOP/s)."""
-    import csv
-
     from lightning.pytorch.loggers import CSVLogger
 
     monkeypatch.setattr("transformers_scratch.lit.peak_flops", lambda device: 1e12)
@@ -266,3 +265,22 @@ def test_throughput_and_mfu_are_logged(tmp_path, monkeypatch):
     for r in rows:
         expected = float(r["train/tokens_per_s"]) * train_flops_per_token(TINY, 16) / 1e12
         assert math.isclose(float(r["train/mfu"]), expected, rel_tol=1e-5)
+
+
+def test_every_logged_tokens_per_second_is_true_the_first_included(tmp_path, monkeypatch):
+    """A clock that moves 1 s per training step: every figure must be one batch (8 x 16 tokens) a second. The
+    first once counted a step that had not run yet, over no time at all."""
+    from lightning.pytorch.loggers import CSVLogger
+
+    clock = [0.0]
+    monkeypatch.setattr("transformers_scratch.lit.time.perf_counter", lambda: clock[0])
+
+    class Tick(L.Callback):
+        def on_train_batch_end(self, *args):
+            clock[0] += 1.0
+
+    t = trainer(tmp_path, max_steps=6, log_every_n_steps=1, logger=CSVLogger(tmp_path), callbacks=[Tick()])
+    t.fit(LitCharLM(TINY, OptimConfig(warmup_steps=1)), loader(48))
+    log = (tmp_path / "lightning_logs" / "version_0" / "metrics.csv").read_text().splitlines()
+    rates = [float(r["train/tokens_per_s"]) for r in csv.DictReader(log) if r.get("train/tokens_per_s")]
+    assert len(rates) == 5 and all(rate == 8 * 16 for rate in rates)

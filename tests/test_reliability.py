@@ -1,11 +1,17 @@
 """What a hostile or unlucky user meets: bad settings, configs that name code, checkpoints that are not data,
 runs that diverge, are killed and resumed. Each test fails when its guard is removed."""
 
+import csv
+import gzip
+import io
 import logging
 import os
 import signal
 import subprocess
 import sys
+import tarfile
+import tracemalloc
+import zipfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -16,11 +22,13 @@ from test_cli import corpus
 from test_data import make_aclimdb
 from torch.utils.data import DataLoader, TensorDataset
 
-from transformers_scratch import LMConfig
+from transformers_scratch import ClassifierConfig, LMConfig
 from transformers_scratch.callbacks import SafeModelCheckpoint, SampleText, TrainingDiverged
-from transformers_scratch.cli import build_cli, main
+from transformers_scratch.cli import LOCK, build_cli, claim_run_folder, main, release_run_folder
+from transformers_scratch.data import DataError, IMDbDataModule, TextDataModule, WordVocab, files
+from transformers_scratch.data.imdb import read_aclimdb
 from transformers_scratch.data.vocab import ByteVocab
-from transformers_scratch.lit import LitCharLM, OptimConfig
+from transformers_scratch.lit import LitCharLM, LitClassifier, OptimConfig, as_config, lr_factor
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_LM = str(ROOT / "configs" / "tiny_charlm.yaml")
@@ -236,7 +244,7 @@ def test_a_killed_run_resumed_from_its_last_checkpoint_equals_the_uninterrupted_
                 "--data.val_size", "8", "--data.data_dir", str(tmp_path / "cache")]  # fmt: skip
     args = [*data, "--model.model.dropout", "0.1", "--trainer.max_steps", "12", "--trainer.max_epochs", "-1",
             "--model.optim.warmup_steps", "2", "--checkpoint.every_n_train_steps", str(every),
-            "--trainer.logger", "false", "--trainer.deterministic", "true",
+            "--trainer.log_every_n_steps", "1", "--trainer.deterministic", "true",
             "--trainer.enable_progress_bar", "false"]  # fmt: skip
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     whole.mkdir(), killed.mkdir()
@@ -252,3 +260,228 @@ def test_a_killed_run_resumed_from_its_last_checkpoint_equals_the_uninterrupted_
     b = torch.load(killed / "checkpoints" / name / "last.ckpt", weights_only=True)
     assert a["global_step"] == 12
     same_training_state(a, b)
+
+    # One run, one place: the resumed run logged into the CSV version and the W&B run it started, at the steps
+    # and with the values of the uninterrupted run.
+    assert [p.name for p in (killed / "logs" / name).iterdir()] == ["version_0"]
+    rows = [logged_rows(d / "logs" / name / "version_0" / "metrics.csv", after=kill - 1) for d in (whole, killed)]
+    assert rows[0] == rows[1] and len(rows[0]) > 0
+    runs = sorted(p.name.rsplit("-", 1)[1] for p in (killed / "logs" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 2 and runs[0] == runs[1]
+
+
+def logged_rows(path: Path, after: int) -> list[dict]:
+    """The CSV rows logged after a step, without the wall-clock figures (tokens/s)."""
+    with path.open() as f:
+        rows = [
+            {k: v for k, v in row.items() if v != "" and "tokens_per_s" not in k}
+            for row in csv.DictReader(f)
+            if int(row["step"]) >= after
+        ]
+    return [row for row in rows if len(row) > 2]  # more than step and epoch
+
+
+# ---- resume with changed settings: applied, with one line saying so ----------------------------------
+def test_a_resumed_run_applies_a_changed_learning_rate_schedule_and_batch_size(tmp_path):
+    args = ["--config", TINY_LM, "--data.path", str(corpus(tmp_path / "text.txt")), "--data.batches_per_epoch", "4",
+            "--trainer.limit_val_batches", "1", "--sample.length", "0", "--trainer.log_every_n_steps", "1",
+            "--trainer.enable_progress_bar", "false", "--model.optim.warmup_steps", "2"]  # fmt: skip
+    quiet = {"WANDB_MODE": "disabled"}
+    first = python(str(ROOT / "cli.py"), "fit", *args, "--trainer.max_steps", "4", cwd=tmp_path, env=quiet)
+    assert first.returncode == 0, first.stderr[-3000:]
+    again = python(str(ROOT / "cli.py"), "fit", *args, "--trainer.max_steps", "6", "--model.optim.lr", "1e-4",
+                   "--data.batch_size", "8", "--ckpt_path", "last", cwd=tmp_path, env=quiet)  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    out = again.stdout + again.stderr
+    assert "resuming with model.optim.lr 0.0001 (was 0.002), schedule length 6 steps (was 4)" in out
+    assert "resuming with data.batch_size 8 (was 32)" in out
+    last = torch.load(tmp_path / "checkpoints" / "tiny_charlm" / "last.ckpt", weights_only=True)
+    assert last["global_step"] == 6 and last["schedule_steps"] == 6
+    cfg = OptimConfig(lr=1e-4, warmup_steps=2)
+    assert last["lr_schedulers"][0]["base_lrs"] == [1e-4, 1e-4]
+    groups = last["optimizer_states"][0]["param_groups"]
+    assert groups[0]["lr"] == pytest.approx(1e-4 * lr_factor(6, cfg, 6))  # the new rate on the new cosine
+    assert as_config(last["hyper_parameters"]["optim"], OptimConfig).lr == 1e-4  # the rate it trained at
+    with (tmp_path / "logs" / "tiny_charlm" / "version_0" / "metrics.csv").open() as f:
+        used = {int(r["step"]): float(r["lr-AdamW/pg1"]) for r in csv.DictReader(f) if r.get("lr-AdamW/pg1")}
+    for step in (4, 5):  # the rates the resumed steps ran at, the first one included
+        assert used[step] == pytest.approx(1e-4 * lr_factor(step, cfg, 6)), step
+
+
+# ---- one run, one place -----------------------------------------------------------------------------------
+def test_a_fresh_fit_never_starts_over_another_runs_checkpoints(tmp_path):
+    folder = tmp_path / "checkpoints" / "run"
+    folder.mkdir(parents=True)
+    (folder / "last.ckpt").write_bytes(b"an older run")
+    with pytest.raises(ValueError, match="already holds a run \\(last.ckpt\\); resume it with --ckpt_path last"):
+        claim_run_folder(folder, resuming=False)
+    assert (folder / "last.ckpt").read_bytes() == b"an older run" and not (folder / LOCK).exists()
+    claim_run_folder(folder, resuming=True)  # resuming it is what that folder is for
+    release_run_folder(folder)
+
+
+def test_two_fits_never_share_a_folder_and_a_killed_ones_leftovers_are_cleared(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (folder / LOCK).write_text(str(other.pid))  # a live fit holds it
+        with pytest.raises(ValueError, match=f"in use by another fit \\(process {other.pid}\\)"):
+            claim_run_folder(folder, resuming=True)
+    finally:
+        other.kill()
+        other.wait()
+    (folder / ".last.ckpt.abc.tmp").write_bytes(b"half a checkpoint")  # the killed run's interrupted write
+    claim_run_folder(folder, resuming=True)  # its lock is stale now: taken over
+    assert (folder / LOCK).read_text() == str(os.getpid()) and not list(folder.glob("*.tmp"))
+    release_run_folder(folder)
+    assert not (folder / LOCK).exists()
+
+
+def test_resuming_last_with_nothing_to_resume_says_so(capsys, text):
+    fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), "--ckpt_path", "last",
+          message="there is no checkpoints/tiny_charlm/last.ckpt to resume")  # fmt: skip
+
+
+def test_a_checkpoint_of_another_kind_of_model_is_refused(capsys, text, tmp_path):
+    module = LitClassifier(ClassifierConfig(vocab_size=50, context=8, emb=16, heads=2, depth=1))
+    hparams = {"_class_path": "transformers_scratch.lit.LitClassifier", **dict(module.hparams)}
+    torch.save({"state_dict": module.state_dict(), "hyper_parameters": hparams}, tmp_path / "imdb.ckpt")
+    fails(capsys, "test", "--config", TINY_LM, "--data.path", str(text), "--ckpt_path", str(tmp_path / "imdb.ckpt"),
+          message="holds a LitClassifier and this config runs a LitCharLM")  # fmt: skip
+
+
+# ---- checkpoints are data, not code -------------------------------------------------------------------
+class Touch:
+    """Unpickling this creates a file: what a malicious checkpoint would do with a worse function."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return Path.touch, (self.path,)
+
+
+def write_checkpoint(path: Path, module, vocab: dict) -> Path:
+    """A checkpoint as fit writes one: weights, hyper-parameters (with the class), the data module's state."""
+    hparams = {"_class_path": f"transformers_scratch.lit.{type(module).__name__}", **dict(module.hparams)}
+    owner = "TextDataModule" if isinstance(module, LitCharLM) else "IMDbDataModule"
+    torch.save({"state_dict": module.state_dict(), "hyper_parameters": hparams, owner: vocab,
+                "pytorch-lightning_version": L.__version__}, path)  # fmt: skip
+    return path
+
+
+@pytest.mark.parametrize(
+    "kind, command",
+    [("pickle", c) for c in ("fit", "validate", "test", "predict", "sample")]
+    + [(k, c) for k in ("empty", "truncated") for c in ("fit", "test", "sample")],
+)
+def test_a_checkpoint_that_runs_code_or_is_broken_is_refused_by_every_command(capsys, text, tmp_path, kind, command):
+    bad, trace = tmp_path / "bad.ckpt", tmp_path / "pwned"
+    if kind == "pickle":  # loading it with pickle would create a file
+        torch.save({"state_dict": {}, "hyper_parameters": {}, "payload": Touch(trace)}, bad)
+    elif kind == "empty":
+        bad.write_bytes(b"")
+    else:
+        good = write_checkpoint(tmp_path / "good.ckpt", LitCharLM(TINY), {"vocab_symbols": None})
+        bad.write_bytes(good.read_bytes()[:2000])
+    if command == "sample":
+        args = ["sample", "--ckpt_path", str(bad), "--prompt", "the "]
+    else:
+        args = [command, "--config", TINY_LM, "--data.path", str(text), "--ckpt_path", str(bad),
+                "--data.predict_path", str(text)]  # fmt: skip
+    fails(capsys, *args, message="is not a readable checkpoint")
+    assert not trace.exists()
+
+
+# ---- data that does not fit the checkpoint, empty files, samples -----------------------------------
+def test_a_file_vocabulary_checkpoint_needs_file_vocabulary_data(capsys, text, tmp_path):
+    module = LitCharLM(LMConfig(vocab_size=6, context=16, emb=32, heads=4, depth=2))
+    ckpt = write_checkpoint(tmp_path / "file.ckpt", module, {"vocab_symbols": b"\n abct"})
+    fails(capsys, "test", "--config", TINY_LM, "--data.path", str(text), "--ckpt_path", str(ckpt),
+          message="was trained with data.vocab file (6 symbols), and this run has data.vocab bytes; "
+          "pass --data.vocab file")  # fmt: skip
+
+
+def test_an_imdb_checkpoint_needs_its_vocabulary_size(capsys, text, tmp_path):
+    module = LitClassifier(ClassifierConfig(vocab_size=4, context=8, emb=16, heads=2, depth=1))
+    ckpt = write_checkpoint(tmp_path / "imdb.ckpt", module, {"vocab": ["good", "bad"]})
+    fails(capsys, "predict", "--config", TINY_IMDB, "--ckpt_path", str(ckpt), "--data.predict_path", str(text),
+          message="trained with a vocabulary of 2 words, and this run has data.vocab_words 20000")  # fmt: skip
+
+
+def test_an_empty_reviews_file_for_predict_says_so(tmp_path):
+    data = IMDbDataModule(predict_path=str(tmp_path / "none.txt"))
+    (tmp_path / "none.txt").write_text("\n  \n")
+    data.vocab = WordVocab(["good", "bad"])
+    with pytest.raises(DataError, match="holds no reviews; give one review a line"):
+        data.predict_dataloader()
+
+
+def test_an_empty_data_file_says_so(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty.txt").write_text("")
+    fails(capsys, "fit", "--config", TINY_LM, "--data.path", "empty.txt", message="'empty.txt' is empty")
+
+
+@pytest.mark.parametrize("length", ["-5", "0", "100000000"])
+def test_sample_length_must_be_positive_and_bounded(capsys, length):
+    fails(capsys, "sample", "--ckpt_path", "x.ckpt", "--prompt", "a", "--length", length,
+          message=f"--length {length} must lie in [1, 1,000,000] characters")  # fmt: skip
+
+
+def test_long_samples_show_progress(capsys, tmp_path):
+    ckpt = write_checkpoint(tmp_path / "lm.ckpt", LitCharLM(TINY), {"vocab_symbols": None})
+    main(["sample", "--ckpt_path", str(ckpt), "--prompt", "the ", "--length", "4500", "--seed", "0"])
+    out, err = capsys.readouterr()
+    assert err.splitlines()[-3:] == [f"sampled {n} of 4,500 characters" for n in ("2,000", "4,000", "4,500")]
+    assert len(out.encode()) >= 4500
+
+
+# ---- downloads and archives ------------------------------------------------------------------------------
+def test_partial_downloads_of_a_killed_run_are_cleared(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / ".enwik8.zip.k1ll3d.part").write_bytes(b"half")
+    data = TextDataModule(data_dir=str(tmp_path / "data"), url=(tmp_path / "gone.zip").as_uri())
+    with pytest.raises(DataError, match="could not download enwik8"):
+        data.prepare_data()
+    assert list((tmp_path / "data").iterdir()) == []
+
+
+@pytest.mark.parametrize("kind, peak", [("zip", 200_000), ("gz", 4_000_000)])
+def test_an_archive_that_inflates_far_beyond_enwik8_is_refused_before_it_is_read(tmp_path, monkeypatch, kind, peak):
+    """A 40 MB bomb against a 1 MB bound (the real one is 5x enwik8; the same code path): a zip is refused by
+    the size its header declares, with nothing inflated; a gzip stream is cut off just past the bound."""
+    monkeypatch.setattr(files, "MAX_INFLATED", 1_000_000)
+    bomb = tmp_path / f"text.{kind}"
+    if kind == "zip":
+        with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as z:
+            z.writestr("text", bytes(40_000_000))
+    else:
+        bomb.write_bytes(gzip.compress(bytes(40_000_000)))
+    tracemalloc.start()
+    try:
+        with pytest.raises(DataError, match="inflates to more than 1,000,000 bytes"):
+            files.read_bytes(bomb)
+        assert tracemalloc.get_traced_memory()[1] < peak  # bytes allocated at the peak
+    finally:
+        tracemalloc.stop()
+
+
+def test_archive_members_that_are_links_or_leave_the_folder_are_never_read(tmp_path):
+    root = make_aclimdb(tmp_path / "clean", per_class=2)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("SECRET outside the data folder")
+    (root / "train" / "pos" / "9_9.txt").symlink_to(secret)  # a link inside the extracted folder
+    assert "SECRET" not in " ".join(read_aclimdb(root)["train"][0])
+
+    tarball = tmp_path / "aclImdb_v1.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        tar.add(root, arcname="aclImdb")  # the link goes in as a symlink member
+        for name in ("../aclImdb/train/pos/8_9.txt", "/aclImdb/train/neg/8_1.txt"):
+            member = tarfile.TarInfo(name)
+            payload = b"SECRET escaped"
+            member.size = len(payload)
+            tar.addfile(member, io.BytesIO(payload))
+    texts = read_aclimdb(tarball)["train"][0]
+    assert len(texts) == 4 and not any("SECRET" in t for t in texts)

@@ -73,6 +73,10 @@ class SafeModelCheckpoint(ModelCheckpoint):
         self.io = trainer.strategy.checkpoint_io
         self.first_bad: Tensor | None = None  # on the device: the first step whose loss was not finite, or -1
 
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        """The run's log versions (CSV version, W&B run id), so that a resumed run continues them."""
+        checkpoint["run"] = {type(lg).__name__: lg.version for lg in trainer.loggers if lg.version is not None}
+
     # ---- divergence: caught at the step it happens, read on logging steps only ----
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs

@@ -30,8 +30,9 @@ def read_checkpoint(ckpt_path: str) -> dict:
     try:
         checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True)
     except (EOFError, RuntimeError, pickle.UnpicklingError, ValueError) as e:
+        reason = (str(e).splitlines() or ["empty file"])[0]
         raise ValueError(
-            f"--ckpt_path {ckpt_path!r} is not a readable checkpoint ({type(e).__name__}: {str(e).splitlines()[0]}); "
+            f"--ckpt_path {ckpt_path!r} is not a readable checkpoint ({type(e).__name__}: {reason}); "
             "it may be truncated or not written by fit: pass another checkpoint"
         ) from e
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:

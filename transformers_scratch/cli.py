@@ -17,6 +17,7 @@ model's config and never typed twice.
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import os
 import sys
@@ -27,16 +28,16 @@ import yaml
 from jsonargparse import ArgumentError, ArgumentParser, set_parsing_settings
 from lightning import LightningDataModule
 from lightning.pytorch.cli import LightningCLI
-from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from .callbacks import PredictionWriter, ProgressBar, SafeModelCheckpoint, SampleText, TrainingDiverged
 from .checkpoints import check_ckpt_path, load_trained, read_checkpoint
 from .config import TransformerConfig
-from .data import DataError, checkpoint_vocab
+from .data import ByteVocab, DataError, WordVocab, checkpoint_vocab
 from .data.vocab import vocab_state
 from .lit import LitCharLM, LitTransformer
-from .loggers import WandbLogger
+from .loggers import CSVLogger, WandbLogger
 
 # A config names classes and callables by import path; only these packages may be named (checked by jsonargparse
 # before it imports anything), so a config cannot run os.system, eval or an arbitrary module's import-time code.
@@ -167,14 +168,51 @@ class CLI(LightningCLI):
     def parse_arguments(self, parser, args) -> None:
         super().parse_arguments(parser, args)
         sub = self.config.get("subcommand")
-        ckpt_path = self.config[sub].get("ckpt_path") if sub else None
-        check_ckpt_path(ckpt_path)
-        self.ckpt_vocab = None
-        if ckpt_path and Path(ckpt_path).is_file():  # one clear line for a truncated or foreign file
-            self.ckpt_vocab = checkpoint_vocab(read_checkpoint(ckpt_path))
+        self.ckpt_vocab, self.ckpt_hparams, self.ckpt_run = None, {}, {}
+        if not sub or not self.config[sub].get("ckpt_path"):
+            return
+        cfg = self.config[sub]
+        if cfg.ckpt_path == "last":  # this run's own folder: one run, one place
+            last = Path(cfg.checkpoint.dirpath or "checkpoints") / "last.ckpt"
+            if not last.is_file():
+                raise FileNotFoundError(
+                    f"--ckpt_path last: there is no {last} to resume (the run is named {run_name(self.argv)!r}); "
+                    "start it without --ckpt_path, or name another run with --name"
+                )
+            cfg.ckpt_path = str(last)
+        check_ckpt_path(cfg.ckpt_path)
+        if Path(cfg.ckpt_path).is_file():  # read once: one clear line for a truncated or foreign file
+            checkpoint = read_checkpoint(cfg.ckpt_path)
+            self.ckpt_vocab = checkpoint_vocab(checkpoint)
+            self.ckpt_hparams = dict(checkpoint.get("hyper_parameters") or {})
+            self.ckpt_run = checkpoint.get("run") or {}
+
+    def _parse_ckpt_path(self) -> None:
+        """Lightning's version puts *every* hyper-parameter of the checkpoint over the command line, so a resumed
+        run silently kept its old learning rate. Here the checkpoint decides the architecture (its weights fit
+        nothing else) and the command line decides training: a changed ``model.optim`` is applied, with a note
+        (``LitTransformer.on_train_start``). A checkpoint of another kind of model is refused.
+        (Overrides a private LightningCLI method: no public hook parses checkpoint hyper-parameters;
+        tests/test_reliability.py pins the behaviour.)"""
+        hparams = {k: v for k, v in self.ckpt_hparams.items() if k != "_instantiator"}
+        if not hparams:
+            return
+        sub = self.config.subcommand
+        given, written = self.config[sub].model.class_path, hparams.pop("_class_path", None)
+        if written and written.rsplit(".", 1)[-1] != given.rsplit(".", 1)[-1]:
+            raise ValueError(
+                f"--ckpt_path {self.config[sub].ckpt_path!r} holds a {written.rsplit('.', 1)[-1]} and this config "
+                f"runs a {given.rsplit('.', 1)[-1]}; pass the config the checkpoint was trained with"
+            )
+        if "model" in hparams:
+            architecture = {sub: {"model": {"class_path": given, "dict_kwargs": {"model": hparams["model"]}}}}
+            self.config = self.parser.parse_object(architecture, self.config)
 
     def before_instantiate_classes(self) -> None:
         cfg = self.config[self.subcommand] if self.subcommand else self.config
+        if self.subcommand == "fit" and self.ckpt_run:
+            self._continue_logs(cfg)
+        self._check_vocab(cfg)
         self._adopt_old_spellings(cfg)
         self._check_linked_context(cfg)
         model_class = self.model_class_of(cfg)
@@ -232,18 +270,122 @@ class CLI(LightningCLI):
             f"set --{key} {given} instead and leave model.context out"
         )
 
+    def _check_vocab(self, cfg) -> None:
+        """The data must encode text the way the checkpoint's model reads it."""
+        vocab, data = self.ckpt_vocab, cfg.data.get("init_args") or {}
+        if isinstance(vocab, ByteVocab) and "vocab" in data:
+            kind = "bytes" if vocab.symbols is None else "file"
+            if data["vocab"] != kind:
+                raise ValueError(
+                    f"--ckpt_path {cfg.ckpt_path!r} was trained with data.vocab {kind} ({vocab.size} symbols), and "
+                    f"this run has data.vocab {data['vocab']}; pass --data.vocab {kind}"
+                )
+        if isinstance(vocab, WordVocab) and data.get("vocab_words") not in (None, len(vocab) - 2):
+            raise ValueError(
+                f"--ckpt_path {cfg.ckpt_path!r} was trained with a vocabulary of {len(vocab) - 2} words, and this "
+                f"run has data.vocab_words {data['vocab_words']}; pass --data.vocab_words {len(vocab) - 2}"
+            )
+
+    def _continue_logs(self, cfg) -> None:
+        """A resumed run logs into the CSV version and the W&B run it started (the checkpoint names them)."""
+        for logger in cfg.trainer.get("logger") or []:
+            name, version = _class_name(logger), self.ckpt_run.get(_class_name(logger))
+            if version is None or not hasattr(logger, "init_args"):
+                continue
+            logger.init_args["id" if name == "WandbLogger" else "version"] = version
+
+    def before_fit(self) -> None:
+        self._restore_vocab()
+        if rank_zero_only.rank == 0:  # DDP's other processes run this CLI too
+            claim_run_folder(Path(self.checkpoint_dir), resuming=bool(self.config.fit.get("ckpt_path")))
+
+    @property
+    def checkpoint_dir(self) -> str:
+        return next(c.dirpath for c in self.trainer.checkpoint_callbacks if c.dirpath)
+
+    def after_fit(self) -> None:
+        release_run_folder(Path(self.checkpoint_dir))
+        best = self.trainer.checkpoint_callback.best_model_path if self.trainer.checkpoint_callback else ""
+        log = next((lg.log_dir for lg in self.trainer.loggers if isinstance(lg, CSVLogger)), None)
+        rank_zero_info(
+            f"this run: checkpoints in {self.checkpoint_dir}/ (newest: last.ckpt{', best: ' + best if best else ''})"
+            + (f", logs in {log}/" if log else "")
+            + "; continue it with --ckpt_path last, or start another with --name"
+        )
+
     def _restore_vocab(self) -> None:
         """Give the data module the vocabulary of the checkpoint it will serve, whatever class wrote it (read
         once, when the arguments were checked)."""
         if self.ckpt_vocab is not None:
             self.datamodule.load_state_dict(vocab_state(self.ckpt_vocab))
 
-    before_fit = before_validate = before_test = before_predict = _restore_vocab
+    before_validate = before_test = before_predict = _restore_vocab
+
+
+LOCK = ".fit.lock"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def claim_run_folder(folder: Path, resuming: bool) -> None:
+    """One run, one place: a fit holds its checkpoint folder (a lock file with its process id) until it ends,
+    and a fresh fit never starts in a folder that holds another run's checkpoints. A lock left by a killed
+    run is taken over, as are temporary files its interrupted writes left."""
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = folder / LOCK
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                pid = int(lock.read_text() or 0)
+            except (OSError, ValueError):
+                pid = 0
+            if pid and pid != os.getpid() and _alive(pid):
+                raise ValueError(
+                    f"{folder}/ is in use by another fit (process {pid}); wait for it to end, or give this run "
+                    "its own --name"
+                ) from None
+            lock.unlink(missing_ok=True)  # a killed run's
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(str(os.getpid()))
+        atexit.register(release_run_folder, folder)
+        break
+    if not resuming and (found := sorted(p.name for p in folder.glob("*.ckpt"))):
+        release_run_folder(folder)
+        raise ValueError(
+            f"{folder}/ already holds a run ({', '.join(found[:3])}{', ...' if len(found) > 3 else ''}); resume it "
+            "with --ckpt_path last, start another with --name NAME, or move that folder away"
+        )
+    for stale in folder.glob(".*.tmp"):  # an interrupted checkpoint write (the folder is ours now)
+        stale.unlink(missing_ok=True)
+
+
+def release_run_folder(folder: Path) -> None:
+    lock = folder / LOCK
+    try:
+        if int(lock.read_text() or 0) == os.getpid():
+            lock.unlink()
+    except (OSError, ValueError):
+        pass
 
 
 def build_cli(args: list[str] | None = None, run: bool = True) -> CLI:
     """The one way to build the CLI, for ``main`` and the tests alike."""
     return CLI(args=args, run=run)
+
+
+MAX_SAMPLE = 1_000_000  # characters per sample call (about half an hour on this project's 2-core CPU)
+SAMPLE_PIECE = 2_000  # longer samples are generated in pieces of this length, with progress
 
 
 def sample(argv: list[str]) -> None:
@@ -257,6 +399,8 @@ def sample(argv: list[str]) -> None:
     parser.add_argument("--seed", type=int | None, default=None, help="Random seed, for repeatable samples.")
     parser.add_argument("--no_cache", action="store_true", help="Recompute the window for every character.")
     args = parser.parse_args(argv)
+    if not 1 <= args.length <= MAX_SAMPLE:
+        raise ValueError(f"--length {args.length} must lie in [1, {MAX_SAMPLE:,}] characters")
     module, vocab = load_trained(args.ckpt_path, LitCharLM)
     if vocab is None:
         raise ValueError(f"--ckpt_path {args.ckpt_path!r} holds no vocabulary; pass a checkpoint written by fit")
@@ -265,7 +409,13 @@ def sample(argv: list[str]) -> None:
     prompt = vocab.encode_text(args.prompt).to(device)
     if args.seed is not None:
         torch.manual_seed(args.seed)
-    out = model.generate(prompt, args.length, args.temperature, args.top_k, use_cache=not args.no_cache)
+    out, left = prompt, args.length
+    while left:  # long generations in pieces, with progress on stderr
+        n = min(left, SAMPLE_PIECE)
+        out = model.generate(out, n, args.temperature, args.top_k, use_cache=not args.no_cache)
+        left -= n
+        if args.length > SAMPLE_PIECE:
+            print(f"sampled {args.length - left:,} of {args.length:,} characters", file=sys.stderr, flush=True)
     print(vocab.decode(out[0].cpu()))
 
 

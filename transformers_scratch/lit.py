@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 import torchmetrics
 from lightning.pytorch.strategies import FSDPStrategy
+from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
 from .blocks import TransformerBlock
@@ -162,6 +163,7 @@ class LitTransformer(L.LightningModule):
             if cfg.schedule == "cosine":
                 raise ValueError("a cosine schedule needs a length: set trainer.max_steps or model.optim.total_steps")
             total = 0
+        self.__dict__["schedule_steps"] = int(total)
         schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step, n=int(total): lr_factor(step, cfg, n))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
@@ -170,31 +172,62 @@ class LitTransformer(L.LightningModule):
         checkpoint["rng"] = {"torch": torch.get_rng_state()}
         if torch.cuda.is_available():
             checkpoint["rng"]["cuda"] = torch.cuda.get_rng_state_all()
+        checkpoint["schedule_steps"] = self.__dict__.get("schedule_steps")
+        # Lightning adds one to its logging step when it resumes, assuming the checkpoint was written before the
+        # step's own increment; one written at the end of an epoch or of training was written after it, and the
+        # resumed run's log rows were shifted by one. Store the count as Lightning expects it. (Its loop state
+        # has no public API; tests/test_reliability.py pins the logged steps of resumed runs.)
+        loop = checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_loop.state_dict", {})
+        if "_batches_that_stepped" in loop:
+            loop["_batches_that_stepped"] = min(loop["_batches_that_stepped"], self.trainer.global_step - 1)
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        self.__dict__["_resume_rng"] = checkpoint.get("rng")  # applied when training starts, after the sanity check
+        # Applied when training starts: after the sanity check, and after Lightning restored the optimizer.
+        self.__dict__["_resume"] = checkpoint
 
     def on_train_start(self) -> None:
-        if rng := self.__dict__.pop("_resume_rng", None):
-            torch.set_rng_state(rng["torch"])
-            if "cuda" in rng and torch.cuda.is_available():
-                torch.cuda.set_rng_state_all(rng["cuda"])
+        if resumed := self.__dict__.pop("_resume", None):
+            self._continue_from(resumed)
         # Throughput: host-side counters only, no device sync in the loop.
         self._tokens, self._flops, self._clock = 0, 0.0, time.perf_counter()
         self._peak = peak_flops(self.device)
 
+    def _continue_from(self, checkpoint: dict) -> None:
+        """Continue a checkpoint's random stream, and apply the optimiser settings of *this* run: restoring the
+        optimizer brought back the old learning rate, betas and weight decay, which would silently win."""
+        if rng := checkpoint.get("rng"):
+            torch.set_rng_state(rng["torch"])
+            if "cuda" in rng and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(rng["cuda"])
+        cfg, old = self.optim, checkpoint.get("hyper_parameters", {}).get("optim")
+        old = vars(as_config(old, OptimConfig)) if old is not None else {}
+        changed = [f"model.optim.{k} {getattr(cfg, k)} (was {v})" for k, v in old.items() if getattr(cfg, k) != v]
+        steps, was = self.__dict__.get("schedule_steps"), checkpoint.get("schedule_steps")
+        if was is not None and steps != was:
+            changed.append(f"schedule length {steps} steps (was {was})")
+        for config in self.trainer.lr_scheduler_configs:
+            schedule, groups = config.scheduler, config.scheduler.optimizer.param_groups
+            schedule.base_lrs = [cfg.lr] * len(groups)
+            for i, group in enumerate(groups):
+                group["initial_lr"], group["betas"] = cfg.lr, (cfg.beta1, cfg.beta2)
+                group["weight_decay"] = cfg.weight_decay if i == 0 else 0.0
+                group["lr"] = cfg.lr * schedule.lr_lambdas[i](schedule.last_epoch)
+        if changed:
+            rank_zero_info(f"note: resuming with {', '.join(changed)}: applied from this step on")
+
     def count_tokens(self, ids: Tensor) -> None:
-        """Add this batch's tokens (b, t); on logging steps log tokens/s over all devices and, on a GPU with a
-        known peak, the model FLOPs utilisation."""
-        self._tokens += ids.numel()
-        self._flops += ids.numel() * train_flops_per_token(self.model.cfg, ids.size(1), self.output_size)
-        if self.should_log():
+        """Count this batch's tokens (b, t); on logging steps log tokens/s over all devices and, on a GPU with a
+        known peak, the model FLOPs utilisation, over the steps *completed* since the last log (this one has
+        not run yet: counting it would overstate the first figure by a step)."""
+        if self.should_log() and self._tokens:
             now = time.perf_counter()
             seconds = now - self._clock
             self.log_train(tokens_per_s=self._tokens * self.trainer.world_size / seconds)
             if self._peak:
                 self.log_train(mfu=self._flops / seconds / self._peak)
             self._tokens, self._flops, self._clock = 0, 0.0, now
+        self._tokens += ids.numel()
+        self._flops += ids.numel() * train_flops_per_token(self.model.cfg, ids.size(1), self.output_size)
 
 
 class LitClassifier(LitTransformer):

@@ -1,13 +1,17 @@
-"""Weights & Biases logging that also works with no account or no network."""
+"""Logging: W&B that also works with no account or no network, and CSV files that a resumed run continues."""
 
 from __future__ import annotations
 
+import csv
 import netrc
 import os
 import socket
 from pathlib import Path
 
+from lightning.pytorch.loggers import CSVLogger as _CSVLogger
 from lightning.pytorch.loggers import WandbLogger as _WandbLogger
+from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_info
 
 
@@ -51,4 +55,29 @@ class WandbLogger(_WandbLogger):
                     )
         if save_dir:
             Path(save_dir).mkdir(parents=True, exist_ok=True)  # wandb wants its folder to exist
+        if kwargs.get("id") or kwargs.get("version"):
+            kwargs.setdefault("resume", "allow")  # a resumed fit continues its run (offline too)
         super().__init__(project=project, save_dir=save_dir, offline=offline, **kwargs)
+
+
+class _AppendingWriter(ExperimentWriter):
+    def _check_log_dir_exists(self) -> None:
+        # Lightning's writer deletes a metrics.csv it finds; a resumed run appends to it instead, under the same
+        # columns (new ones rewrite the header, keeping every row).
+        if self._fs.isfile(self.metrics_file_path):
+            with self._fs.open(self.metrics_file_path, "r", newline="") as f:
+                self.metrics_keys = next(csv.reader(f), [])
+
+
+class CSVLogger(_CSVLogger):
+    """Lightning's ``CSVLogger``, except that a run which continues its version (a resumed ``fit``) keeps the
+    rows logged before the interruption. (It replaces the writer Lightning's ``experiment`` makes, through the
+    private attributes that property uses; tests/test_reliability.py pins the rows kept.)"""
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> ExperimentWriter:
+        if self._experiment is None:
+            self._fs.makedirs(self.root_dir, exist_ok=True)
+            self._experiment = _AppendingWriter(log_dir=self.log_dir)
+        return self._experiment

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 
@@ -69,6 +70,7 @@ class ResumableData(L.LightningDataModule):
 
     seed: int
     num_workers: int
+    batch_size: int
 
     def __init__(self) -> None:
         super().__init__()
@@ -90,8 +92,14 @@ class ResumableData(L.LightningDataModule):
         return batch
 
     def progress_state(self) -> dict:
-        return {"progress": asdict(self.progress)}
+        return {"progress": asdict(self.progress), "batch_size": self.batch_size}
 
     def load_progress(self, state: dict) -> None:
+        was = state.get("batch_size")
+        if self.trainer is not None and self.trainer.state.fn == "fit" and was not in (None, self.batch_size):
+            rank_zero_info(
+                f"note: resuming with data.batch_size {self.batch_size} (was {was}): applied; the batches from here "
+                "on are not those the interrupted run would have drawn"
+            )
         if "progress" in state:  # in place: a loader already made holds this object
             self.progress.epoch, self.progress.batches = state["progress"]["epoch"], state["progress"]["batches"]

@@ -1,0 +1,79 @@
+"""Soak test: does a long run's memory stay flat? A benchmark-style script, not a timed test.
+
+    python -m transformers_scratch.soak --data.path ../shared/data/tinyshakespeare.txt
+
+Runs the real ``fit`` (shared loggers and callbacks, CSV and W&B offline, validation and samples) on a tiny
+character model for 2,000 steps, logging every step, and reads the process's resident memory (RSS) every
+100 steps. After a warm-up, RSS must stay within ``--bound_mb`` of its value then; the script prints the
+readings and exits 1 if it does not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from lightning.pytorch.callbacks import Callback
+
+CONFIG = Path(__file__).resolve().parents[1] / "configs" / "tiny_charlm.yaml"
+
+
+def rss_mb() -> float:
+    """Resident memory of this process now (Linux: /proc/self/statm), in MiB."""
+    pages = int(Path("/proc/self/statm").read_text().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+class Memory(Callback):
+    def __init__(self, every: int) -> None:
+        self.every, self.readings = every, []
+
+    def on_train_batch_end(self, trainer, *args) -> None:
+        if trainer.global_step % self.every == 0:
+            self.readings.append((trainer.global_step, rss_mb()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data.path", dest="path", required=True, help="A text file (e.g. tinyshakespeare.txt).")
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--warmup", type=int, default=300, help="Steps before the reference reading.")
+    parser.add_argument("--bound_mb", type=float, default=20.0, help="Allowed RSS growth after the warm-up.")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("WANDB_MODE", "offline")
+
+    from .cli import build_cli
+
+    work = Path(tempfile.mkdtemp(prefix="soak-"))
+    os.chdir(work)  # its logs and checkpoints go to a scratch folder
+    run = build_cli(
+        ["--config", str(CONFIG), "--data.path", str(Path(args.path).resolve()), "--trainer.max_steps",
+         str(args.steps), "--trainer.log_every_n_steps", "1", "--data.batches_per_epoch", "250",
+         "--trainer.limit_val_batches", "5", "--trainer.enable_progress_bar", "false"],
+        run=False,
+    )  # fmt: skip
+    memory = Memory(every=100)
+    run.trainer.callbacks.append(memory)
+    start = time.perf_counter()
+    run.trainer.fit(run.model, datamodule=run.datamodule)
+    seconds = time.perf_counter() - start
+    after = [(step, mb) for step, mb in memory.readings if step >= args.warmup]
+    base = after[0][1]
+    growth = max(mb for _, mb in after) - base
+    print("step  RSS MiB")
+    for step, mb in memory.readings:
+        print(f"{step:>5}  {mb:8.1f}")
+    verdict = "flat" if growth <= args.bound_mb else "GROWING"
+    print(
+        f"soak: {args.steps} steps logged every step in {seconds:.0f} s; RSS after step {after[0][0]}: {base:.1f} MiB, "
+        f"largest growth since: {growth:+.1f} MiB (bound {args.bound_mb:g} MiB): {verdict}; logs in {work}"
+    )
+    return 0 if growth <= args.bound_mb else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
