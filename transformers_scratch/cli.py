@@ -115,6 +115,12 @@ def _class_name(item) -> str:
     return str(getattr(item, "class_path", "")).rsplit(".", 1)[-1]
 
 
+def _get(config, key: str, default):
+    """A field of a model config saved as a dataclass or as a plain dict."""
+    value = config.get(key) if isinstance(config, dict) else getattr(config, key, None)
+    return default if value is None else value
+
+
 class CLI(LightningCLI):
     """LightningCLI with the project's shared loggers and callbacks, data-to-model links and checks."""
 
@@ -280,11 +286,14 @@ class CLI(LightningCLI):
                     f"--ckpt_path {cfg.ckpt_path!r} was trained with data.vocab {kind} ({vocab.size} symbols), and "
                     f"this run has data.vocab {data['vocab']}; pass --data.vocab {kind}"
                 )
-        if isinstance(vocab, WordVocab) and data.get("vocab_words") not in (None, len(vocab) - 2):
-            raise ValueError(
-                f"--ckpt_path {cfg.ckpt_path!r} was trained with a vocabulary of {len(vocab) - 2} words, and this "
-                f"run has data.vocab_words {data['vocab_words']}; pass --data.vocab_words {len(vocab) - 2}"
-            )
+        if isinstance(vocab, WordVocab):
+            # data.vocab_words is a cap: the model was sized for the cap, and a small corpus may fill less of it
+            words = _get(self.ckpt_hparams.get("model"), "vocab_size", len(vocab)) - 2
+            if data.get("vocab_words") not in (None, words):
+                raise ValueError(
+                    f"--ckpt_path {cfg.ckpt_path!r} was trained with a vocabulary of {words} words, and this "
+                    f"run has data.vocab_words {data['vocab_words']}; pass --data.vocab_words {words}"
+                )
 
     def _continue_logs(self, cfg) -> None:
         """A resumed run logs into the CSV version and the W&B run it started (the checkpoint names them)."""
