@@ -1,6 +1,7 @@
 """What a hostile or unlucky user meets: bad settings, configs that name code, checkpoints that are not data,
 runs that diverge, are killed and resumed. Each test fails when its guard is removed."""
 
+import ast
 import csv
 import gzip
 import io
@@ -289,6 +290,9 @@ def test_a_resumed_run_applies_a_changed_learning_rate_schedule_and_batch_size(t
     quiet = {"WANDB_MODE": "disabled"}
     first = python(str(ROOT / "cli.py"), "fit", *args, "--trainer.max_steps", "4", cwd=tmp_path, env=quiet)
     assert first.returncode == 0, first.stderr[-3000:]
+    assert ("this run: checkpoints in checkpoints/tiny_charlm/ (newest: last.ckpt, best: checkpoints/tiny_charlm/"
+            in first.stdout + first.stderr)  # fmt: skip
+    assert "logs in logs/tiny_charlm/version_0/; continue it with --ckpt_path last" in first.stdout + first.stderr
     again = python(str(ROOT / "cli.py"), "fit", *args, "--trainer.max_steps", "6", "--model.optim.lr", "1e-4",
                    "--data.batch_size", "8", "--ckpt_path", "last", cwd=tmp_path, env=quiet)  # fmt: skip
     assert again.returncode == 0, again.stderr[-3000:]
@@ -304,6 +308,7 @@ def test_a_resumed_run_applies_a_changed_learning_rate_schedule_and_batch_size(t
     assert as_config(last["hyper_parameters"]["optim"], OptimConfig).lr == 1e-4  # the rate it trained at
     with (tmp_path / "logs" / "tiny_charlm" / "version_0" / "metrics.csv").open() as f:
         used = {int(r["step"]): float(r["lr-AdamW/pg1"]) for r in csv.DictReader(f) if r.get("lr-AdamW/pg1")}
+    assert set(used) == set(range(6))  # one file: the first run's rows kept, the resumed run's added
     for step in (4, 5):  # the rates the resumed steps ran at, the first one included
         assert used[step] == pytest.approx(1e-4 * lr_factor(step, cfg, 6)), step
 
@@ -392,6 +397,22 @@ def test_a_checkpoint_that_runs_code_or_is_broken_is_refused_by_every_command(ca
                 "--data.predict_path", str(text)]  # fmt: skip
     fails(capsys, *args, message="is not a readable checkpoint")
     assert not trace.exists()
+
+
+LOADERS = {"load", "load_checkpoint", "load_from_checkpoint"}  # torch.load, CheckpointIO's, LightningModule's
+
+
+def test_every_load_in_the_package_is_weights_only():
+    """The same guarantee for paths a test above cannot reach, and for the ones still to come (export,
+    fine-tuning): every call in the package that unpickles a file says ``weights_only=True``."""
+    calls = []
+    for source in (ROOT / "transformers_scratch").rglob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) in LOADERS:
+                safe = any(k.arg == "weights_only" and getattr(k.value, "value", None) is True for k in node.keywords)
+                calls.append((f"{source.name}:{node.lineno}", safe))
+    assert len(calls) >= 4, calls  # read_checkpoint, load_trained, the checkpoint IO, the IMDb cache
+    assert [where for where, safe in calls if not safe] == []
 
 
 # ---- data that does not fit the checkpoint, empty files, samples -----------------------------------

@@ -48,7 +48,8 @@ class SafeCheckpointIO(CheckpointIO):
         self.last_written = str(path)
 
     def load_checkpoint(self, path, map_location=None, weights_only=None) -> dict:
-        return self.inner.load_checkpoint(path, map_location=map_location, weights_only=weights_only)
+        """Always as data: a checkpoint may come from anyone, and loading it must never run its code."""
+        return self.inner.load_checkpoint(path, map_location=map_location, weights_only=True)
 
     def remove_checkpoint(self, path) -> None:
         self.inner.remove_checkpoint(path)

@@ -49,5 +49,5 @@ def load_trained(ckpt_path: str, module_class: type[LitTransformer]) -> tuple[Li
             f"--ckpt_path {ckpt_path!r} was written by {written_by}, and this command needs a {module_class.__name__} "
             "checkpoint"
         )
-    module = module_class.load_from_checkpoint(ckpt_path, map_location="cpu")
+    module = module_class.load_from_checkpoint(ckpt_path, map_location="cpu", weights_only=True)
     return module.eval(), checkpoint_vocab(checkpoint)

@@ -115,6 +115,14 @@ def _class_name(item) -> str:
     return str(getattr(item, "class_path", "")).rsplit(".", 1)[-1]
 
 
+def _shown(path: str) -> str:
+    """A path as the user would type it: relative to the working folder when it is inside it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 def _get(config, key: str, default):
     """A field of a model config saved as a dataclass or as a plain dict."""
     value = config.get(key) if isinstance(config, dict) else getattr(config, key, None)
@@ -317,7 +325,9 @@ class CLI(LightningCLI):
         best = self.trainer.checkpoint_callback.best_model_path if self.trainer.checkpoint_callback else ""
         log = next((lg.log_dir for lg in self.trainer.loggers if isinstance(lg, CSVLogger)), None)
         rank_zero_info(
-            f"this run: checkpoints in {self.checkpoint_dir}/ (newest: last.ckpt{', best: ' + best if best else ''})"
+            f"this run: checkpoints in {_shown(self.checkpoint_dir)}/ (newest: last.ckpt"
+            + (f", best: {_shown(best)}" if best else "")
+            + ")"
             + (f", logs in {log}/" if log else "")
             + "; continue it with --ckpt_path last, or start another with --name"
         )

@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=300, help="Steps before the reference reading.")
     parser.add_argument("--bound_mb", type=float, default=20.0, help="Allowed RSS growth after the warm-up.")
     args = parser.parse_args(argv)
+    sys.argv = sys.argv[:1]  # the run below gets its arguments from here, not from the command line
     os.environ.setdefault("WANDB_MODE", "offline")
 
     from .cli import build_cli

@@ -246,7 +246,7 @@ class IMDbDataModule(ResumableData):
     def setup(self, stage: str | None = None) -> None:
         if self.splits or stage == "predict":  # predict reads predict_path with the checkpoint's vocabulary
             return
-        cache = torch.load(self.cache_file)
+        cache = torch.load(self.cache_file, weights_only=True)
         if self.vocab is None:  # a checkpoint's vocabulary, if loaded, wins
             self.vocab = WordVocab(cache["vocab"])
         for name in ("train", "val", "test"):
