@@ -152,6 +152,40 @@ def test_sample_prints_text_that_begins_with_the_prompt(trained):
     assert result.stdout.startswith("the cat ") and len(result.stdout.rstrip("\n")) == len("the cat ") + 50
 
 
+def test_samples_are_reproducible_by_seed_and_several_differ(trained):
+    cwd = trained[0]
+    (cwd / "prompt.txt").write_text("the dog ")
+    args = ["sample", "--ckpt_path", "checkpoints/tiny_charlm/last.ckpt", "--length", "40", "--temperature", "1.0",
+            "--top_p", "0.95"]  # fmt: skip
+    three = cli(*args, "--prompt_file", "prompt.txt", "--num_samples", "3", "--seed", "1", cwd=cwd)
+    assert three.returncode == 0, three.stderr
+    samples = three.stdout.rstrip("\n").split("\n---\n")
+    assert len(samples) == 3 and len(set(samples)) == 3  # three different samples
+    assert all(x.startswith("the dog ") and len(x) == len("the dog ") + 40 for x in samples)
+    again = cli(*args, "--prompt", "the dog ", "--num_samples", "3", "--seed", "1", cwd=cwd)
+    assert again.stdout == three.stdout  # the same seed, the same text (the prompt from a file or the flag)
+    other = cli(*args, "--prompt", "the dog ", "--num_samples", "3", "--seed", "2", cwd=cwd)
+    assert other.stdout != three.stdout
+
+
+def test_sample_needs_one_prompt_and_a_sane_count(trained):
+    cwd, ckpt = trained[0], "checkpoints/tiny_charlm/last.ckpt"
+    assert_fails_cleanly(cli("sample", "--ckpt_path", ckpt, cwd=cwd), "--prompt TEXT or --prompt_file FILE")
+    both = cli("sample", "--ckpt_path", ckpt, "--prompt", "a", "--prompt_file", "p.txt", cwd=cwd)
+    assert_fails_cleanly(both, "(one of the two)")
+    missing = cli("sample", "--ckpt_path", ckpt, "--prompt_file", "nope.txt", cwd=cwd)
+    assert_fails_cleanly(missing, "--prompt_file 'nope.txt' does not exist")
+    many = cli("sample", "--ckpt_path", ckpt, "--prompt", "the ", "--num_samples", "0", cwd=cwd)
+    assert_fails_cleanly(many, "--num_samples 0 must lie in [1, 1,000]")
+    nucleus = cli("sample", "--ckpt_path", ckpt, "--prompt", "the ", "--top_p", "0", cwd=cwd)
+    assert_fails_cleanly(nucleus, "top_p 0.0 must lie in (0, 1]")
+
+
+def test_the_help_names_the_sample_command(tmp_path):
+    result = cli("--help", cwd=tmp_path)
+    assert result.returncode == 0 and "cli.py sample --ckpt_path CKPT --prompt TEXT" in " ".join(result.stdout.split())
+
+
 def test_the_enwik8_model_trains_at_context_4096(tmp_path):
     """Issue 4: the enwik8 config's model (12 x 256) at a 16x longer context, through the CLI. Fused
     attention never builds a t x t mask, so only the position table and the windows grow."""

@@ -19,6 +19,8 @@ from transformers_scratch import (
     SinusoidalPositions,
     TransformerBlock,
     TransformerConfig,
+    nucleus,
+    sample_next,
 )
 
 SMALL = dict(emb=32, heads=4, depth=2, context=24)
@@ -165,6 +167,35 @@ def test_top_k_one_is_greedy():
     model = CausalLM(LMConfig(vocab_size=30, **SMALL))
     prompt = torch.randint(0, 30, (2, 4))
     assert torch.equal(model.generate(prompt, 10, temperature=2.0, top_k=1), model.generate(prompt, 10, temperature=0))
+
+
+def test_top_p_keeps_the_fewest_likeliest_tokens_that_reach_p():
+    probs = torch.tensor([[0.05, 0.5, 0.15, 0.3], [0.25, 0.25, 0.25, 0.25]])
+    logits = probs.log()
+    for p, first, second in ((0.4, [1], [0, 1]), (0.7, [1, 3], [0, 1, 2]), (0.9, [1, 2, 3], [0, 1, 2, 3])):
+        kept = nucleus(logits, p)
+        assert kept[0].nonzero().flatten().tolist() == first, p  # 0.5 | 0.5 + 0.3 | 0.5 + 0.3 + 0.15
+        assert kept[1].sum() == len(second), p  # ties: the count is what the mass needs
+    assert nucleus(logits, 1.0).all() and nucleus(logits, 1e-6).sum(-1).tolist() == [1, 1]
+
+
+def test_top_p_samples_only_from_the_nucleus_in_its_proportions():
+    logits = torch.tensor([[0.05, 0.5, 0.15, 0.3]]).log().expand(20_000, -1)
+    drawn = sample_next(logits, temperature=1.0, top_p=0.7, generator=torch.Generator().manual_seed(0))
+    counts = torch.bincount(drawn.flatten(), minlength=4) / drawn.numel()
+    assert counts[0] == 0 and counts[2] == 0  # outside the nucleus {1, 3}
+    assert counts[1] == pytest.approx(0.5 / 0.8, abs=0.02) and counts[3] == pytest.approx(0.3 / 0.8, abs=0.02)
+
+
+def test_top_p_is_checked_and_one_is_no_cut_off():
+    torch.manual_seed(0)
+    model = CausalLM(LMConfig(vocab_size=30, **SMALL))
+    prompt = torch.randint(0, 30, (2, 4))
+    for bad in (0.0, 1.5, -0.1):
+        with pytest.raises(ValueError, match=f"top_p {bad} must lie in \\(0, 1\\]"):
+            model.generate(prompt, 2, top_p=bad)
+    same = [model.generate(prompt, 10, generator=torch.Generator().manual_seed(3), top_p=p) for p in (None, 1.0)]
+    assert torch.equal(*same)
 
 
 def test_weight_tying_shares_one_matrix():

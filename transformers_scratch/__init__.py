@@ -15,7 +15,7 @@ from .attention import (
 )
 from .blocks import Embedding, FeedForward, LearnedPositions, SinusoidalPositions, Stack, TransformerBlock
 from .config import ClassifierConfig, EncoderDecoderConfig, LMConfig, TransformerConfig
-from .models import CausalLM, EncoderDecoder, SequenceClassifier, count_parameters, sample_next
+from .models import CausalLM, EncoderDecoder, SequenceClassifier, count_parameters, nucleus, sample_next
 
 __all__ = [
     "ATTENTION",
@@ -39,5 +39,6 @@ __all__ = [
     "count_parameters",
     "fused_attention",
     "reference_attention",
+    "nucleus",
     "sample_next",
 ]

@@ -111,6 +111,13 @@ def brief(message: str) -> str:
     return f"{'.'.join(keys)}: {reason}" if keys else reason
 
 
+DESCRIPTION = (
+    "Train and evaluate the project's models (LightningCLI: fit, validate, test, predict). "
+    "Also: 'cli.py sample --ckpt_path CKPT --prompt TEXT' continues a prompt with a trained character model "
+    "(--num_samples, --top_k, --top_p, --prompt_file, --seed; 'cli.py sample --help')."
+)
+
+
 def _class_name(item) -> str:
     return str(getattr(item, "class_path", "")).rsplit(".", 1)[-1]
 
@@ -141,7 +148,7 @@ class CLI(LightningCLI):
             subclass_mode_model=True,
             subclass_mode_data=True,
             save_config_kwargs={"overwrite": True},
-            parser_kwargs={"exit_on_error": False},  # main() turns a parse error into one line
+            parser_kwargs={"exit_on_error": False, "description": DESCRIPTION},  # main(): a parse error, one line
             auto_configure_optimizers=False,  # the modules build their own AdamW groups and schedule
             args=args,  # None: read sys.argv
             run=run,
@@ -407,35 +414,48 @@ MAX_SAMPLE = 1_000_000  # characters per sample call (about half an hour on this
 SAMPLE_PIECE = 2_000  # longer samples are generated in pieces of this length, with progress
 
 
+MAX_SAMPLES = 1_000  # --num_samples
+
+
 def sample(argv: list[str]) -> None:
-    """Continue a prompt with a trained character model and print prompt + continuation."""
+    """Continue a prompt with a trained character model and print prompt + continuation, once per sample."""
     parser = ArgumentParser(prog="cli.py sample", description="Continue a prompt with a trained character model.")
     parser.add_argument("--ckpt_path", type=str, required=True, help="A checkpoint written by fit.")
-    parser.add_argument("--prompt", type=str, required=True, help="Text to continue.")
+    parser.add_argument("--prompt", type=str | None, default=None, help="Text to continue.")
+    parser.add_argument("--prompt_file", type=str | None, default=None, help="Continue this file's text instead.")
     parser.add_argument("--length", type=int, default=600, help="Characters (bytes) to generate.")
+    parser.add_argument("--num_samples", type=int, default=1, help="Samples of the same prompt, drawn together.")
     parser.add_argument("--temperature", type=float, default=0.5, help="0: greedy; the tutorial uses 0.5.")
     parser.add_argument("--top_k", type=int | None, default=None, help="Sample only from the k likeliest.")
-    parser.add_argument("--seed", type=int | None, default=None, help="Random seed, for repeatable samples.")
+    parser.add_argument("--top_p", type=float | None, default=None, help="Sample from the nucleus of mass p.")
+    parser.add_argument("--seed", type=int | None, default=None, help="Random seed: the same seed, the same text.")
     parser.add_argument("--no_cache", action="store_true", help="Recompute the window for every character.")
     args = parser.parse_args(argv)
+    if (args.prompt is None) == (args.prompt_file is None):
+        raise ValueError("give the text to continue with --prompt TEXT or --prompt_file FILE (one of the two)")
+    if args.prompt_file is not None:
+        if not Path(args.prompt_file).is_file():
+            raise FileNotFoundError(f"--prompt_file {args.prompt_file!r} does not exist; pass a text file")
+        args.prompt = Path(args.prompt_file).read_text(encoding="utf-8")
     if not 1 <= args.length <= MAX_SAMPLE:
         raise ValueError(f"--length {args.length} must lie in [1, {MAX_SAMPLE:,}] characters")
+    if not 1 <= args.num_samples <= MAX_SAMPLES:
+        raise ValueError(f"--num_samples {args.num_samples} must lie in [1, {MAX_SAMPLES:,}]")
     module, vocab = load_trained(args.ckpt_path, LitCharLM)
     if vocab is None:
         raise ValueError(f"--ckpt_path {args.ckpt_path!r} holds no vocabulary; pass a checkpoint written by fit")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = module.model.to(device)
-    prompt = vocab.encode_text(args.prompt).to(device)
-    if args.seed is not None:
-        torch.manual_seed(args.seed)
-    out, left = prompt, args.length
+    out = vocab.encode_text(args.prompt).to(device).expand(args.num_samples, -1)  # (n, t): one row a sample
+    generator = None if args.seed is None else torch.Generator(device).manual_seed(args.seed)
+    left = args.length
     while left:  # long generations in pieces, with progress on stderr
         n = min(left, SAMPLE_PIECE)
-        out = model.generate(out, n, args.temperature, args.top_k, use_cache=not args.no_cache)
+        out = model.generate(out, n, args.temperature, args.top_k, not args.no_cache, generator, args.top_p)
         left -= n
         if args.length > SAMPLE_PIECE:
             print(f"sampled {args.length - left:,} of {args.length:,} characters", file=sys.stderr, flush=True)
-    print(vocab.decode(out[0].cpu()))
+    print("\n---\n".join(vocab.decode(row.cpu()) for row in out))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -27,24 +27,40 @@ def init_weights(model: nn.Module, depth: int) -> None:
 
 
 def sample_next(
-    logits: Tensor, temperature: float = 1.0, top_k: int | None = None, generator: torch.Generator | None = None
+    logits: Tensor,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+    top_p: float | None = None,
 ) -> Tensor:
-    """Draw one token per row from logits (b, v): temperature 0 is greedy, top_k keeps the k likeliest;
-    ``generator``: draw from it instead of the global random stream."""
+    """Draw one token per row from logits (b, v): temperature 0 is greedy, top_k keeps the k likeliest, top_p
+    the nucleus (see :func:`nucleus`); ``generator``: draw from it instead of the global random stream."""
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)  # (b, 1)
     logits = logits / temperature
     if top_k is not None:
         kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]  # (b, 1)
         logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1:
+        logits = logits.masked_fill(~nucleus(logits, top_p), float("-inf"))
     return torch.multinomial(logits.softmax(dim=-1), num_samples=1, generator=generator)  # (b, 1)
 
 
-def _check_sampling(temperature: float, top_k: int | None) -> None:
+def nucleus(logits: Tensor, p: float) -> Tensor:
+    """Nucleus (top-p) sampling's set, Holtzman et al. 2020: per row of logits (b, v), the fewest likeliest
+    tokens whose probabilities sum to at least p; returned as a mask (b, v). The likeliest token is always in."""
+    probs, order = logits.softmax(dim=-1).sort(dim=-1, descending=True)
+    keep = probs.cumsum(dim=-1) - probs < p  # the mass of the likelier tokens has not reached p yet
+    return torch.zeros_like(keep).scatter(-1, order, keep)
+
+
+def _check_sampling(temperature: float, top_k: int | None, top_p: float | None = None) -> None:
     if temperature < 0:
         raise ValueError(f"temperature {temperature} < 0; use 0 for greedy decoding or a positive value")
     if top_k is not None and top_k < 1:
         raise ValueError(f"top_k {top_k} < 1; use a positive count or None for no cut-off")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"top_p {top_p} must lie in (0, 1]; 0.9 keeps the likeliest tokens that make up 90 %")
 
 
 def _masked_mean(x: Tensor, mask: Tensor) -> Tensor:
@@ -124,8 +140,10 @@ class CausalLM(nn.Module):
         top_k: int | None = None,
         use_cache: bool = True,
         generator: torch.Generator | None = None,
+        top_p: float | None = None,
     ) -> Tensor:
-        """Continue prompt (b, t) by max_new_tokens; returns (b, t + max_new_tokens).
+        """Continue prompt (b, t) by max_new_tokens; returns (b, t + max_new_tokens). Sampling as in
+        :func:`sample_next`.
 
         The model sees at most ``context`` tokens: the newest window. With ``use_cache`` each step feeds only
         the newest token and attends over cached keys and values, which gives exactly the tokens of
@@ -134,7 +152,7 @@ class CausalLM(nn.Module):
         slide); the model then sees between half and all of the context, where recomputation would always
         see all of it.
         """
-        _check_sampling(temperature, top_k)
+        _check_sampling(temperature, top_k, top_p)
         if prompt.numel() == 0:
             raise ValueError("empty prompt; give at least one token to condition on")
         context, was_training = self.cfg.context, self.training
@@ -149,7 +167,7 @@ class CausalLM(nn.Module):
                 logits = self(tokens[:, -keep:], caches)  # (re)fill the cache with the newest window
             else:
                 logits = self(tokens[:, -1:], caches)  # one new position
-            tokens = torch.cat([tokens, sample_next(logits[:, -1], temperature, top_k, generator)], dim=1)
+            tokens = torch.cat([tokens, sample_next(logits[:, -1], temperature, top_k, generator, top_p)], dim=1)
         self.train(was_training)
         return tokens
 
@@ -196,12 +214,14 @@ class EncoderDecoder(nn.Module):
         eos_id: int | None = None,
         temperature: float = 0.0,
         top_k: int | None = None,
+        top_p: float | None = None,
     ) -> Tensor:
-        """Decode token by token from BOS: greedy by default, sampled with temperature > 0.
+        """Decode token by token from BOS: greedy by default, sampled with temperature > 0 (top_k, top_p as in
+        :func:`sample_next`).
 
         Returns (b, n) generated ids without BOS; n < max_new_tokens when every row has emitted eos_id.
         """
-        _check_sampling(temperature, top_k)
+        _check_sampling(temperature, top_k, top_p)
         was_training = self.training
         self.eval()
         memory = self.encode(src, src_mask)  # (b, u, k): encoded once, read at every step
@@ -209,7 +229,7 @@ class EncoderDecoder(nn.Module):
         done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
         for _ in range(max_new_tokens):
             logits = self.decode(out, memory, src_mask)[:, -1]  # (b, v)
-            nxt = sample_next(logits, temperature, top_k)  # (b, 1)
+            nxt = sample_next(logits, temperature, top_k, top_p=top_p)  # (b, 1)
             out = torch.cat([out, nxt], dim=1)
             if eos_id is not None:
                 done |= nxt.squeeze(1) == eos_id
