@@ -1,6 +1,7 @@
 """The product through its front door: cli.py in a subprocess, on CPU, with no network."""
 
 import gzip
+import json
 import os
 import shutil
 import subprocess
@@ -181,9 +182,29 @@ def test_sample_needs_one_prompt_and_a_sane_count(trained):
     assert_fails_cleanly(nucleus, "top_p 0.0 must lie in (0, 1]")
 
 
-def test_the_help_names_the_sample_command(tmp_path):
+def test_export_writes_a_model_that_loads_without_the_project_cli(trained):
+    from transformers_scratch import from_pretrained
+    from transformers_scratch.checkpoints import load_trained
+    from transformers_scratch.lit import LitCharLM
+
+    cwd, ckpt = trained[0], "checkpoints/tiny_charlm/last.ckpt"
+    result = cli("export", "--ckpt_path", ckpt, "--out", "exported", cwd=cwd)
+    assert result.returncode == 0, result.stderr
+    assert "exported LitCharLM's model to exported/ (model.safetensors, config.json)" in result.stdout
+    module, vocab = load_trained(str(cwd / ckpt), LitCharLM)
+    x = vocab.encode_text("the cat sat")  # (1, t)
+    assert torch.equal(from_pretrained(cwd / "exported")(x), module.model(x))
+    config = json.loads((cwd / "exported" / "config.json").read_text())
+    assert config["model"] == "CausalLM" and bytes(config["vocab"]["bytes"]) == vocab.symbols  # a file vocabulary
+    again = cli("export", "--ckpt_path", ckpt, "--out", "exported", cwd=cwd)
+    assert_fails_cleanly(again, "'exported' already holds model.safetensors and config.json; pass another folder")
+
+
+def test_the_help_names_the_sample_and_export_commands(tmp_path):
     result = cli("--help", cwd=tmp_path)
-    assert result.returncode == 0 and "cli.py sample --ckpt_path CKPT --prompt TEXT" in " ".join(result.stdout.split())
+    words = " ".join(result.stdout.split())
+    assert result.returncode == 0 and "cli.py sample --ckpt_path CKPT --prompt TEXT" in words
+    assert "cli.py export --ckpt_path CKPT --out DIR" in words
 
 
 def test_the_enwik8_model_trains_at_context_4096(tmp_path):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from transformers_scratch.cli import build_cli, sample
+from transformers_scratch.cli import build_cli, export, sample
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -31,12 +31,15 @@ BENCH_LINES = commands("python -m transformers_scratch.bench")
 
 def test_readme_has_the_commands():
     subcommands = {line[0] for line in CLI_LINES}
-    assert {"fit", "test", "predict", "sample"} <= subcommands
+    assert {"fit", "test", "predict", "sample", "export"} <= subcommands
     assert ["fit", "--config", "configs/enwik8.yaml"] in CLI_LINES  # the main job
     assert len(BENCH_LINES) >= 3
 
 
-@pytest.mark.parametrize("argv", [a for a in CLI_LINES if a[0] != "sample"], ids=" ".join)
+OWN = {"sample": sample, "export": export}  # the CLI's commands beside LightningCLI's
+
+
+@pytest.mark.parametrize("argv", [a for a in CLI_LINES if a[0] not in OWN], ids=" ".join)
 def test_cli_lines_parse(argv, monkeypatch, capsys):
     monkeypatch.chdir(ROOT)
     with pytest.raises(SystemExit) as done:
@@ -45,12 +48,12 @@ def test_cli_lines_parse(argv, monkeypatch, capsys):
     assert "class_path" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv", [a for a in CLI_LINES if a[0] == "sample"], ids=" ".join)
-def test_sample_lines_parse(argv, monkeypatch, capsys):
+@pytest.mark.parametrize("argv", [a for a in CLI_LINES if a[0] in OWN], ids=" ".join)
+def test_sample_and_export_lines_parse(argv, monkeypatch, capsys):
     monkeypatch.chdir(ROOT)
     ckpt = argv.index("--ckpt_path") + 1
     with pytest.raises(FileNotFoundError, match="does not exist"):  # flags parsed; no trained model here
-        sample([*argv[1:ckpt], "no/such.ckpt", *argv[ckpt + 1 :]])
+        OWN[argv[0]]([*argv[1:ckpt], "no/such.ckpt", *argv[ckpt + 1 :]])
 
 
 @pytest.mark.parametrize("argv", BENCH_LINES, ids=" ".join)

@@ -378,8 +378,8 @@ def write_checkpoint(path: Path, module, vocab: dict) -> Path:
 
 @pytest.mark.parametrize(
     "kind, command",
-    [("pickle", c) for c in ("fit", "validate", "test", "predict", "sample")]
-    + [(k, c) for k in ("empty", "truncated") for c in ("fit", "test", "sample")],
+    [("pickle", c) for c in ("fit", "validate", "test", "predict", "sample", "export")]
+    + [(k, c) for k in ("empty", "truncated") for c in ("fit", "test", "sample", "export")],
 )
 def test_a_checkpoint_that_runs_code_or_is_broken_is_refused_by_every_command(capsys, text, tmp_path, kind, command):
     bad, trace = tmp_path / "bad.ckpt", tmp_path / "pwned"
@@ -392,6 +392,8 @@ def test_a_checkpoint_that_runs_code_or_is_broken_is_refused_by_every_command(ca
         bad.write_bytes(good.read_bytes()[:2000])
     if command == "sample":
         args = ["sample", "--ckpt_path", str(bad), "--prompt", "the "]
+    elif command == "export":
+        args = ["export", "--ckpt_path", str(bad), "--out", str(tmp_path / "exported")]
     else:
         args = [command, "--config", TINY_LM, "--data.path", str(text), "--ckpt_path", str(bad),
                 "--data.predict_path", str(text)]  # fmt: skip

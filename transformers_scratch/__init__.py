@@ -16,6 +16,7 @@ from .attention import (
 from .blocks import Embedding, FeedForward, LearnedPositions, SinusoidalPositions, Stack, TransformerBlock
 from .config import ClassifierConfig, EncoderDecoderConfig, LMConfig, TransformerConfig
 from .models import CausalLM, EncoderDecoder, SequenceClassifier, count_parameters, nucleus, sample_next
+from .pretrained import from_pretrained, save_pretrained
 
 __all__ = [
     "ATTENTION",
@@ -39,6 +40,8 @@ __all__ = [
     "count_parameters",
     "fused_attention",
     "reference_attention",
+    "from_pretrained",
     "nucleus",
     "sample_next",
+    "save_pretrained",
 ]

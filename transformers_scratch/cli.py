@@ -36,8 +36,9 @@ from .checkpoints import check_ckpt_path, load_trained, read_checkpoint
 from .config import TransformerConfig
 from .data import ByteVocab, DataError, WordVocab, checkpoint_vocab
 from .data.vocab import vocab_state
-from .lit import LitCharLM, LitTransformer
+from .lit import LitCharLM, LitClassifier, LitTransformer
 from .loggers import CSVLogger, WandbLogger
+from .pretrained import save_pretrained
 
 # A config names classes and callables by import path; only these packages may be named (checked by jsonargparse
 # before it imports anything), so a config cannot run os.system, eval or an arbitrary module's import-time code.
@@ -114,7 +115,8 @@ def brief(message: str) -> str:
 DESCRIPTION = (
     "Train and evaluate the project's models (LightningCLI: fit, validate, test, predict). "
     "Also: 'cli.py sample --ckpt_path CKPT --prompt TEXT' continues a prompt with a trained character model "
-    "(--num_samples, --top_k, --top_p, --prompt_file, --seed; 'cli.py sample --help')."
+    "(--num_samples, --top_k, --top_p, --prompt_file, --seed; 'cli.py sample --help'), and "
+    "'cli.py export --ckpt_path CKPT --out DIR' writes its model for transformers_scratch.from_pretrained."
 )
 
 
@@ -458,11 +460,35 @@ def sample(argv: list[str]) -> None:
     print("\n---\n".join(vocab.decode(row.cpu()) for row in out))
 
 
+EXPORTABLE = {cls.__name__: cls for cls in (LitCharLM, LitClassifier)}
+
+
+def export(argv: list[str]) -> None:
+    """Write a checkpoint's model as model.safetensors + config.json, for transformers_scratch.from_pretrained."""
+    parser = ArgumentParser(prog="cli.py export", description=export.__doc__)
+    parser.add_argument("--ckpt_path", type=str, required=True, help="A checkpoint written by fit.")
+    parser.add_argument("--out", type=str, required=True, help="A new or empty folder.")
+    args = parser.parse_args(argv)
+    written_by = str(read_checkpoint(args.ckpt_path).get("hyper_parameters", {}).get("_class_path", "?"))
+    module_class = EXPORTABLE.get(written_by.rsplit(".", 1)[-1])
+    if module_class is None:
+        raise ValueError(f"--ckpt_path {args.ckpt_path!r} holds a {written_by}; export takes {', '.join(EXPORTABLE)}")
+    module, vocab = load_trained(args.ckpt_path, module_class)
+    if isinstance(vocab, WordVocab):
+        extra = {"vocab": {"words": vocab.itos[2:]}}
+    else:
+        extra = {"vocab": {"bytes": None if vocab is None or vocab.symbols is None else list(vocab.symbols)}}
+    folder = save_pretrained(module.model, args.out, extra)
+    print(f"exported {written_by.rsplit('.', 1)[-1]}'s model to {folder}/ (model.safetensors, config.json)")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     try:
         if args[:1] == ["sample"]:
             sample(args[1:])
+        elif args[:1] == ["export"]:
+            export(args[1:])
         else:
             build_cli(argv)  # None: LightningCLI reads sys.argv itself
     except (ValueError, OSError, TrainingDiverged, DataError, ArgumentError, MisconfigurationException) as e:

@@ -1,0 +1,95 @@
+"""Export: a model leaves the project as model.safetensors + config.json and comes back identical, with one
+call and without Lightning."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from transformers_scratch import (
+    CausalLM,
+    ClassifierConfig,
+    EncoderDecoder,
+    EncoderDecoderConfig,
+    LMConfig,
+    SequenceClassifier,
+    from_pretrained,
+    save_pretrained,
+)
+
+SIZES = dict(vocab_size=40, context=16, emb=32, heads=4, depth=2)
+MODELS = {
+    "lm": lambda: CausalLM(LMConfig(**SIZES, positions="sinusoidal")),
+    "lm-tied": lambda: CausalLM(LMConfig(**SIZES, tie_weights=True)),
+    "classifier-cls": lambda: SequenceClassifier(ClassifierConfig(**SIZES, num_classes=3, pool="cls")),
+    "enc-dec-shared": lambda: EncoderDecoder(EncoderDecoderConfig(**SIZES)),
+    "enc-dec": lambda: EncoderDecoder(EncoderDecoderConfig(**SIZES, tgt_vocab_size=30, decoder_depth=1)),
+}
+
+
+def logits(model, kind: str) -> torch.Tensor:
+    x = torch.arange(24).remainder(30).view(2, 12)
+    with torch.no_grad():
+        return model(x, x[:, :7]) if kind.startswith("enc-dec") else model(x)
+
+
+def trained_a_little(kind: str):
+    """Weights that differ from a fresh init: a round trip must carry them, not rebuild them."""
+    torch.manual_seed(0)
+    model = MODELS[kind]()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    return model.eval()
+
+
+@pytest.mark.parametrize("kind", MODELS)
+def test_an_exported_model_loads_back_with_identical_logits(tmp_path, kind):
+    model = trained_a_little(kind)
+    save_pretrained(model, tmp_path / "out")
+    loaded = from_pretrained(tmp_path / "out")
+    assert type(loaded) is type(model) and loaded.cfg == model.cfg and not loaded.training
+    assert torch.equal(logits(loaded, kind), logits(model, kind))
+
+
+def test_a_tied_matrix_is_stored_once_and_stays_tied(tmp_path):
+    model = trained_a_little("lm-tied")
+    save_pretrained(model, tmp_path)
+    with safe_open(str(tmp_path / "model.safetensors"), "pt") as f:
+        assert len(list(f.keys())) == len(list(model.parameters()))  # parameters() lists a shared tensor once
+    loaded = from_pretrained(tmp_path)
+    assert loaded.head.weight is loaded.embed.tokens.weight
+
+
+def test_loading_needs_no_lightning(tmp_path):
+    model = trained_a_little("classifier-cls")
+    save_pretrained(model, tmp_path / "out")
+    torch.save(logits(model, "classifier-cls"), tmp_path / "expected.pt")
+    script = (
+        "import sys, torch\n"
+        "sys.modules['lightning'] = None  # importing it would fail\n"
+        "import transformers_scratch\n"
+        f"model = transformers_scratch.from_pretrained({str(tmp_path / 'out')!r})\n"
+        "x = torch.arange(24).remainder(30).view(2, 12)\n"
+        f"assert torch.equal(model(x).detach(), torch.load({str(tmp_path / 'expected.pt')!r}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_export_never_overwrites_and_reading_checks_the_folder(tmp_path):
+    save_pretrained(trained_a_little("lm"), tmp_path)
+    before = (tmp_path / "model.safetensors").read_bytes()
+    with pytest.raises(FileExistsError, match="already holds model.safetensors and config.json; pass another"):
+        save_pretrained(trained_a_little("lm-tied"), tmp_path)
+    assert (tmp_path / "model.safetensors").read_bytes() == before
+    assert not list(tmp_path.glob(".*.tmp"))
+    with pytest.raises(FileNotFoundError, match="holds no config.json"):
+        from_pretrained(tmp_path / "nowhere")
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "model": "Mystery"}))
+    with pytest.raises(ValueError, match="model 'Mystery'; this version reads format 1 of CausalLM"):
+        from_pretrained(tmp_path)
