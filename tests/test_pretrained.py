@@ -24,6 +24,8 @@ SIZES = dict(vocab_size=40, context=16, emb=32, heads=4, depth=2)
 MODELS = {
     "lm": lambda: CausalLM(LMConfig(**SIZES, positions="sinusoidal")),
     "lm-tied": lambda: CausalLM(LMConfig(**SIZES, tie_weights=True)),
+    "lm-rope": lambda: CausalLM(LMConfig(**SIZES, positions="rope")),
+    "classifier-alibi": lambda: SequenceClassifier(ClassifierConfig(**SIZES, positions="alibi")),
     "classifier-cls": lambda: SequenceClassifier(ClassifierConfig(**SIZES, num_classes=3, pool="cls")),
     "enc-dec-shared": lambda: EncoderDecoder(EncoderDecoderConfig(**SIZES)),
     "enc-dec": lambda: EncoderDecoder(EncoderDecoderConfig(**SIZES, tgt_vocab_size=30, decoder_depth=1)),

@@ -61,16 +61,25 @@ def _guard_empty_rows(mask: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def reference_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False, dropout_p: float = 0.0
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    causal: bool = False,
+    dropout_p: float = 0.0,
+    bias: Tensor | None = None,
 ) -> Tensor:
-    """Scaled dot-product attention written out: scores, scale, mask, softmax, weighted sum.
+    """Scaled dot-product attention written out: scores, scale, bias, mask, softmax, weighted sum.
 
-    q: (b, h, t, s); k, v: (b, h, u, s); mask: bool, broadcastable to (b, h, t, u), True = may attend.
+    q: (b, h, t, s); k, v: (b, h, u, s); mask: bool, broadcastable to (b, h, t, u), True = may attend;
+    bias: added to the scaled scores (ALiBi), broadcastable to (b, h, t, u).
     Returns (b, h, t, s). Rows whose keys are all masked return zeros.
     """
     t, u = q.size(-2), k.size(-2)
     scores = q @ k.transpose(-2, -1)  # (b, h, t, u)
     scores = scores / math.sqrt(q.size(-1))  # 1/sqrt(head width) keeps the softmax out of saturation
+    if bias is not None:
+        scores = scores + bias
     mask = _merge_masks(mask, causal, t, u, q.device)
     if mask is not None:
         mask, has_key = _guard_empty_rows(mask)
@@ -82,18 +91,29 @@ def reference_attention(
 
 
 def fused_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False, dropout_p: float = 0.0
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    causal: bool = False,
+    dropout_p: float = 0.0,
+    bias: Tensor | None = None,
 ) -> Tensor:
     """The same computation through PyTorch's fused kernels (flash / memory-efficient / C++ math).
 
-    Same arguments and result as :func:`reference_attention`. Without a padding mask, a causal square
-    problem goes to the kernel as ``is_causal`` (no mask tensor at all), and a single query against a
-    cache needs no mask.
+    Same arguments and result as :func:`reference_attention`. Without a padding mask or bias, a causal
+    square problem goes to the kernel as ``is_causal`` (no mask tensor at all), and a single query against
+    a cache needs no mask. A bias goes in as a float mask, with -inf where the boolean mask forbids.
     """
     t, u = q.size(-2), k.size(-2)
-    if mask is None and (not causal or t == 1 or t == u):
+    if bias is None and mask is None and (not causal or t == 1 or t == u):
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=causal and t > 1)
-    mask, has_key = _guard_empty_rows(_merge_masks(mask, causal, t, u, q.device))
+    mask = _merge_masks(mask, causal, t, u, q.device)
+    if mask is None:  # a bias alone
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype), dropout_p=dropout_p)
+    mask, has_key = _guard_empty_rows(mask)
+    if bias is not None:
+        mask = bias.to(q.dtype).masked_fill(~mask, float("-inf"))  # (b|1, h, t, u)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)  # (b, h, t, s)
     return out.masked_fill(~has_key, 0.0)
 
@@ -101,6 +121,39 @@ def fused_attention(
 AttentionFn = Callable[..., Tensor]
 ATTENTION: dict[str, AttentionFn] = {"reference": reference_attention, "sdpa": fused_attention}
 """Attention kernels by name; ``MultiHeadAttention(impl=...)`` picks one."""
+
+
+def rotate(x: Tensor, offset: int = 0, base: float = 10000.0) -> Tensor:
+    """Rotary position embedding (RoPE, Su et al. 2021) of queries or keys x (b, h, t, s), x[:, :, i] sitting
+    at position offset + i. Dimension pairs (j, j + s/2) turn by the angle p * base^(-2j/s), so the dot
+    product of a query at m and a key at n depends on m - n only: relative positions, nothing learned."""
+    half = x.size(-1) // 2
+    freq = base ** (-torch.arange(half, device=x.device, dtype=torch.float32) / half)  # (s/2,)
+    angle = torch.arange(offset, offset + x.size(-2), device=x.device, dtype=torch.float32)[:, None] * freq
+    cos, sin = angle.cos(), angle.sin()  # (t, s/2)
+    x1, x2 = x.float().split(half, dim=-1)  # (b, h, t, s/2) each
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).to(x.dtype)
+
+
+def alibi_slopes(heads: int) -> Tensor:
+    """ALiBi's per-head slopes (Press et al. 2022): the geometric sequence 2^(-8/n), 2^(-16/n), ... for n
+    heads when n is a power of two; otherwise those of the power of two below, then every other slope of
+    the power of two above."""
+    n = 2 ** math.floor(math.log2(heads))
+    slopes = [2 ** (-8 * (i + 1) / n) for i in range(n)]
+    return torch.tensor(slopes + [2 ** (-8 * (i + 1) / (2 * n)) for i in range(0, 2 * (heads - n), 2)])
+
+
+def alibi_bias(slopes: Tensor, t: int, u: int, offset: int = 0) -> Tensor:
+    """(1, h, t, u) bias -slope * |distance| between query offset + i and key j: attention fades linearly with
+    distance, so no position has to be learned, and lengths beyond training need nothing new."""
+    query = torch.arange(offset, offset + t, device=slopes.device)[:, None]  # (t, 1)
+    distance = (query - torch.arange(u, device=slopes.device)).abs()  # (t, u)
+    return -slopes[None, :, None, None] * distance  # (1, h, t, u)
+
+
+RELATIVE = ("rope", "alibi")
+"""Position kinds applied inside self-attention instead of added to the embeddings."""
 
 
 class KVCache:
@@ -139,13 +192,28 @@ class MultiHeadAttention(nn.Module):
     4k^2 + k parameters whatever the number of heads: more heads cut the same projections into narrower pieces.
     """
 
-    def __init__(self, emb: int, heads: int, causal: bool = False, dropout: float = 0.0, impl: str = "sdpa") -> None:
+    def __init__(
+        self,
+        emb: int,
+        heads: int,
+        causal: bool = False,
+        dropout: float = 0.0,
+        impl: str = "sdpa",
+        positions: str | None = None,
+    ) -> None:
         super().__init__()
         if emb % heads:
             raise ValueError(f"width {emb} is not divisible by {heads} heads; pick heads that divide the width")
         if impl not in ATTENTION:
             raise ValueError(f"attention impl {impl!r} unknown; choose one of {sorted(ATTENTION)}")
+        if positions not in (None, *RELATIVE):
+            raise ValueError(f"attention positions {positions!r} unknown; choose one of {RELATIVE} or None")
+        if positions == "rope" and (emb // heads) % 2:
+            raise ValueError(f"rope turns pairs of dimensions: head width {emb // heads} must be even")
         self.emb, self.heads, self.causal, self.dropout, self.impl = emb, heads, causal, dropout, impl
+        self.positions = positions  # rope or alibi: where the positions enter (self-attention only)
+        if positions == "alibi":
+            self.register_buffer("slopes", alibi_slopes(heads), persistent=False)  # derived: not in checkpoints
         self.qkv = nn.Linear(emb, 3 * emb, bias=False)  # rows: W_q, W_k, W_v, each (k, k)
         self.out = nn.Linear(emb, emb)  # the tutorial's "unifyheads"
 
@@ -166,13 +234,18 @@ class MultiHeadAttention(nn.Module):
         q = q.view(b, t, h, s).transpose(1, 2)  # (b, h, t, s)
         key = key.view(b, -1, h, s).transpose(1, 2)  # (b, h, u, s)
         val = val.view(b, -1, h, s).transpose(1, 2)  # (b, h, u, s)
+        offset = 0 if cache is None else cache.len  # the position of x[:, 0]
+        if self.positions == "rope":
+            q, key = rotate(q, offset), rotate(key, offset)  # cached keys stay rotated by their own position
         if cache is not None:
             key, val = cache.update(key, val)  # (b, h, cached u, s)
+        bias = alibi_bias(self.slopes, t, key.size(2), offset) if self.positions == "alibi" else None
         mask = None if key_mask is None else key_mask[:, None, None, :]  # (b, 1, 1, u)
         dropout_p = self.dropout if self.training else 0.0
-        y = ATTENTION[self.impl](q, key, val, mask, self.causal, dropout_p)  # (b, h, t, s)
+        y = ATTENTION[self.impl](q, key, val, mask, self.causal, dropout_p, bias=bias)  # (b, h, t, s)
         y = y.transpose(1, 2).reshape(b, t, k)  # (b, t, k): heads side by side again
         return self.out(y)
 
     def extra_repr(self) -> str:
-        return f"emb={self.emb}, heads={self.heads}, causal={self.causal}, impl={self.impl!r}"
+        extra = f", positions={self.positions!r}" if self.positions else ""
+        return f"emb={self.emb}, heads={self.heads}, causal={self.causal}, impl={self.impl!r}{extra}"

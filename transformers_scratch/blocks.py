@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from .attention import KVCache, MultiHeadAttention
+from .attention import RELATIVE, KVCache, MultiHeadAttention
 from .config import TransformerConfig
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "gelu": nn.GELU}
@@ -36,33 +36,43 @@ class LearnedPositions(nn.Module):
         return self.table.weight[offset : offset + t]  # (t, k)
 
 
+def sinusoids(start: int, t: int, emb: int) -> Tensor:
+    """PE(p, 2i) = sin(p / 10000^(2i/k)), PE(p, 2i+1) = cos(...) for positions start .. start + t - 1: (t, k)."""
+    position = torch.arange(start, start + t, dtype=torch.float32)[:, None]  # (t, 1)
+    freq = torch.exp(torch.arange(0, emb, 2, dtype=torch.float32) * (-math.log(10000.0) / emb))  # (ceil(k/2),)
+    table = torch.zeros(t, emb)
+    table[:, 0::2] = torch.sin(position * freq)
+    table[:, 1::2] = torch.cos(position * freq[: emb // 2])
+    return table
+
+
 class SinusoidalPositions(nn.Module):
-    """Fixed encodings PE(p, 2i) = sin(p / 10000^(2i/k)), PE(p, 2i+1) = cos(...) (Vaswani et al. 3.5)."""
+    """Fixed encodings (Vaswani et al. 3.5), a table for the context; positions past it are computed when
+    asked for, since a formula has no last position."""
 
     def __init__(self, context: int, emb: int) -> None:
         super().__init__()
-        position = torch.arange(context, dtype=torch.float32)[:, None]  # (context, 1)
-        freq = torch.exp(torch.arange(0, emb, 2, dtype=torch.float32) * (-math.log(10000.0) / emb))  # (ceil(k/2),)
-        table = torch.zeros(context, emb)
-        table[:, 0::2] = torch.sin(position * freq)
-        table[:, 1::2] = torch.cos(position * freq[: emb // 2])
-        self.register_buffer("table", table, persistent=False)  # derived, so not saved in checkpoints
+        self.register_buffer("table", sinusoids(0, context, emb), persistent=False)  # derived: not saved
 
     def forward(self, t: int, offset: int = 0) -> Tensor:
-        return self.table[offset : offset + t]  # (t, k)
+        if offset + t <= len(self.table):
+            return self.table[offset : offset + t]  # (t, k)
+        return sinusoids(offset, t, self.table.size(1)).to(self.table)  # (t, k)
 
 
 POSITIONS: dict[str, type[nn.Module]] = {"learned": LearnedPositions, "sinusoidal": SinusoidalPositions}
+"""Position vectors added to the token embeddings; ``rope`` and ``alibi`` act inside attention instead."""
 
 
 class Embedding(nn.Module):
-    """Token embedding plus position embedding or encoding: ids (b, t) -> vectors (b, t, k)."""
+    """Token embedding plus position embedding or encoding: ids (b, t) -> vectors (b, t, k). With rope or
+    alibi positions, the tokens alone: attention places them."""
 
     def __init__(self, vocab_size: int, context: int, emb: int, positions: str = "learned", dropout: float = 0.0):
         super().__init__()
         self.context = context
         self.tokens = nn.Embedding(vocab_size, emb)
-        self.positions = POSITIONS[positions](context, emb)
+        self.positions = None if positions in RELATIVE else POSITIONS[positions](context, emb)
         self.drop = nn.Dropout(dropout)
 
     def forward(self, ids: Tensor, offset: int = 0, prefix: Tensor | None = None) -> Tensor:
@@ -72,12 +82,13 @@ class Embedding(nn.Module):
         if prefix is not None:
             x = torch.cat([prefix, x], dim=1)  # (b, p + t, k)
         t = x.size(1)
-        if offset + t > self.context:
+        if isinstance(self.positions, LearnedPositions) and offset + t > self.context:
             raise ValueError(
-                f"sequence of {offset + t} positions > model context {self.context}; "
-                "raise model.context or feed shorter sequences"
+                f"sequence of {offset + t} positions > model context {self.context}: learned position embeddings "
+                "have no vector past the context; feed shorter sequences, raise model.context and train again, "
+                "or train with model.positions sinusoidal, rope or alibi, which go past it"
             )
-        return self.drop(x + self.positions(t, offset))  # (b, t, k)
+        return self.drop(x if self.positions is None else x + self.positions(t, offset))  # (b, t, k)
 
 
 class TransformerBlock(nn.Module):
@@ -91,7 +102,8 @@ class TransformerBlock(nn.Module):
     def __init__(self, cfg: TransformerConfig, causal: bool = False, cross: bool = False) -> None:
         super().__init__()
         self.pre_norm = cfg.pre_norm
-        self.attn = MultiHeadAttention(cfg.emb, cfg.heads, causal=causal, dropout=cfg.dropout, impl=cfg.attention)
+        relative = cfg.positions if cfg.positions in RELATIVE else None
+        self.attn = MultiHeadAttention(cfg.emb, cfg.heads, causal, cfg.dropout, cfg.attention, positions=relative)
         self.norm1 = nn.LayerNorm(cfg.emb)
         self.cross = MultiHeadAttention(cfg.emb, cfg.heads, dropout=cfg.dropout, impl=cfg.attention) if cross else None
         self.norm_cross = nn.LayerNorm(cfg.emb) if cross else None

@@ -29,8 +29,10 @@ class TransformerConfig:
     """Dropout on attention weights, sublayer outputs and embeddings."""
     pre_norm: bool = True
     """Layer norm before each sublayer (GPT-2, modern). False: after the residual sum, as the tutorial."""
-    positions: Literal["learned", "sinusoidal"] = "learned"
-    """Learned position embeddings (tutorial) or fixed sinusoidal encodings (Vaswani et al. 2017)."""
+    positions: Literal["learned", "sinusoidal", "rope", "alibi"] = "learned"
+    """Learned position embeddings (tutorial), fixed sinusoidal encodings (Vaswani et al. 2017), rotary
+    embeddings of queries and keys (RoPE, Su et al. 2021) or linear attention biases (ALiBi, Press et al.
+    2022). All but learned accept sequences longer than the context."""
     attention: Literal["sdpa", "reference"] = "sdpa"
     """Attention kernel: fused scaled_dot_product_attention, or the explicit matmul-softmax-matmul."""
     activation_checkpointing: bool = False
