@@ -284,3 +284,24 @@ def test_every_logged_tokens_per_second_is_true_the_first_included(tmp_path, mon
     log = (tmp_path / "lightning_logs" / "version_0" / "metrics.csv").read_text().splitlines()
     rates = [float(r["train/tokens_per_s"]) for r in csv.DictReader(log) if r.get("train/tokens_per_s")]
     assert len(rates) == 5 and all(rate == 8 * 16 for rate in rates)
+
+
+def test_gradients_are_clipped_with_a_fused_optimizer_at_bf16(tmp_path, monkeypatch):
+    """On a GPU the optimizer is a fused AdamW, whose gradients Lightning's mixed-precision plugin refuses to
+    clip ("performs unscaling of gradients internally"): every GPU fit with gradient_clip_val died at its
+    first step. Without loss scaling (bf16, fp32) the module clips them itself. A CPU AdamW made fused stands
+    in for the GPU's here."""
+    real = torch.optim.AdamW
+    monkeypatch.setattr(torch.optim, "AdamW", lambda *args, **kwargs: real(*args, **{**kwargs, "fused": True}))
+    norms = []
+
+    class Probe(LitCharLM):
+        def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
+            super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
+            grads = [p.grad for p in self.parameters() if p.grad is not None]
+            norms.append(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])).item())
+
+    module = Probe(TINY, OptimConfig(warmup_steps=0, schedule="constant"))
+    trainer(tmp_path, max_steps=2, precision="bf16-mixed", gradient_clip_val=1e-3).fit(module, loader())
+    assert module.optimizers().optimizer.defaults["fused"] is True
+    assert len(norms) == 2 and all(n <= 1e-3 * 1.001 for n in norms), norms

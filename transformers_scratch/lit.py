@@ -150,13 +150,23 @@ class LitTransformer(L.LightningModule):
         if self.sharded and gradient_clip_val and gradient_clip_algorithm in (None, "norm"):
             self.trainer.strategy.model.clip_grad_norm_(gradient_clip_val)
             return
+        if gradient_clip_val and getattr(self.trainer.precision_plugin, "scaler", None) is None:
+            # No loss scaling (fp32, bf16): the gradients are true, so clip them here. Lightning's mixed-precision
+            # plugin refuses to clip for a fused AdamW, which it suspects of unscaling inside.
+            params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+            if gradient_clip_algorithm == "value":
+                torch.nn.utils.clip_grad_value_(params, gradient_clip_val)
+            else:
+                torch.nn.utils.clip_grad_norm_(params, gradient_clip_val)
+            return
         super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def configure_optimizers(self):
         cfg = self.optim
         decay, plain = decay_groups(self)
         groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": plain, "weight_decay": 0.0}]
-        fused = all(p.is_cuda for p in decay + plain)  # one kernel for the whole update on GPU
+        scaled = self._trainer is not None and self.trainer.precision in ("16-mixed", "16")  # a GradScaler's steps
+        fused = not scaled and all(p.is_cuda for p in decay + plain)  # one kernel for the whole update on GPU
         optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=fused or None)
         total = cfg.total_steps or self.trainer.estimated_stepping_batches
         if not math.isfinite(total):  # unbounded training: fine for a constant rate, not for a cosine

@@ -61,7 +61,7 @@ class ByteVocab:
         return ids[None]  # (1, t)
 
     def decode(self, ids: Tensor) -> str:
-        return bytes(self.alphabet[ids.long()].tolist()).decode("utf-8", errors="replace")
+        return bytes(self.alphabet[ids.long().cpu()].tolist()).decode("utf-8", errors="replace")
 
 
 class WordVocab:
