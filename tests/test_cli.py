@@ -200,6 +200,27 @@ def test_export_writes_a_model_that_loads_without_the_project_cli(trained):
     assert_fails_cleanly(again, "'exported' already holds model.safetensors and config.json; pass another folder")
 
 
+def test_a_learned_position_checkpoint_refuses_windows_past_its_context(trained):
+    cwd, data, _ = trained
+    result = cli("test", "--config", TINY_LM, "--data.path", str(data), "--data.vocab", "file", "--data.context", "128",
+                 "--ckpt_path", "checkpoints/tiny_charlm/last.ckpt", "--trainer.logger", "false", cwd=cwd)  # fmt: skip
+    assert_fails_cleanly(result, "--data.context 128 > 64, the context --ckpt_path 'checkpoints/tiny_charlm/last.ckpt'"
+                         " was trained at: its learned position embeddings have no vector past 64")  # fmt: skip
+
+
+def test_an_alibi_checkpoint_is_tested_past_its_training_context(tmp_path):
+    data = corpus(tmp_path / "text.txt")
+    args = ["--config", TINY_LM, "--data.path", str(data), "--model.model.positions", "alibi", "--trainer.logger",
+            "false"]  # fmt: skip
+    fit = cli("fit", *args, *FAST, cwd=tmp_path)
+    assert fit.returncode == 0, fit.stderr[-3000:]
+    result = cli("test", *args, "--data.context", "256", "--ckpt_path", "checkpoints/tiny_charlm/last.ckpt",
+                 cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "note: data.context 256, past the training context 64 (alibi positions)" in result.stderr
+    assert "contiguous windows of 256 bytes" in result.stdout + result.stderr and "test/bpc" in result.stdout
+
+
 def test_the_help_names_the_sample_and_export_commands(tmp_path):
     result = cli("--help", cwd=tmp_path)
     words = " ".join(result.stdout.split())
@@ -415,3 +436,19 @@ def test_a_plain_install_gives_the_transformers_scratch_command(tmp_path):
     code = "import transformers_scratch; print(transformers_scratch.__file__)"
     where = subprocess.run([str(venv / "bin" / "python"), "-c", code], cwd=tmp_path, capture_output=True, text=True)
     assert str(venv) in where.stdout  # the installed copy, not this checkout
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="a fit on the GPU is checked on a GPU")
+def test_a_fit_on_the_gpu_clips_samples_tests_and_samples_again(tmp_path):
+    """The first GPU fit found two faults no CPU run can: clipping with the fused AdamW (Lightning refused
+    it) and decoding a sample that lay on the GPU. The whole path, at bf16 with clipping, on the GPU."""
+    data = corpus(tmp_path / "text.txt")
+    args = ["--config", TINY_LM, "--data.path", str(data), "--trainer.accelerator", "gpu", "--trainer.precision",
+            "bf16-mixed", "--trainer.logger", "false"]  # fmt: skip
+    fit = cli("fit", *args, *FAST, cwd=tmp_path)
+    assert fit.returncode == 0 and "--- sample at step" in fit.stderr + fit.stdout, fit.stderr[-3000:]
+    test = cli("test", *args, "--ckpt_path", "checkpoints/tiny_charlm/last.ckpt", cwd=tmp_path)
+    assert test.returncode == 0 and "test/bpc" in test.stdout, test.stderr[-3000:]
+    sample = cli("sample", "--ckpt_path", "checkpoints/tiny_charlm/last.ckpt", "--prompt", "the ", "--length", "20",
+                 cwd=tmp_path)  # fmt: skip
+    assert sample.returncode == 0 and sample.stdout.startswith("the "), sample.stderr[-3000:]

@@ -237,7 +237,10 @@ class CLI(LightningCLI):
             self._continue_logs(cfg)
         self._check_vocab(cfg)
         self._adopt_old_spellings(cfg)
-        self._check_linked_context(cfg)
+        if self.ckpt_hparams.get("model"):  # the checkpoint set model.context: windows are checked against it
+            self._check_context_past_training(cfg)
+        else:
+            self._check_linked_context(cfg)
         model_class = self.model_class_of(cfg)
         if cfg.checkpoint.monitor is None and hasattr(model_class, "checkpoint_metric"):
             cfg.checkpoint.monitor, cfg.checkpoint.mode, pattern = model_class.checkpoint_metric
@@ -291,6 +294,25 @@ class CLI(LightningCLI):
         raise ValueError(
             f"model.context {given} is set from {key} ({linked}), so it cannot differ; "
             f"set --{key} {given} instead and leave model.context out"
+        )
+
+    def _check_context_past_training(self, cfg) -> None:
+        """Windows longer than a checkpoint was trained on: fine for positions that go past it (said once),
+        refused for learned embeddings, which have no vector there."""
+        trained, data = self.ckpt_hparams.get("model"), cfg.data.get("init_args") or {}
+        key = "context" if "context" in data else "max_length"
+        window, context = data.get(key), _get(trained, "context", None)
+        if window is None or context is None or window <= context:
+            return
+        positions = _get(trained, "positions", "learned")
+        if positions == "learned":
+            raise ValueError(
+                f"--data.{key} {window} > {context}, the context --ckpt_path {cfg.ckpt_path!r} was trained at: its "
+                f"learned position embeddings have no vector past {context}; pass --data.{key} {context} or less, "
+                "or train with model.positions sinusoidal, rope or alibi"
+            )
+        print(
+            f"note: data.{key} {window}, past the training context {context} ({positions} positions)", file=sys.stderr
         )
 
     def _check_vocab(self, cfg) -> None:
