@@ -84,3 +84,89 @@ def test_the_command_prints_a_table_and_json(tmp_path):
     table = format_report(report)
     assert "fused / reference attention:" in table and "KV cache speed-up:" in table
     assert report["hardware"].startswith("CPU") and report["date"] in table
+
+
+def test_the_profile_names_where_the_step_goes():
+    job = {**train_job("cpu", TOY, batch=2, context=16, steps=1, warmup=1, precision="32-true"), "profile": True}
+    result = run_job(job)
+    prof = result["profile"]
+    assert prof["busy"] is None  # a GPU's busy share only: on a CPU the host is the device
+    assert prof["top"] and all(ms > 0 and 0 < share <= 1 for _, ms, share in prof["top"])
+    assert sum(share for *_, share in prof["top"]) <= 1 + 1e-6
+    assert any("mm" in name for name, *_ in prof["top"])  # a transformer step is matmuls
+    table = format_report({"hardware": "CPU", "torch": "x", "date": "d", "model": {**TOY, "vocab_size": 32},
+                           "context": 16, "batch": 2, "train": [{"variant": "fused (default)", **result}],
+                           "generate": []})  # fmt: skip
+    assert "profile of fused (default): most time per step:" in table
+
+
+STAND_IN_WRAPPING_OURS = """
+from dataclasses import dataclass
+import torch.nn.functional as F
+from torch import nn
+from transformers_scratch import CausalLM, LMConfig
+
+@dataclass
+class GPTConfig:
+    block_size: int = 16
+    vocab_size: int = 0
+    n_layer: int = 1
+    n_head: int = 2
+    n_embd: int = 16
+    dropout: float = 0.0
+    bias: bool = False
+
+class GPT(nn.Module):  # nanoGPT's interface around this project's model
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.inner = CausalLM(LMConfig(vocab_size=config.vocab_size, context=config.block_size,
+                                       emb=config.n_embd, heads=config.n_head, depth=config.n_layer))
+
+    def forward(self, idx, targets=None):
+        logits = self.inner(idx)
+        return logits, F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+"""
+
+
+def test_a_nanogpt_checkpoint_is_scored_as_cli_test_scores_the_project(tmp_path, capsys):
+    """``python -m transformers_scratch.nanogpt`` gives the number that ``cli.py test`` gives for the same
+    model on the same file: the same windows, every test byte once. A stand-in model.py wraps this project's
+    model in nanoGPT's interface, and its checkpoint is written as nanoGPT's train.py writes a compiled one."""
+    import torch
+
+    from transformers_scratch.data import TextDataModule
+    from transformers_scratch.lit import LitCharLM
+    from transformers_scratch.nanogpt import main
+
+    (tmp_path / "model.py").write_text(STAND_IN_WRAPPING_OURS)
+    text = tmp_path / "text.txt"
+    g = torch.Generator().manual_seed(0)
+    text.write_bytes(bytes((97 + torch.randint(20, (6000,), generator=g)).tolist()))  # 20 letters
+    args = {"block_size": 16, "vocab_size": 20, "n_layer": 1, "n_head": 2, "n_embd": 16, "dropout": 0.0,
+            "bias": False}  # fmt: skip
+    lit = LitCharLM({"vocab_size": 20, "context": 16, "emb": 16, "heads": 2, "depth": 1}).eval()
+    weights = {f"_orig_mod.inner.{k}": v for k, v in lit.model.state_dict().items()}
+    torch.save({"model": weights, "model_args": args, "iter_num": 0, "best_val_loss": torch.tensor(9.0)},
+               tmp_path / "ckpt.pt")  # fmt: skip
+
+    data = TextDataModule(str(text), context=16, batch_size=8, vocab="file")
+    data.setup("test")
+    with torch.no_grad():
+        parts = [lit.scored_bits(batch) for batch in data.test_dataloader()]
+    expected_bpc = sum(b for b, _ in parts).item() / sum(n for _, n in parts).item()
+
+    argv = ["--model_py", str(tmp_path / "model.py"), "--ckpt", str(tmp_path / "ckpt.pt"), "--data.path",
+            str(text), "--context", "16", "--batch_size", "8", "--device", "cpu"]  # fmt: skip
+    out = subprocess.run([sys.executable, "-m", "transformers_scratch.nanogpt", *argv], capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    reported = float(out.stdout.rsplit("test/bpc", 1)[1])
+    assert math.isclose(reported, expected_bpc, abs_tol=1e-4), (reported, expected_bpc)
+
+    other = tmp_path / "other.txt"
+    other.write_bytes(bytes((97 + torch.randint(26, (6000,), generator=g)).tolist()))  # 26 letters
+    assert main([*argv[:4], "--data.path", str(other), *argv[6:]]) == 2
+    assert "the checkpoint has a vocabulary of 20 characters" in capsys.readouterr().err
+    assert main([*argv[:6], "--context", "32", "--device", "cpu"]) == 2
+    assert "--context 32 is longer than the checkpoint's block_size 16" in capsys.readouterr().err

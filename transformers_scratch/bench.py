@@ -94,7 +94,33 @@ def run_job(job: dict) -> dict:
     peak = peak_flops(device)
     if peak:
         result["mfu"] = result["tokens_per_s"] * train_flops_per_token(cfg, t) / peak
+    if job.get("profile"):
+        result["profile"] = profile_steps(step, device, seconds, steps=5)
     return result
+
+
+def profile_steps(step, device: torch.device, step_seconds: float, steps: int) -> dict:
+    """Where a step's time goes: the share of the step that the device is busy (below 1: the host cannot
+    launch work fast enough), and the operators that take the most device (or, on a CPU, host) time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            step()
+        _sync(device)
+    cuda = device.type == "cuda"
+    field = "self_device_time_total" if cuda else "self_cpu_time_total"
+    # On a GPU count the kernels only: an operator's device time is its kernels' time again.
+    kind = torch.autograd.DeviceType.CUDA if cuda else torch.autograd.DeviceType.CPU
+    events = [e for e in prof.key_averages() if e.device_type == kind and getattr(e, field, 0) > 0]
+    busy_us = sum(getattr(e, field) for e in events) / steps
+    if not busy_us:
+        return {"busy": None, "top": []}
+    top = sorted(events, key=lambda e: getattr(e, field), reverse=True)[:12]
+    return {"busy": busy_us / 1e6 / step_seconds if cuda else None,
+            "top": [[e.key[:60], getattr(e, field) / steps / 1000, getattr(e, field) / steps / busy_us]
+                    for e in top]}  # fmt: skip
 
 
 def nanogpt_model(path: str, cfg: LMConfig) -> torch.nn.Module:
@@ -207,6 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", default="32-true", help="precision of the long-context search")
     p.add_argument("--timeout", type=float, default=600, help="seconds per measurement before giving up")
     p.add_argument("--nanogpt", metavar="MODEL_PY", help="also time nanoGPT's GPT from this model.py, same step")
+    p.add_argument("--profile", action="store_true", help="profile the default variant's step (torch.profiler)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--job", help=argparse.SUPPRESS)
     return p
@@ -236,6 +263,7 @@ def main(argv: list[str] | None = None) -> None:
             kernel = {"attention": v["attention"], "activation_checkpointing": v["activation_checkpointing"]}
             job = train_job(device, {**model, **kernel}, batch, context, args.steps, args.warmup, v["precision"],
                             v["compile"])  # fmt: skip
+            job["profile"] = args.profile and name == "fused (default)"
             print(f"  measuring {name} ...", file=sys.stderr, flush=True)
             report["train"].append({"variant": name, **v, **run_isolated(job, timeout=args.timeout)})
         if args.nanogpt:
@@ -277,6 +305,11 @@ def format_report(r: dict) -> str:
         nano = next((x for x in r["train"] if x["variant"] == "nanoGPT GPT" and "error" not in x), None)
         if fused and nano:
             lines.append(f"fused / nanoGPT GPT: {fused / nano['tokens_per_s']:.2f}x")
+        for row in r["train"]:
+            if prof := row.get("profile"):
+                busy = f"the GPU is busy {100 * prof['busy']:.0f} % of the step; " if prof["busy"] else ""
+                lines += ["", f"profile of {row['variant']}: {busy}most time per step:"]
+                lines += [f"  {name:60s} {ms:8.2f} ms {100 * share:5.1f} %" for name, ms, share in prof["top"]]
     if r.get("generate"):
         lines += ["", f"{'generation (batch 1)':28s} {'tokens/s':>10s}"]
         for row in r["generate"]:
