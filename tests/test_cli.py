@@ -16,6 +16,7 @@ from transformers_scratch.cli import build_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+OVERLAYS = {"extrapolate.yaml": "tiny_charlm.yaml"}  # configs that change another config: tested on top of it
 TINY_LM = str(ROOT / "configs" / "tiny_charlm.yaml")
 TINY_IMDB = str(ROOT / "configs" / "tiny_imdb.yaml")
 IMDB_TARBALL = ROOT.parent / "shared" / "data" / "aclImdb_v1.tar.gz"
@@ -51,7 +52,8 @@ def test_every_config_instantiates(config, monkeypatch):
     if "shared/data" in config.read_text() and not IMDB_TARBALL.parent.exists():
         pytest.skip("needs ../shared/data")
     monkeypatch.chdir(ROOT)  # configs name ../shared/data relative to the repository
-    run = build_cli(["--config", str(config)], run=False)
+    base = ["--config", str(ROOT / "configs" / OVERLAYS[config.name])] if config.name in OVERLAYS else []
+    run = build_cli([*base, "--config", str(config)], run=False)
     cfg = run.model.model.cfg
     assert cfg.vocab_size == run.datamodule.vocab_size  # linked, never typed twice
     assert cfg.context == run.datamodule.context
