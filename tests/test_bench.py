@@ -72,7 +72,7 @@ def test_a_failed_measurement_is_reported_not_raised():
 def test_the_command_prints_a_table_and_json(tmp_path):
     argv = [sys.executable, "-m", "transformers_scratch.bench", "--depth", "1", "--emb", "16", "--heads", "2",
             "--context", "16", "--batch", "2", "--steps", "1", "--warmup", "0", "--no-compile", "--new-tokens", "4",
-            "--json"]  # fmt: skip
+            "--seq2seq", "--json"]  # fmt: skip
     out = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=True).stdout
     report = json.loads(out)
     assert [row["variant"] for row in report["train"]] == [
@@ -80,9 +80,11 @@ def test_the_command_prints_a_table_and_json(tmp_path):
         "reference attention",
         "activation checkpointing",
     ]
-    assert all(row["tokens_per_s"] > 0 for row in report["train"] + report["generate"])
+    assert all(row["tokens_per_s"] > 0 for row in report["train"] + report["generate"] + report["seq2seq"])
+    assert [row["cache"] for row in report["seq2seq"]] == [True, False]
     table = format_report(report)
     assert "fused / reference attention:" in table and "KV cache speed-up:" in table
+    assert "decoder cache speed-up (4 tokens):" in table
     assert report["hardware"].startswith("CPU") and report["date"] in table
 
 

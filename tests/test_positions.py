@@ -13,7 +13,7 @@ from transformers_scratch import (
     LMConfig,
     SequenceClassifier,
 )
-from transformers_scratch.attention import alibi_bias, alibi_slopes, rotate
+from transformers_scratch.attention import MultiHeadAttention, alibi_bias, alibi_slopes, rotate
 
 KINDS = ["learned", "sinusoidal", "rope", "alibi"]
 SMALL = dict(vocab_size=30, context=16, emb=32, heads=4, depth=2)
@@ -103,3 +103,37 @@ def test_rope_needs_an_even_head_width_and_relative_kinds_add_no_vectors():
         model = CausalLM(LMConfig(**SMALL, positions=positions))
         assert model.embed.positions is None
         assert not any("positions" in name for name in model.state_dict())  # nothing learned, nothing saved
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "reference"])
+@pytest.mark.parametrize("positions", KINDS)
+def test_encoder_decoder_cached_decoding_equals_recomputation(positions, attention):
+    """Decoder self-attention from a cache and cross-attention keys/values projected once give the logits of
+    decoding the whole target at every step, and so the same greedy output, with a padded source."""
+    torch.manual_seed(0)
+    model = EncoderDecoder(EncoderDecoderConfig(**SMALL, positions=positions, attention=attention)).eval()
+    src = torch.randint(3, 30, (3, 9))
+    src_mask = torch.ones(3, 9, dtype=torch.bool)
+    src_mask[1, 6:] = src_mask[2, 2:] = False  # padded sources
+    tgt = torch.randint(3, 30, (3, 12))
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        whole = model.decode(tgt, memory, src_mask)  # (3, 12, v)
+        caches, kvs = model.new_caches(3, 12), model.memory_kvs(memory)
+        steps = [model.decode(tgt[:, i : i + 1], None, src_mask, caches=caches, memory_kvs=kvs) for i in range(12)]
+    assert_close(torch.cat(steps, dim=1), whole, rtol=1e-4, atol=1e-5)
+    cached = model.generate(src, bos_id=1, max_new_tokens=12, src_mask=src_mask)
+    assert torch.equal(cached, model.generate(src, bos_id=1, max_new_tokens=12, src_mask=src_mask, use_cache=False))
+
+
+def test_cross_attention_projects_the_memory_once_per_source(monkeypatch):
+    model = EncoderDecoder(EncoderDecoderConfig(**SMALL)).eval()
+    calls = []
+    real = MultiHeadAttention.memory_kv
+    monkeypatch.setattr(MultiHeadAttention, "memory_kv", lambda self, m: calls.append(1) or real(self, m))
+    src = torch.randint(3, 30, (2, 9))
+    model.generate(src, bos_id=1, max_new_tokens=10)
+    assert len(calls) == SMALL["depth"]  # once per decoder block, not once per step
+    calls.clear()
+    model.generate(src, bos_id=1, max_new_tokens=10, use_cache=False)
+    assert len(calls) == SMALL["depth"] * 10

@@ -217,23 +217,35 @@ class MultiHeadAttention(nn.Module):
         self.qkv = nn.Linear(emb, 3 * emb, bias=False)  # rows: W_q, W_k, W_v, each (k, k)
         self.out = nn.Linear(emb, emb)  # the tutorial's "unifyheads"
 
+    def memory_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """Cross-attention keys and values of memory (b, u, k), each (b, h, u, s). They depend on the source
+        alone, so decoding computes them once per source and passes them to every step as ``memory_kv``."""
+        b, u, k = memory.shape
+        key, val = F.linear(memory, self.qkv.weight[k:]).split(k, dim=-1)  # W_k, W_v rows: 2 x (b, u, k)
+        return tuple(z.view(b, u, self.heads, k // self.heads).transpose(1, 2) for z in (key, val))
+
     def forward(
-        self, x: Tensor, memory: Tensor | None = None, key_mask: Tensor | None = None, cache: KVCache | None = None
+        self,
+        x: Tensor,
+        memory: Tensor | None = None,
+        key_mask: Tensor | None = None,
+        cache: KVCache | None = None,
+        memory_kv: tuple[Tensor, Tensor] | None = None,
     ) -> Tensor:
-        """x: (b, t, k) queries; memory: (b, u, k) keys/values (None: self-attention);
-        key_mask: (b, u) bool, True for real tokens, False for padding; cache: append and attend over it.
+        """x: (b, t, k) queries; memory: (b, u, k) keys/values (None: self-attention), or memory_kv, their
+        projections from :meth:`memory_kv`; key_mask: (b, u) bool, True for real tokens, False for padding;
+        cache: append and attend over it.
         """
         b, t, k = x.shape
         h, s = self.heads, k // self.heads
-        if memory is None:
+        if memory is None and memory_kv is None:
             q, key, val = self.qkv(x).split(k, dim=-1)  # 3 x (b, t, k)
+            key = key.view(b, t, h, s).transpose(1, 2)  # (b, h, t, s)
+            val = val.view(b, t, h, s).transpose(1, 2)  # (b, h, t, s)
         else:
-            w_q, w_kv = self.qkv.weight.split([k, 2 * k])  # (k, k), (2k, k)
-            q = F.linear(x, w_q)  # (b, t, k)
-            key, val = F.linear(memory, w_kv).split(k, dim=-1)  # 2 x (b, u, k)
+            q = F.linear(x, self.qkv.weight[:k])  # W_q rows: (b, t, k)
+            key, val = memory_kv if memory_kv is not None else self.memory_kv(memory)  # 2 x (b, h, u, s)
         q = q.view(b, t, h, s).transpose(1, 2)  # (b, h, t, s)
-        key = key.view(b, -1, h, s).transpose(1, 2)  # (b, h, u, s)
-        val = val.view(b, -1, h, s).transpose(1, 2)  # (b, h, u, s)
         offset = 0 if cache is None else cache.len  # the position of x[:, 0]
         if self.positions == "rope":
             q, key = rotate(q, offset), rotate(key, offset)  # cached keys stay rotated by their own position

@@ -27,8 +27,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .config import LMConfig
-from .models import CausalLM
+from .config import EncoderDecoderConfig, LMConfig
+from .models import CausalLM, EncoderDecoder
 from .perf import peak_flops, train_flops_per_token
 
 
@@ -43,6 +43,8 @@ def run_job(job: dict) -> dict:
     torch.manual_seed(0)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    if job["kind"] == "seq2seq":
+        return decode_job(job, device)
     cfg = LMConfig(**job["model"])
     nanogpt = job.get("nanogpt")  # the same step on nanoGPT's GPT, for a side-by-side comparison
     model = (nanogpt_model(nanogpt, cfg) if nanogpt else CausalLM(cfg)).to(device)
@@ -121,6 +123,21 @@ def profile_steps(step, device: torch.device, step_seconds: float, steps: int) -
     return {"busy": busy_us / 1e6 / step_seconds if cuda else None,
             "top": [[e.key[:60], getattr(e, field) / steps / 1000, getattr(e, field) / steps / busy_us]
                     for e in top]}  # fmt: skip
+
+
+def decode_job(job: dict, device: torch.device) -> dict:
+    """Greedy encoder-decoder decoding of ``new_tokens`` tokens from one source of half the context, with or
+    without the decoder's caches (self-attention keys/values cached, the memory's projected once)."""
+    fields = {k: v for k, v in job["model"].items() if k in EncoderDecoderConfig.__dataclass_fields__}
+    model = EncoderDecoder(EncoderDecoderConfig(**fields)).to(device).eval()
+    n = min(job["new_tokens"], model.cfg.context)  # a target fits the decoder's positions
+    src = torch.randint(model.cfg.vocab_size, (1, max(1, model.cfg.context // 2)), device=device)
+    model.generate(src, 0, 4, use_cache=job["cache"])  # warm-up
+    _sync(device)
+    start = time.perf_counter()
+    model.generate(src, 0, n, use_cache=job["cache"])
+    _sync(device)
+    return {"tokens_per_s": n / (time.perf_counter() - start), "new_tokens": n}
 
 
 def nanogpt_model(path: str, cfg: LMConfig) -> torch.nn.Module:
@@ -233,6 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", default="32-true", help="precision of the long-context search")
     p.add_argument("--timeout", type=float, default=600, help="seconds per measurement before giving up")
     p.add_argument("--nanogpt", metavar="MODEL_PY", help="also time nanoGPT's GPT from this model.py, same step")
+    p.add_argument("--seq2seq", action="store_true", help="also time encoder-decoder decoding, with and without cache")
     p.add_argument("--profile", action="store_true", help="profile the default variant's step (torch.profiler)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--job", help=argparse.SUPPRESS)
@@ -278,6 +296,11 @@ def main(argv: list[str] | None = None) -> None:
                    "new_tokens": args.new_tokens, "model": model}  # fmt: skip
             print(f"  measuring generation {'with' if cache else 'without'} cache ...", file=sys.stderr, flush=True)
             report["generate"].append({"cache": cache, **run_isolated(job, timeout=args.timeout)})
+        for cache in (True, False) if args.seq2seq else ():
+            job = {"kind": "seq2seq", "device": device, "cache": cache, "new_tokens": args.new_tokens, "model": model}
+            print(f"  measuring encoder-decoder decoding {'with' if cache else 'without'} cache ...", file=sys.stderr,
+                  flush=True)  # fmt: skip
+            report.setdefault("seq2seq", []).append({"cache": cache, **run_isolated(job, timeout=args.timeout)})
 
     print(json.dumps(report, indent=2) if args.json else format_report(report))
 
@@ -318,6 +341,15 @@ def format_report(r: dict) -> str:
         with_cache, without = (row.get("tokens_per_s") for row in r["generate"])
         if with_cache and without:
             lines.append(f"KV cache speed-up: {with_cache / without:.2f}x")
+    if r.get("seq2seq"):
+        lines += ["", f"{'encoder-decoder greedy (b 1)':28s} {'tokens/s':>10s}"]
+        for row in r["seq2seq"]:
+            name = "decoder caches" if row["cache"] else "decoding the whole target"
+            lines.append(f"{name:28s} " + (f"{row['tokens_per_s']:10,.0f}" if "error" not in row else row["error"]))
+        with_cache, without = (row.get("tokens_per_s") for row in r["seq2seq"])
+        if with_cache and without:
+            n = r["seq2seq"][0]["new_tokens"]
+            lines.append(f"decoder cache speed-up ({n} tokens): {with_cache / without:.2f}x")
     for row in r.get("long_context", []):
         lines.append(f"largest context that trains, {row['attention']} attention, batch {r['batch']}: "
                      f"{row['max_context'] or 'none tried fits'}")  # fmt: skip

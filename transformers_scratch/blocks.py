@@ -122,12 +122,15 @@ class TransformerBlock(nn.Module):
         memory: Tensor | None = None,
         memory_mask: Tensor | None = None,
         cache: KVCache | None = None,
+        memory_kv: tuple[Tensor, Tensor] | None = None,
     ) -> Tensor:
         """x: (b, t, k); key_mask: (b, t) True = real token; memory: (b, u, k) encoder output for
-        cross-attention, memory_mask: (b, u); cache: this layer's key/value cache."""
+        cross-attention, memory_mask: (b, u); cache: this layer's key/value cache; memory_kv: this layer's
+        cross-attention keys and values of the memory, computed once (then memory is not read)."""
         x = self.residual(x, self.norm1, lambda h: self.attn(h, key_mask=key_mask, cache=cache))
         if self.cross is not None:
-            x = self.residual(x, self.norm_cross, lambda h: self.cross(h, memory, key_mask=memory_mask))
+            cross = lambda h: self.cross(h, memory, key_mask=memory_mask, memory_kv=memory_kv)  # noqa: E731
+            x = self.residual(x, self.norm_cross, cross)
         return self.residual(x, self.norm2, self.ff)  # (b, t, k)
 
 
@@ -141,11 +144,13 @@ class Stack(nn.Module):
         self.norm = nn.LayerNorm(cfg.emb) if cfg.pre_norm else nn.Identity()
         self.checkpointing = cfg.activation_checkpointing
 
-    def forward(self, x: Tensor, caches: list[KVCache] | None = None, **kwargs) -> Tensor:
-        """x: (b, t, k); kwargs go to every block (masks, memory); caches: one per block."""
+    def forward(
+        self, x: Tensor, caches: list[KVCache] | None = None, memory_kvs: list | None = None, **kwargs
+    ) -> Tensor:
+        """x: (b, t, k); kwargs go to every block (masks, memory); caches and memory_kvs: one per block."""
         for i, block in enumerate(self.blocks):
-            if caches is not None:
-                x = block(x, cache=caches[i], **kwargs)
+            if caches is not None or memory_kvs is not None:
+                x = block(x, cache=caches and caches[i], memory_kv=memory_kvs and memory_kvs[i], **kwargs)
             elif self.checkpointing and self.training and torch.is_grad_enabled():
                 x = checkpoint(block, x, use_reentrant=False, **kwargs)  # keep only x; recompute inside
             else:

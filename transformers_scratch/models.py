@@ -195,10 +195,29 @@ class EncoderDecoder(nn.Module):
         """src: (b, u) ids, src_mask: (b, u) True = real token -> memory (b, u, k)."""
         return self.encoder(self.src_embed(src), key_mask=src_mask)
 
-    def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor | None = None, tgt_mask: Tensor | None = None):
-        """tgt: (b, t) target so far -> logits (b, t, v) for the token after each position."""
-        x = self.tgt_embed(tgt)  # (b, t, k)
-        return self.head(self.decoder(x, key_mask=tgt_mask, memory=memory, memory_mask=src_mask))
+    def decode(
+        self,
+        tgt: Tensor,
+        memory: Tensor | None,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        caches: list[KVCache] | None = None,
+        memory_kvs: list | None = None,
+    ) -> Tensor:
+        """tgt: (b, t) target so far -> logits (b, t, v) for the token after each position. With caches, tgt
+        continues the cached target; memory_kvs (from :meth:`memory_kvs`) stand in for the memory."""
+        x = self.tgt_embed(tgt, caches[0].len if caches else 0)  # (b, t, k)
+        h = self.decoder(x, caches, memory_kvs, key_mask=tgt_mask, memory=memory, memory_mask=src_mask)
+        return self.head(h)
+
+    def memory_kvs(self, memory: Tensor) -> list[tuple[Tensor, Tensor]]:
+        """Every decoder block's cross-attention keys and values of the encoder output: once per source."""
+        return [block.cross.memory_kv(memory) for block in self.decoder.blocks]
+
+    def new_caches(self, batch: int, length: int) -> list[KVCache]:
+        """Empty self-attention caches, one per decoder block, for ``batch`` targets of up to ``length``."""
+        p, s = self.head.weight, self.cfg.emb // self.cfg.heads
+        return [KVCache(batch, self.cfg.heads, length, s, p.dtype, p.device) for _ in range(self.cfg.decoder_depth)]
 
     def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None, tgt_mask: Tensor | None = None):
         """Teacher forcing: tgt is the target shifted right (starting with BOS); returns (b, t, v)."""
@@ -215,9 +234,14 @@ class EncoderDecoder(nn.Module):
         temperature: float = 0.0,
         top_k: int | None = None,
         top_p: float | None = None,
+        use_cache: bool = True,
     ) -> Tensor:
         """Decode token by token from BOS: greedy by default, sampled with temperature > 0 (top_k, top_p as in
         :func:`sample_next`).
+
+        The source is encoded once. With ``use_cache`` each step feeds only the newest token: the decoder's
+        self-attention reads its keys and values from a cache, and cross-attention reads keys and values of
+        the memory projected once per source; without it, every step decodes the whole target so far.
 
         Returns (b, n) generated ids without BOS; n < max_new_tokens when every row has emitted eos_id.
         """
@@ -227,8 +251,13 @@ class EncoderDecoder(nn.Module):
         memory = self.encode(src, src_mask)  # (b, u, k): encoded once, read at every step
         out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)  # (b, 1)
         done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+        caches = self.new_caches(src.size(0), max_new_tokens) if use_cache else None
+        kvs = self.memory_kvs(memory) if use_cache else None
         for _ in range(max_new_tokens):
-            logits = self.decode(out, memory, src_mask)[:, -1]  # (b, v)
+            if use_cache:
+                logits = self.decode(out[:, -1:], None, src_mask, caches=caches, memory_kvs=kvs)[:, -1]  # (b, v)
+            else:
+                logits = self.decode(out, memory, src_mask)[:, -1]  # (b, v)
             nxt = sample_next(logits, temperature, top_k, top_p=top_p)  # (b, 1)
             out = torch.cat([out, nxt], dim=1)
             if eos_id is not None:
