@@ -2,6 +2,7 @@
 
 import csv
 import math
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -305,3 +306,16 @@ def test_gradients_are_clipped_with_a_fused_optimizer_at_bf16(tmp_path, monkeypa
     trainer(tmp_path, max_steps=2, precision="bf16-mixed", gradient_clip_val=1e-3).fit(module, loader())
     assert module.optimizers().optimizer.defaults["fused"] is True
     assert len(norms) == 2 and all(n <= 1e-3 * 1.001 for n in norms), norms
+
+
+def test_wandb_mode_disabled_logs_nothing(tmp_path, monkeypatch):
+    """WANDB_MODE=disabled turns W&B off: no offline run is written (Lightning's offline mode would replace
+    the setting with "dryrun")."""
+    from transformers_scratch.loggers import WandbLogger
+
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    logger = WandbLogger(save_dir=str(tmp_path / "logs"))
+    logger.log_metrics({"x": 1.0}, step=0)
+    logger.finalize("success")
+    assert os.environ["WANDB_MODE"] == "disabled"
+    assert not list((tmp_path / "logs").rglob("*.wandb"))

@@ -44,8 +44,8 @@ class WandbLogger(_WandbLogger):
     ) -> None:
         if offline is None:
             mode = os.environ.get("WANDB_MODE")
-            if mode:
-                offline = mode in ("offline", "dryrun", "disabled")
+            if mode:  # "disabled" stays to wandb itself: Lightning's offline mode would overwrite it with "dryrun"
+                offline = mode in ("offline", "dryrun")
             else:
                 offline = not (_has_credentials() and _reachable())
                 if offline:
