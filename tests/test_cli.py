@@ -228,6 +228,7 @@ def test_the_help_names_the_sample_and_export_commands(tmp_path):
     words = " ".join(result.stdout.split())
     assert result.returncode == 0 and "cli.py sample --ckpt_path CKPT --prompt TEXT" in words
     assert "cli.py export --ckpt_path CKPT --out DIR" in words
+    assert "cli.py decode --ckpt_path CKPT --input TEXT" in words
 
 
 def test_the_enwik8_model_trains_at_context_4096(tmp_path):

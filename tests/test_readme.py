@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from transformers_scratch.cli import build_cli, export, sample
+from transformers_scratch.cli import build_cli, decode, export, sample
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -36,7 +36,7 @@ def test_readme_has_the_commands():
     assert len(BENCH_LINES) >= 3
 
 
-OWN = {"sample": sample, "export": export}  # the CLI's commands beside LightningCLI's
+OWN = {"sample": sample, "export": export, "decode": decode}  # the CLI's commands beside LightningCLI's
 
 
 @pytest.mark.parametrize("argv", [a for a in CLI_LINES if a[0] not in OWN], ids=" ".join)

@@ -267,6 +267,7 @@ def main(argv: list[str] | None = None) -> None:
     model.update({k: getattr(args, k) for k in ("depth", "emb", "heads") if getattr(args, k)})
     context, batch = args.context or context, args.batch or batch
     model["context"] = max(model.get("context", context), context)
+    full, model = model, {k: v for k, v in model.items() if k in LMConfig.__dataclass_fields__}  # seq2seq: the full
     args.batch = batch
     LMConfig(**model)  # validate before spending time
     device = args.device
@@ -297,7 +298,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"  measuring generation {'with' if cache else 'without'} cache ...", file=sys.stderr, flush=True)
             report["generate"].append({"cache": cache, **run_isolated(job, timeout=args.timeout)})
         for cache in (True, False) if args.seq2seq else ():
-            job = {"kind": "seq2seq", "device": device, "cache": cache, "new_tokens": args.new_tokens, "model": model}
+            job = {"kind": "seq2seq", "device": device, "cache": cache, "new_tokens": args.new_tokens, "model": full}
             print(f"  measuring encoder-decoder decoding {'with' if cache else 'without'} cache ...", file=sys.stderr,
                   flush=True)  # fmt: skip
             report.setdefault("seq2seq", []).append({"cache": cache, **run_isolated(job, timeout=args.timeout)})

@@ -36,7 +36,7 @@ from .checkpoints import check_ckpt_path, load_trained, read_checkpoint
 from .config import TransformerConfig
 from .data import ByteVocab, DataError, WordVocab, checkpoint_vocab
 from .data.vocab import vocab_state
-from .lit import LitCharLM, LitClassifier, LitTransformer
+from .lit import LitCharLM, LitClassifier, LitSeq2Seq, LitTransformer
 from .loggers import CSVLogger, WandbLogger
 from .pretrained import save_pretrained
 
@@ -116,7 +116,8 @@ DESCRIPTION = (
     "Train and evaluate the project's models (LightningCLI: fit, validate, test, predict). "
     "Also: 'cli.py sample --ckpt_path CKPT --prompt TEXT' continues a prompt with a trained character model "
     "(--num_samples, --top_k, --top_p, --prompt_file, --seed; 'cli.py sample --help'), and "
-    "'cli.py export --ckpt_path CKPT --out DIR' writes its model for transformers_scratch.from_pretrained."
+    "'cli.py export --ckpt_path CKPT --out DIR' writes its model for transformers_scratch.from_pretrained; "
+    "'cli.py decode --ckpt_path CKPT --input TEXT' (or --input_file) decodes with a trained encoder-decoder."
 )
 
 
@@ -482,7 +483,52 @@ def sample(argv: list[str]) -> None:
     print("\n---\n".join(vocab.decode(row.cpu()) for row in out))
 
 
-EXPORTABLE = {cls.__name__: cls for cls in (LitCharLM, LitClassifier)}
+MAX_INPUTS = 100_000  # --input_file lines
+
+
+def decode(argv: list[str]) -> None:
+    """Decode inputs with a trained encoder-decoder (greedy, with the decoder's caches): one output a line."""
+    from .data import transduction
+
+    parser = ArgumentParser(prog="cli.py decode", description=decode.__doc__)
+    parser.add_argument("--ckpt_path", type=str, required=True, help="A LitSeq2Seq checkpoint written by fit.")
+    parser.add_argument("--input", type=str | None, default=None, help="One source, e.g. '31415' or '315+4096'.")
+    parser.add_argument("--input_file", type=str | None, default=None, help="A file of sources, one a line.")
+    parser.add_argument("--batch_size", type=int, default=256, help="Sources decoded together.")
+    args = parser.parse_args(argv)
+    if (args.input is None) == (args.input_file is None):
+        raise ValueError("give the source with --input TEXT or --input_file FILE (one of the two)")
+    if args.input_file is not None:
+        if not Path(args.input_file).is_file():
+            raise FileNotFoundError(f"--input_file {args.input_file!r} does not exist; pass a file, one source a line")
+        sources = [line.strip() for line in Path(args.input_file).read_text(encoding="utf-8").splitlines()]
+        sources = [line for line in sources if line]
+    else:
+        sources = [args.input.strip()]
+    if not sources or not all(sources):
+        raise ValueError("nothing to decode: give at least one non-empty source")
+    if len(sources) > MAX_INPUTS:
+        raise ValueError(f"--input_file holds {len(sources):,} sources, more than {MAX_INPUTS:,}; split the file")
+    if args.batch_size < 1:
+        raise ValueError(f"--batch_size {args.batch_size} must be a positive integer")
+    module, _ = load_trained(args.ckpt_path, LitSeq2Seq)
+    context = module.model.cfg.context
+    for source in sources:
+        transduction.encode(source)  # every character known, or one line naming the first that is not
+        if len(source) > context:
+            raise ValueError(
+                f"source {source[:40]!r} has {len(source)} characters, more than the model's context {context}; "
+                "pass shorter sources, or train with a larger data.max_length"
+            )
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    module = module.to(device)
+    for i in range(0, len(sources), args.batch_size):
+        src, mask, _, _ = transduction.collate([(s, "") for s in sources[i : i + args.batch_size]])
+        out = module.greedy(src.to(device), mask.to(device), context)
+        print("\n".join(transduction.decode(row.tolist()) for row in out.cpu()))
+
+
+EXPORTABLE = {cls.__name__: cls for cls in (LitCharLM, LitClassifier, LitSeq2Seq)}
 
 
 def export(argv: list[str]) -> None:
@@ -496,7 +542,11 @@ def export(argv: list[str]) -> None:
     if module_class is None:
         raise ValueError(f"--ckpt_path {args.ckpt_path!r} holds a {written_by}; export takes {', '.join(EXPORTABLE)}")
     module, vocab = load_trained(args.ckpt_path, module_class)
-    if isinstance(vocab, WordVocab):
+    if module_class is LitSeq2Seq:
+        from .data.transduction import ALPHABET, SPECIALS
+
+        extra = {"vocab": {"specials": ["<pad>", "<bos>", "<eos>"][:SPECIALS], "alphabet": ALPHABET}}
+    elif isinstance(vocab, WordVocab):
         extra = {"vocab": {"words": vocab.itos[2:]}}
     else:
         extra = {"vocab": {"bytes": None if vocab is None or vocab.symbols is None else list(vocab.symbols)}}
@@ -511,6 +561,8 @@ def main(argv: list[str] | None = None) -> None:
             sample(args[1:])
         elif args[:1] == ["export"]:
             export(args[1:])
+        elif args[:1] == ["decode"]:
+            decode(args[1:])
         else:
             build_cli(argv)  # None: LightningCLI reads sys.argv itself
     except (ValueError, OSError, TrainingDiverged, DataError, ArgumentError, MisconfigurationException) as e:

@@ -1,8 +1,9 @@
 """LightningModules: loss, metrics, optimiser and schedule, logging. The models stay plain nn.Modules.
 
 Logged names: ``train/loss`` (nats), ``train/bpc``, ``val/bpc``, ``test/bpc`` for the character LM;
-``train/loss``, ``val/loss``, ``val/acc``, ``test/acc`` for the classifier; ``train/tokens_per_s`` and, on
-GPU, ``train/mfu`` for both.
+``train/loss``, ``val/loss``, ``val/acc``, ``test/acc`` for the classifier; ``train/token_acc``,
+``val/token_acc``, ``val/exact``, ``test/exact`` (greedy exact match) for the encoder-decoder;
+``train/tokens_per_s`` and, on GPU, ``train/mfu`` for all.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from torch import Tensor, nn
 
 from .blocks import TransformerBlock
 from .config import ClassifierConfig, EncoderDecoderConfig, LMConfig
-from .models import CausalLM, SequenceClassifier
+from .models import CausalLM, EncoderDecoder, SequenceClassifier
 from .perf import peak_flops, train_flops_per_token
 
 LN2 = math.log(2)
@@ -359,3 +360,82 @@ class LitCharLM(LitTransformer):
 
     def predict_step(self, batch, batch_idx: int) -> Tensor:
         return torch.stack(self.scored_bits(batch))  # bits, bytes scored
+
+
+class LitSeq2Seq(LitTransformer):
+    """Sequence to sequence with the encoder-decoder (transduction tasks): trained with teacher forcing, one
+    decoder pass per batch; measured by token accuracy (teacher-forced) and exact match of greedy decoding."""
+
+    checkpoint_metric = ("val/exact", "max", "step{step}-exact{val/exact:.4f}")
+
+    def __init__(
+        self,
+        model: EncoderDecoderConfig | None = None,
+        optim: OptimConfig | None = None,
+        compile: bool = False,
+        label_smoothing: float = 0.0,
+    ) -> None:
+        """
+        Args:
+            model: The transformer's sizes (``depth`` encoder blocks, ``decoder_depth`` decoder blocks).
+            optim: Optimiser and schedule.
+            compile: Run the model through torch.compile for training (decoding runs uncompiled).
+            label_smoothing: Cross-entropy label smoothing of the training loss, in [0, 1).
+        """
+        super().__init__()
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"model.label_smoothing {label_smoothing} must lie in [0, 1); 0.1 is the paper's")
+        self.save_hyperparameters()
+        model = as_config(model, EncoderDecoderConfig)
+        self.optim, self.compile, self.label_smoothing = as_config(optim, OptimConfig), compile, label_smoothing
+        self.model = EncoderDecoder(model)
+        self.output_size = model.tgt_vocab_size
+        acc = lambda: torchmetrics.Accuracy(task="multiclass", num_classes=model.tgt_vocab_size, ignore_index=-100)  # noqa: E731
+        self.train_acc, self.val_acc, self.test_acc = acc(), acc(), acc()
+        self.val_exact, self.test_exact = torchmetrics.MeanMetric(), torchmetrics.MeanMetric()
+
+    def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor) -> Tensor:
+        """Teacher forcing: logits (b, t, v) for every target position, in one decoder pass."""
+        return self.net(src, tgt_in, src_mask, tgt_in != EncoderDecoder.PAD)
+
+    def training_step(self, batch, batch_idx: int) -> Tensor:
+        src, src_mask, tgt_in, tgt_out = batch
+        self.count_tokens(tgt_in)
+        logits = self(src, src_mask, tgt_in)
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), tgt_out.flatten(), label_smoothing=self.label_smoothing)
+        self.train_acc.update(logits.flatten(0, 1), tgt_out.flatten())
+        if self.should_log():
+            self.log_train(loss=loss, token_acc=self.train_acc.compute())  # over the steps since the last log
+            self.train_acc.reset()
+        return loss
+
+    @torch.no_grad()
+    def greedy(self, src: Tensor, src_mask: Tensor, max_new_tokens: int) -> Tensor:
+        """Greedy decoding (b, n) from BOS, with the decoder's caches, stopping when every row has ended."""
+        return self.model.generate(src, EncoderDecoder.BOS, max_new_tokens, src_mask, eos_id=EncoderDecoder.EOS)
+
+    def _eval_step(self, batch, stage: str, acc: torchmetrics.Metric, exact: torchmetrics.MeanMetric) -> None:
+        src, src_mask, tgt_in, tgt_out = batch
+        logits = self(src, src_mask, tgt_in)
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), tgt_out.flatten())
+        acc.update(logits.flatten(0, 1), tgt_out.flatten())
+        exact.update(self.exact_match(self.greedy(src, src_mask, tgt_out.size(1)), tgt_out))
+        self.log(f"{stage}/loss", loss, batch_size=len(src), sync_dist=True)
+        self.log(f"{stage}/token_acc", acc, batch_size=len(src))
+        self.log(f"{stage}/exact", exact, prog_bar=True, batch_size=len(src))
+
+    @staticmethod
+    def exact_match(decoded: Tensor, tgt_out: Tensor) -> Tensor:
+        """Per row, 1.0 where decoding produced the whole target and then the end id, else 0.0. ``decoded`` is
+        (b, n) without BOS; ``tgt_out`` (b, t) is target + EOS, padded with -100."""
+        n = tgt_out.size(1)
+        if decoded.size(1) < n:  # every row ended early: pad with ids that never match
+            decoded = F.pad(decoded, (0, n - decoded.size(1)), value=-1)
+        scored = tgt_out != -100
+        return ((decoded[:, :n] == tgt_out) | ~scored).all(dim=1).float()
+
+    def validation_step(self, batch, batch_idx: int) -> None:
+        self._eval_step(batch, "val", self.val_acc, self.val_exact)
+
+    def test_step(self, batch, batch_idx: int) -> None:
+        self._eval_step(batch, "test", self.test_acc, self.test_exact)

@@ -174,7 +174,12 @@ class CausalLM(nn.Module):
 
 class EncoderDecoder(nn.Module):
     """Encoder-decoder transformer (Vaswani et al. 2017): a bidirectional encoder reads the source; a
-    causal decoder reads the target so far and attends to the encoder output through cross-attention."""
+    causal decoder reads the target so far and attends to the encoder output through cross-attention.
+
+    ``PAD``, ``BOS`` and ``EOS`` are the ids that training data and decoding agree on: padding, the begin id
+    every target starts from, and the end id that closes it."""
+
+    PAD, BOS, EOS = 0, 1, 2
 
     def __init__(self, cfg: EncoderDecoderConfig) -> None:
         super().__init__()

@@ -3,6 +3,7 @@
 from .enwik8 import Enwik8DataModule, TextDataModule
 from .files import DataError
 from .imdb import IMDbDataModule
+from .transduction import TransductionDataModule
 from .vocab import ByteVocab, WordVocab, checkpoint_vocab
 
 __all__ = [
@@ -11,6 +12,7 @@ __all__ = [
     "Enwik8DataModule",
     "IMDbDataModule",
     "TextDataModule",
+    "TransductionDataModule",
     "WordVocab",
     "checkpoint_vocab",
 ]
