@@ -90,12 +90,6 @@ def test_relative_and_fixed_positions_run_past_the_context(positions):
     assert_close(long[:, :16], model(ids[:, :16]), atol=1e-5, rtol=1e-5)  # causal: the first window unchanged
 
 
-def test_learned_positions_refuse_past_the_context_and_say_what_goes_past_it():
-    model = CausalLM(LMConfig(**SMALL))
-    with pytest.raises(ValueError, match="17 positions > model context 16: learned .* sinusoidal, rope or alibi"):
-        model(torch.zeros(1, 17, dtype=torch.long))
-
-
 def test_rope_needs_an_even_head_width_and_relative_kinds_add_no_vectors():
     with pytest.raises(ValueError, match="head width 5 must be even"):
         CausalLM(LMConfig(vocab_size=30, context=8, emb=20, heads=4, depth=1, positions="rope"))

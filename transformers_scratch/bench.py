@@ -52,12 +52,8 @@ def run_job(job: dict) -> dict:
     if job["kind"] == "generate":
         model.eval()
         prompt = torch.randint(cfg.vocab_size, (1, min(t, cfg.context)), device=device)
-        model.generate(prompt, 8, temperature=0, use_cache=job["cache"])  # warm-up
-        _sync(device)
-        start = time.perf_counter()
-        model.generate(prompt, job["new_tokens"], temperature=0, use_cache=job["cache"])
-        _sync(device)
-        return {"tokens_per_s": job["new_tokens"] / (time.perf_counter() - start)}
+        generate = lambda n: model.generate(prompt, n, temperature=0, use_cache=job["cache"])  # noqa: E731
+        return {"tokens_per_s": tokens_per_second(generate, job["new_tokens"], device)}
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda" or None)
     forward = torch.compile(model) if job["compile"] else model
@@ -132,22 +128,34 @@ def decode_job(job: dict, device: torch.device) -> dict:
     model = EncoderDecoder(EncoderDecoderConfig(**fields)).to(device).eval()
     n = min(job["new_tokens"], model.cfg.context)  # a target fits the decoder's positions
     src = torch.randint(model.cfg.vocab_size, (1, max(1, model.cfg.context // 2)), device=device)
-    model.generate(src, 0, 4, use_cache=job["cache"])  # warm-up
+    generate = lambda n: model.generate(src, 0, n, use_cache=job["cache"])  # noqa: E731
+    return {"tokens_per_s": tokens_per_second(generate, n, device), "new_tokens": n}
+
+
+def tokens_per_second(generate, n: int, device: torch.device) -> float:
+    """Speed of ``generate(n)``, which makes n tokens, after a short untimed warm-up call."""
+    generate(min(n, 8))
     _sync(device)
     start = time.perf_counter()
-    model.generate(src, 0, n, use_cache=job["cache"])
+    generate(n)
     _sync(device)
-    return {"tokens_per_s": n / (time.perf_counter() - start), "new_tokens": n}
+    return n / (time.perf_counter() - start)
 
 
-def nanogpt_model(path: str, cfg: LMConfig) -> torch.nn.Module:
-    """nanoGPT's ``GPT`` (from its ``model.py`` at ``path``) at this config's sizes, with its own defaults
-    otherwise (biases, GELU, tied embeddings, no dropout)."""
+def import_model_py(path: str):
+    """A ``model.py`` (nanoGPT's) imported from its path, as a module."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("nanogpt_model", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def nanogpt_model(path: str, cfg: LMConfig) -> torch.nn.Module:
+    """nanoGPT's ``GPT`` (from its ``model.py`` at ``path``) at this config's sizes, with its own defaults
+    otherwise (biases, GELU, tied embeddings, no dropout)."""
+    module = import_model_py(path)
     sizes = {"block_size": cfg.context, "vocab_size": cfg.vocab_size, "n_layer": cfg.depth, "n_head": cfg.heads,
              "n_embd": cfg.emb, "dropout": 0.0}  # fmt: skip
     return module.GPT(module.GPTConfig(**sizes))
@@ -335,26 +343,28 @@ def format_report(r: dict) -> str:
                 lines += ["", f"profile of {row['variant']}: {busy}most time per step:"]
                 lines += [f"  {name:60s} {ms:8.2f} ms {100 * share:5.1f} %" for name, ms, share in prof["top"]]
     if r.get("generate"):
-        lines += ["", f"{'generation (batch 1)':28s} {'tokens/s':>10s}"]
-        for row in r["generate"]:
-            name = "with KV cache" if row["cache"] else "recomputing the window"
-            lines.append(f"{name:28s} " + (f"{row['tokens_per_s']:10,.0f}" if "error" not in row else row["error"]))
-        with_cache, without = (row.get("tokens_per_s") for row in r["generate"])
-        if with_cache and without:
-            lines.append(f"KV cache speed-up: {with_cache / without:.2f}x")
+        names = ("with KV cache", "recomputing the window")
+        lines += _cache_table("generation (batch 1)", r["generate"], names, "KV cache speed-up")
     if r.get("seq2seq"):
-        lines += ["", f"{'encoder-decoder greedy (b 1)':28s} {'tokens/s':>10s}"]
-        for row in r["seq2seq"]:
-            name = "decoder caches" if row["cache"] else "decoding the whole target"
-            lines.append(f"{name:28s} " + (f"{row['tokens_per_s']:10,.0f}" if "error" not in row else row["error"]))
-        with_cache, without = (row.get("tokens_per_s") for row in r["seq2seq"])
-        if with_cache and without:
-            n = r["seq2seq"][0]["new_tokens"]
-            lines.append(f"decoder cache speed-up ({n} tokens): {with_cache / without:.2f}x")
+        names = ("decoder caches", "decoding the whole target")
+        speed_up = f"decoder cache speed-up ({r['seq2seq'][0].get('new_tokens')} tokens)"
+        lines += _cache_table("encoder-decoder greedy (b 1)", r["seq2seq"], names, speed_up)
     for row in r.get("long_context", []):
         lines.append(f"largest context that trains, {row['attention']} attention, batch {r['batch']}: "
                      f"{row['max_context'] or 'none tried fits'}")  # fmt: skip
     return "\n".join(lines)
+
+
+def _cache_table(title: str, rows: list[dict], names: tuple[str, str], speed_up: str) -> list[str]:
+    """Lines of a with/without-cache pair of speed rows (cache first), and the speed-up when both ran."""
+    lines = ["", f"{title:28s} {'tokens/s':>10s}"]
+    for row in rows:
+        name = names[0] if row["cache"] else names[1]
+        lines.append(f"{name:28s} " + (f"{row['tokens_per_s']:10,.0f}" if "error" not in row else row["error"]))
+    with_cache, without = (row.get("tokens_per_s") for row in rows)
+    if with_cache and without:
+        lines.append(f"{speed_up}: {with_cache / without:.2f}x")
+    return lines
 
 
 if __name__ == "__main__":

@@ -442,6 +442,17 @@ SAMPLE_PIECE = 2_000  # longer samples are generated in pieces of this length, w
 MAX_SAMPLES = 1_000  # --num_samples
 
 
+def text_or_file(text: str | None, path: str | None, flag: str, what: str, kind: str) -> str:
+    """The text of ``--FLAG TEXT`` or of the file ``--FLAG_file FILE``: exactly one of the two is given."""
+    if (text is None) == (path is None):
+        raise ValueError(f"give {what} with --{flag} TEXT or --{flag}_file FILE (one of the two)")
+    if path is None:
+        return text
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"--{flag}_file {path!r} does not exist; pass {kind}")
+    return Path(path).read_text(encoding="utf-8")
+
+
 def sample(argv: list[str]) -> None:
     """Continue a prompt with a trained character model and print prompt + continuation, once per sample."""
     parser = ArgumentParser(prog="cli.py sample", description="Continue a prompt with a trained character model.")
@@ -456,12 +467,7 @@ def sample(argv: list[str]) -> None:
     parser.add_argument("--seed", type=int | None, default=None, help="Random seed: the same seed, the same text.")
     parser.add_argument("--no_cache", action="store_true", help="Recompute the window for every character.")
     args = parser.parse_args(argv)
-    if (args.prompt is None) == (args.prompt_file is None):
-        raise ValueError("give the text to continue with --prompt TEXT or --prompt_file FILE (one of the two)")
-    if args.prompt_file is not None:
-        if not Path(args.prompt_file).is_file():
-            raise FileNotFoundError(f"--prompt_file {args.prompt_file!r} does not exist; pass a text file")
-        args.prompt = Path(args.prompt_file).read_text(encoding="utf-8")
+    args.prompt = text_or_file(args.prompt, args.prompt_file, "prompt", "the text to continue", "a text file")
     if not 1 <= args.length <= MAX_SAMPLE:
         raise ValueError(f"--length {args.length} must lie in [1, {MAX_SAMPLE:,}] characters")
     if not 1 <= args.num_samples <= MAX_SAMPLES:
@@ -496,15 +502,8 @@ def decode(argv: list[str]) -> None:
     parser.add_argument("--input_file", type=str | None, default=None, help="A file of sources, one a line.")
     parser.add_argument("--batch_size", type=int, default=256, help="Sources decoded together.")
     args = parser.parse_args(argv)
-    if (args.input is None) == (args.input_file is None):
-        raise ValueError("give the source with --input TEXT or --input_file FILE (one of the two)")
-    if args.input_file is not None:
-        if not Path(args.input_file).is_file():
-            raise FileNotFoundError(f"--input_file {args.input_file!r} does not exist; pass a file, one source a line")
-        sources = [line.strip() for line in Path(args.input_file).read_text(encoding="utf-8").splitlines()]
-        sources = [line for line in sources if line]
-    else:
-        sources = [args.input.strip()]
+    text = text_or_file(args.input, args.input_file, "input", "the source", "a file, one source a line")
+    sources = [line.strip() for line in text.splitlines() if line.strip()] if args.input_file else [text.strip()]
     if not sources or not all(sources):
         raise ValueError("nothing to decode: give at least one non-empty source")
     if len(sources) > MAX_INPUTS:

@@ -127,9 +127,7 @@ class CausalLM(nn.Module):
 
     def new_caches(self, batch: int) -> list[KVCache]:
         """Empty key/value caches, one per block, for ``batch`` sequences of up to the context."""
-        p = self.head.weight
-        s = self.cfg.emb // self.cfg.heads
-        return [KVCache(batch, self.cfg.heads, self.cfg.context, s, p.dtype, p.device) for _ in range(self.cfg.depth)]
+        return empty_caches(self.cfg, self.cfg.depth, batch, self.cfg.context, self.head.weight)
 
     @torch.no_grad()
     def generate(
@@ -221,8 +219,7 @@ class EncoderDecoder(nn.Module):
 
     def new_caches(self, batch: int, length: int) -> list[KVCache]:
         """Empty self-attention caches, one per decoder block, for ``batch`` targets of up to ``length``."""
-        p, s = self.head.weight, self.cfg.emb // self.cfg.heads
-        return [KVCache(batch, self.cfg.heads, length, s, p.dtype, p.device) for _ in range(self.cfg.decoder_depth)]
+        return empty_caches(self.cfg, self.cfg.decoder_depth, batch, length, self.head.weight)
 
     def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None, tgt_mask: Tensor | None = None):
         """Teacher forcing: tgt is the target shifted right (starting with BOS); returns (b, t, v)."""
@@ -271,6 +268,12 @@ class EncoderDecoder(nn.Module):
                     break
         self.train(was_training)
         return out[:, 1:]
+
+
+def empty_caches(cfg, blocks: int, batch: int, length: int, like: Tensor) -> list[KVCache]:
+    """One empty key/value cache per block, of ``length`` positions, in the dtype and device of ``like``."""
+    width = cfg.emb // cfg.heads
+    return [KVCache(batch, cfg.heads, length, width, like.dtype, like.device) for _ in range(blocks)]
 
 
 def count_parameters(model: nn.Module) -> int:

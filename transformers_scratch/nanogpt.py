@@ -13,21 +13,19 @@ characters of the file, as ``--data.vocab file`` here; the script checks that th
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import math
 import sys
 
 import torch
 import torch.nn.functional as F
 
+from .bench import import_model_py
 from .data import TextDataModule
 
 
 def load_nanogpt(model_py: str, ckpt: str, device: torch.device) -> torch.nn.Module:
     """nanoGPT's ``GPT`` from its ``model.py``, with the weights of a ``train.py`` checkpoint."""
-    spec = importlib.util.spec_from_file_location("nanogpt_model", model_py)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = import_model_py(model_py)
     state = torch.load(ckpt, map_location="cpu", weights_only=True)
     model = module.GPT(module.GPTConfig(**state["model_args"]))
     weights = {k.removeprefix("_orig_mod."): v for k, v in state["model"].items()}  # compiled runs add a prefix
