@@ -7,6 +7,7 @@ import sys
 import textwrap
 
 from transformers_scratch.bench import format_report, run_isolated, run_job, train_job
+from transformers_scratch.endtoend import format_end_to_end
 
 TOY = {"vocab_size": 32, "context": 16, "emb": 16, "heads": 2, "depth": 1}
 
@@ -172,3 +173,70 @@ def test_a_nanogpt_checkpoint_is_scored_as_cli_test_scores_the_project(tmp_path,
     assert "the checkpoint has a vocabulary of 20 characters" in capsys.readouterr().err
     assert main([*argv[:6], "--context", "32", "--device", "cpu"]) == 2
     assert "--context 32 is longer than the checkpoint's block_size 16" in capsys.readouterr().err
+
+
+STAND_IN_TRAIN_PY = """
+# nanoGPT's train.py as the end-to-end benchmark reads it: its flags, its lines, its checkpoint.
+import os, pickle, sys, time
+import torch
+from model import GPT, GPTConfig
+
+flags = dict(a[2:].split("=", 1) for a in sys.argv[2:])
+steps, every = int(flags["max_iters"]), int(flags["eval_interval"])
+meta = pickle.load(open("data/shakespeare_char/meta.pkl", "rb"))
+args = dict(block_size=int(flags["block_size"]), vocab_size=meta["vocab_size"], n_layer=int(flags["n_layer"]),
+            n_head=int(flags["n_head"]), n_embd=int(flags["n_embd"]))
+model = GPT(GPTConfig(**args))
+print("using fused AdamW: False")
+for i in range(steps + 1):
+    if i % every == 0:
+        time.sleep(0.3)  # an evaluation
+        print(f"step {i}: train loss 4.0, val loss 4.0")
+        if i:
+            os.makedirs(flags["out_dir"], exist_ok=True)
+            torch.save({"model": model.state_dict(), "model_args": args}, os.path.join(flags["out_dir"], "ckpt.pt"))
+    time.sleep(0.01)  # a step
+    print(f"iter {i}: loss 4.0, time 10.00ms, mfu -100.00%")
+"""
+
+STAND_IN_PREPARE_PY = """
+import os, pickle
+here = os.path.dirname(__file__)
+chars = sorted(set(open(os.path.join(here, "input.txt")).read()))
+pickle.dump({"vocab_size": len(chars)}, open(os.path.join(here, "meta.pkl"), "wb"))
+"""
+
+
+def test_end_to_end_reports_every_field_for_fit_and_nanogpt(tmp_path):
+    """--end-to-end runs the real fit and a train.py given by path, alternating, and reports wall, CPU,
+    start-up, training, validation, samples, the rest and the held-out loss for each. A stand-in nanoGPT
+    checkout (its file names, flags, output lines and checkpoint) takes the place of the real one."""
+    import torch
+
+    checkout = tmp_path / "nanoGPT"
+    for name, text in {"train.py": STAND_IN_TRAIN_PY, "model.py": STAND_IN_WRAPPING_OURS, "configurator.py": "",
+                       "config/train_shakespeare_char.py": "", "data/shakespeare_char/prepare.py": STAND_IN_PREPARE_PY
+                       }.items():  # fmt: skip
+        (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+        (checkout / name).write_text(text)
+    text = tmp_path / "input.txt"
+    g = torch.Generator().manual_seed(0)
+    text.write_bytes(bytes((97 + torch.randint(20, (20000,), generator=g)).tolist()))
+    argv = ["--end-to-end", "--data.path", str(text), "--nanogpt-train", str(checkout / "train.py"),
+            "--max-steps", "4", "--json", "--fit-args",
+            "--data.batches_per_epoch 2 --trainer.limit_val_batches 2 --sample.length 8"]  # fmt: skip
+    out = subprocess.run([sys.executable, "-m", "transformers_scratch.bench", *argv], capture_output=True, text=True,
+                         timeout=600, cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout)
+    fit, nano = report["runs"]
+    assert (fit["run"], nano["run"]) == ("fit", "nanoGPT train.py")
+    fields = ("wall_s", "cpu_s", "startup_s", "train_s", "val_s", "sample_s", "other_s", "heldout_nats", "load")
+    for row in (fit, nano):
+        assert all(isinstance(row[f], float) for f in fields), row
+        assert 0 < row["startup_s"] < row["wall_s"] and row["train_s"] > 0 and row["cpu_s"] > 0
+        assert math.isclose(row["heldout_bpc"], row["heldout_nats"] / math.log(2))
+        assert 2.0 < row["heldout_nats"] < 4.0  # an untrained model over 20 letters: about ln 20 = 3.0
+    assert fit["sample_s"] > 0 and fit["val_s"] > 0  # two validations with samples, and the final full one
+    assert 0.6 <= nano["val_s"] < 2.0  # two evaluations of 0.3 s each
+    assert "fit / nanoGPT train.py wall time" in "\n".join(format_end_to_end(report))

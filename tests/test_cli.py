@@ -1,7 +1,9 @@
 """The product through its front door: cli.py in a subprocess, on CPU, with no network."""
 
+import csv
 import gzip
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -16,7 +18,10 @@ from transformers_scratch.cli import build_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
-OVERLAYS = {"extrapolate.yaml": "tiny_charlm.yaml"}  # configs that change another config: tested on top of it
+OVERLAYS = {
+    "extrapolate.yaml": "tiny_charlm.yaml",
+    "shakespeare_char_cpu.yaml": "shakespeare_char.yaml",
+}  # configs that change another config: tested on top of it
 TINY_LM = str(ROOT / "configs" / "tiny_charlm.yaml")
 TINY_IMDB = str(ROOT / "configs" / "tiny_imdb.yaml")
 IMDB_TARBALL = ROOT.parent / "shared" / "data" / "aclImdb_v1.tar.gz"
@@ -105,6 +110,31 @@ def test_fit_writes_checkpoints_logs_and_an_offline_wandb_run(trained):
     for name in ("train/loss", "train/bpc", "val/bpc", "train/tokens_per_s"):
         assert name in metrics
     assert "--- sample at step" in result.stdout + result.stderr
+
+
+def test_a_cheap_validation_during_fit_is_followed_by_one_over_the_whole_split(tmp_path):
+    """trainer.limit_val_batches keeps the frequent validations cheap; after fit the model is scored once on the
+    whole validation split: the number `validate` gives for last.ckpt. The step keeps its one sample, and
+    phases.json says where the run's time went. --final_validation false leaves the last check out."""
+    data = corpus(tmp_path / "text.txt")
+    small = ["--data.path", str(data), "--data.vocab", "file", *FAST, "--data.batch_size", "4"]  # 12 val batches
+    result = cli("fit", "--config", TINY_LM, *small, cwd=tmp_path)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "final validation: the whole validation split (12 batches)" in out
+    assert out.count("--- sample at step 6") == 1
+    rows = list(csv.DictReader((tmp_path / "logs" / "tiny_charlm" / "version_0" / "metrics.csv").open()))
+    final = float([r for r in rows if r.get("val/bpc")][-1]["val/bpc"])
+    check = cli("validate", "--config", TINY_LM, *small, "--trainer.limit_val_batches", "1.0", "--ckpt_path",
+                "checkpoints/tiny_charlm/last.ckpt", "--trainer.logger", "false", cwd=tmp_path)  # fmt: skip
+    assert check.returncode == 0, check.stderr[-3000:]
+    assert math.isclose(final, float(check.stdout.split("val/bpc")[1].split()[0]), rel_tol=1e-5)
+    phases = json.loads((tmp_path / "logs" / "tiny_charlm" / "version_0" / "phases.json").read_text())
+    assert phases["fit_start"] <= phases["first_batch"] and phases["train_s"] > 0
+    assert phases["val_s"] > phases["sample_s"] > 0
+
+    again = cli("fit", "--config", TINY_LM, *small, "--name", "no_final", "--final_validation", "false", cwd=tmp_path)
+    assert again.returncode == 0 and "final validation" not in again.stdout + again.stderr, again.stderr[-3000:]
 
 
 def test_resume_continues_from_last(trained):
@@ -229,6 +259,20 @@ def test_the_help_names_the_sample_and_export_commands(tmp_path):
     assert result.returncode == 0 and "cli.py sample --ckpt_path CKPT --prompt TEXT" in words
     assert "cli.py export --ckpt_path CKPT --out DIR" in words
     assert "cli.py decode --ckpt_path CKPT --input TEXT" in words
+    for subcommand in ("fit", "validate", "test", "predict"):  # only the one run is built; help lists them all
+        assert f" {subcommand} " in words
+
+
+def test_only_the_subcommand_being_run_is_built():
+    """Each subcommand's parser costs start-up time; a fit builds the fit parser alone."""
+    from transformers_scratch.cli import CLI
+
+    assert set(CLI.subcommands(CLI.__new__(CLI))) == {"fit", "validate", "test", "predict"}  # no argv: all
+    cli = CLI.__new__(CLI)
+    cli.argv = ["fit", "--config", "x.yaml"]
+    assert set(cli.subcommands()) == {"fit"}
+    cli.argv = ["--help"]
+    assert set(cli.subcommands()) == {"fit", "validate", "test", "predict"}
 
 
 def test_the_enwik8_model_trains_at_context_4096(tmp_path):

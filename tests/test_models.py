@@ -155,6 +155,48 @@ def test_generation_past_the_context_crops_and_goes_on():
         assert out.shape == (2, 90) and torch.equal(out[:, :40], prompt)
 
 
+def test_cached_generation_grows_nothing_and_reuses_its_caches(monkeypatch):
+    """Per token, cached sampling writes the new id in place (no concatenation of the whole sequence so far)
+    and, when the cache is full, refills the same buffers instead of allocating new ones."""
+    from torch.profiler import profile
+
+    torch.manual_seed(0)
+    model = CausalLM(LMConfig(vocab_size=30, **SMALL))
+    made = []
+    new_caches = model.new_caches
+    monkeypatch.setattr(model, "new_caches", lambda b: made.append(b) or new_caches(b))
+    prompt = torch.randint(0, 30, (1, 5))
+    with profile() as prof:
+        out = model.generate(prompt, 3 * SMALL["context"], temperature=1.0)  # past the context twice
+    assert out.shape == (1, 5 + 3 * SMALL["context"])
+    assert made == [1]  # one set of caches, refilled each time it was full
+    assert not [e.key for e in prof.key_averages() if e.key == "aten::cat"]
+
+
+def test_cached_decoding_on_a_cpu_runs_on_one_thread_and_gives_the_threads_back(monkeypatch):
+    """A one-token step is too small to share between threads; training's thread count is restored after
+    sampling, also when sampling fails."""
+    torch.manual_seed(0)
+    model = CausalLM(LMConfig(vocab_size=30, **SMALL))
+    threads = torch.get_num_threads()
+    seen = []
+    forward = model.forward
+    monkeypatch.setattr(model, "forward", lambda *a, **k: seen.append(torch.get_num_threads()) or forward(*a, **k))
+    torch.set_num_threads(2)
+    try:
+        model.generate(torch.randint(0, 30, (1, 5)), 4)
+        assert seen == [1] * 4 and torch.get_num_threads() == 2
+        seen.clear()
+        model.generate(torch.randint(0, 30, (1, 5)), 2, use_cache=False)  # recomputation keeps every thread
+        assert seen == [2, 2]
+        monkeypatch.setattr(model, "forward", lambda *a, **k: 1 / 0)
+        with pytest.raises(ZeroDivisionError):
+            model.generate(torch.randint(0, 30, (1, 5)), 2)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_sampling_settings_are_checked():
     model = CausalLM(LMConfig(**SMALL))
     with pytest.raises(ValueError, match="temperature -1"):

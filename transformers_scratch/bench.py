@@ -5,11 +5,14 @@
     python -m transformers_scratch.bench --json                       # machine-readable
     python -m transformers_scratch.bench --long-context --emb 64 --heads 2 --depth 2 --batch 1
     python -m transformers_scratch.bench --nanogpt ../nanoGPT/model.py     # side by side with nanoGPT's GPT
+    python -m transformers_scratch.bench --end-to-end --data.path input.txt --nanogpt-train ../nanoGPT/train.py
 
 Every variant runs in its own process (clean memory peak, no compile cache shared). Training tokens/s is
 batch x context / the median time of timed optimizer steps (forward, backward, AdamW) after warm-up steps.
 Peak memory: on GPU the allocator's peak; on CPU the process's peak resident set (it includes the ~0.4 GB
 that PyTorch itself occupies). MFU = tokens/s x model FLOPs per token / the device's dense bf16 peak.
+Generation figures carry the machine's load (1-minute average) when they were taken. ``--end-to-end`` times
+whole ``fit`` runs instead (see :mod:`transformers_scratch.endtoend`).
 """
 
 from __future__ import annotations
@@ -53,7 +56,8 @@ def run_job(job: dict) -> dict:
         model.eval()
         prompt = torch.randint(cfg.vocab_size, (1, min(t, cfg.context)), device=device)
         generate = lambda n: model.generate(prompt, n, temperature=0, use_cache=job["cache"])  # noqa: E731
-        return {"tokens_per_s": tokens_per_second(generate, job["new_tokens"], device)}
+        load = os.getloadavg()[0]
+        return {"tokens_per_s": tokens_per_second(generate, job["new_tokens"], device), "load": load}
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda" or None)
     forward = torch.compile(model) if job["compile"] else model
@@ -260,6 +264,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nanogpt", metavar="MODEL_PY", help="also time nanoGPT's GPT from this model.py, same step")
     p.add_argument("--seq2seq", action="store_true", help="also time encoder-decoder decoding, with and without cache")
     p.add_argument("--profile", action="store_true", help="profile the default variant's step (torch.profiler)")
+    p.add_argument("--end-to-end", action="store_true", help="time whole fit runs on nanoGPT's CPU recipe")
+    p.add_argument("--data.path", dest="data_path", help="end to end: Tiny Shakespeare (nanoGPT's input.txt)")
+    p.add_argument("--nanogpt-train", metavar="TRAIN_PY", help="end to end: also run nanoGPT's train.py, alternating")
+    p.add_argument("--rounds", type=int, default=1, help="end to end: runs of each")
+    p.add_argument("--max-steps", type=int, default=2000, help="end to end: training steps of each run")
+    p.add_argument("--threads", type=int, help="end to end: OMP_NUM_THREADS of the runs (default: PyTorch's)")
+    p.add_argument("--fit-args", default="", help="end to end: more arguments for fit, as one string")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--job", help=argparse.SUPPRESS)
     return p
@@ -269,6 +280,16 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if args.job:  # a child process: one measurement
         print(json.dumps(run_job(json.loads(args.job))))
+        return
+    if args.end_to_end:
+        from .endtoend import end_to_end, format_end_to_end
+
+        if not args.data_path:
+            raise SystemExit("error: --end-to-end needs --data.path, the Tiny Shakespeare text (nanoGPT's input.txt)")
+        report = end_to_end(args.data_path, args.nanogpt_train, args.rounds, args.max_steps, args.threads,
+                            args.fit_args.split())  # fmt: skip
+        report.update(hardware=f"CPU, {os.cpu_count()} cores", torch=torch.__version__, date=time.strftime("%Y-%m-%d"))
+        print(json.dumps(report, indent=2) if args.json else "\n".join(format_end_to_end(report)))
         return
 
     model, context, batch = load_sizes(args.config)
@@ -360,7 +381,8 @@ def _cache_table(title: str, rows: list[dict], names: tuple[str, str], speed_up:
     lines = ["", f"{title:28s} {'tokens/s':>10s}"]
     for row in rows:
         name = names[0] if row["cache"] else names[1]
-        lines.append(f"{name:28s} " + (f"{row['tokens_per_s']:10,.0f}" if "error" not in row else row["error"]))
+        load = f"   (load {row['load']:.2f})" if "load" in row else ""
+        lines.append(f"{name:28s} " + (f"{row['tokens_per_s']:10,.0f}{load}" if "error" not in row else row["error"]))
     with_cache, without = (row.get("tokens_per_s") for row in rows)
     if with_cache and without:
         lines.append(f"{speed_up}: {with_cache / without:.2f}x")

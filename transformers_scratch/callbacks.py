@@ -3,9 +3,11 @@ printed predictions. They are the glue between a module and its data; the module
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -145,10 +147,14 @@ class SampleText(Callback):
             )
         self.length, self.temperature, self.seed_length = length, temperature, seed_length
         self.noted_fsdp = False
+        self.seconds = 0.0  # spent sampling in this process (PhaseTimes reports it)
+        self.sampled_at: int | None = None  # the step of the last sample: one sample per step
 
     def on_validation_epoch_end(self, trainer, pl_module) -> None:
         model, data = getattr(pl_module, "model", None), trainer.datamodule
         if self.length == 0 or trainer.sanity_checking or not hasattr(model, "generate"):
+            return
+        if self.sampled_at == trainer.global_step:  # the full validation after fit: this step has its sample
             return
         if not (hasattr(data, "seed_text") and hasattr(data, "vocab")):
             return
@@ -164,6 +170,7 @@ class SampleText(Callback):
             return
         # A generator of its own: sampling leaves the global stream (dropout) as it was, so training's numbers
         # do not depend on whether or how much it samples, and a resumed run continues them exactly.
+        start, self.sampled_at = time.perf_counter(), trainer.global_step
         generator = torch.Generator(pl_module.device).manual_seed(trainer.global_step)
         seed = data.seed_text(
             min(self.seed_length, model.cfg.context), torch.Generator().manual_seed(trainer.global_step)
@@ -177,6 +184,55 @@ class SampleText(Callback):
             if hasattr(logger, "log_text"):  # W&B: a table of samples over training
                 row = [trainer.global_step, prompt, text]
                 logger.log_text("samples", columns=["step", "seed", "sample"], data=[row])
+        self.seconds += time.perf_counter() - start
+
+
+class PhaseTimes(Callback):
+    """Where a run's wall time goes, written to ``phases.json`` beside the CSV log at the end of each stage:
+    the time of the first training or validation batch (start-up ends there), seconds in the training loop
+    (validation inside it excluded), seconds in validation (sanity check and samples included) and in
+    samples. Times are ``time.time()``, so a launcher can measure start-up from its own clock."""
+
+    def __init__(self) -> None:
+        self.times = {"fit_start": None, "first_batch": None, "train_s": 0.0, "val_s": 0.0, "sample_s": 0.0}
+        self._train_start = self._val_start = None
+        self._val_in_train = 0.0
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        self.times["fit_start"] = time.time()
+
+    def _first(self) -> None:
+        if self.times["first_batch"] is None:
+            self.times["first_batch"] = time.time()
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
+        self._first()
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._first()
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._train_start, self._val_in_train = time.perf_counter(), 0.0
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        if self._train_start is not None:
+            self.times["train_s"] += time.perf_counter() - self._train_start - self._val_in_train
+            self._train_start = None
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        self._val_start = time.perf_counter()
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        seconds = time.perf_counter() - self._val_start
+        self.times["val_s"] += seconds
+        if self._train_start is not None:
+            self._val_in_train += seconds
+
+    def teardown(self, trainer, pl_module, stage: str) -> None:
+        self.times["sample_s"] = sum(getattr(c, "seconds", 0.0) for c in trainer.callbacks if isinstance(c, SampleText))
+        if trainer.is_global_zero and trainer.log_dir:
+            Path(trainer.log_dir).mkdir(parents=True, exist_ok=True)
+            (Path(trainer.log_dir) / "phases.json").write_text(json.dumps(self.times, indent=1) + "\n")
 
 
 class PredictionWriter(BasePredictionWriter):

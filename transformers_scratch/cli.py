@@ -31,7 +31,7 @@ from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
-from .callbacks import PredictionWriter, ProgressBar, SafeModelCheckpoint, SampleText, TrainingDiverged
+from .callbacks import PhaseTimes, PredictionWriter, ProgressBar, SafeModelCheckpoint, SampleText, TrainingDiverged
 from .checkpoints import check_ckpt_path, load_trained, read_checkpoint
 from .config import TransformerConfig
 from .data import ByteVocab, DataError, WordVocab, checkpoint_vocab
@@ -157,6 +157,13 @@ class CLI(LightningCLI):
             run=run,
         )
 
+    def subcommands(self) -> dict[str, set[str]]:
+        """Lightning builds a parser for every subcommand at start-up; only the one being run is built here
+        (``cli.py --help`` still lists them all)."""
+        every = LightningCLI.subcommands()
+        asked = self.argv[0] if getattr(self, "argv", None) else None
+        return {asked: every[asked]} if asked in every else every
+
     def add_arguments_to_parser(self, parser) -> None:
         # Sizes that come from the data are never typed twice.
         parser.link_arguments("data.vocab_size", "model.init_args.model.vocab_size", apply_on="instantiate")
@@ -171,6 +178,12 @@ class CLI(LightningCLI):
         )
         parser.add_lightning_class_args(SafeModelCheckpoint, "checkpoint")
         parser.add_lightning_class_args(SampleText, "sample")
+        parser.add_argument(
+            "--final_validation",
+            type=bool,
+            default=True,
+            help="After fit, score the whole validation split once when trainer.limit_val_batches scored part of it.",
+        )
         parser.add_lightning_class_args(PredictionWriter, "predictions")
         name = run_name(self.argv)
         parser.set_defaults({
@@ -183,6 +196,7 @@ class CLI(LightningCLI):
                 {"class_path": f"{ProgressBar.__module__}.ProgressBar"},
                 {"class_path": "lightning.pytorch.callbacks.LearningRateMonitor",
                  "init_args": {"logging_interval": "step"}},
+                {"class_path": f"{PhaseTimes.__module__}.PhaseTimes"},
             ],
             "checkpoint.dirpath": f"checkpoints/{name}",
             "checkpoint.save_last": True,
@@ -354,6 +368,7 @@ class CLI(LightningCLI):
 
     def after_fit(self) -> None:
         release_run_folder(Path(self.checkpoint_dir))
+        self._validate_in_full()
         best = self.trainer.checkpoint_callback.best_model_path if self.trainer.checkpoint_callback else ""
         log = next((lg.log_dir for lg in self.trainer.loggers if isinstance(lg, CSVLogger)), None)
         rank_zero_info(
@@ -363,6 +378,22 @@ class CLI(LightningCLI):
             + (f", logs in {log}/" if log else "")
             + "; continue it with --ckpt_path last, or start another with --name"
         )
+
+    def _validate_in_full(self) -> None:
+        """Frequent validations may score part of the validation split (``trainer.limit_val_batches``, cheap);
+        the trained model is scored on all of it, once, as litgpt's final validation and nanoGPT's last eval."""
+        trainer = self.trainer
+        if not self.config.fit.final_validation or trainer.interrupted or not trainer.num_val_batches:
+            return
+        whole = len(self.datamodule.val_dataloader())
+        if sum(trainer.num_val_batches) >= whole:
+            return
+        rank_zero_info(f"final validation: the whole validation split ({whole} batches)")
+        limit, trainer.limit_val_batches = trainer.limit_val_batches, 1.0
+        try:
+            trainer.validate(self.model, datamodule=self.datamodule, verbose=trainer.is_global_zero)
+        finally:
+            trainer.limit_val_batches = limit
 
     def _restore_vocab(self) -> None:
         """Give the data module the vocabulary of the checkpoint it will serve, whatever class wrote it (read

@@ -6,6 +6,7 @@ Shapes: b batch, t sequence length, u source length, k width, v vocabulary, c cl
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 
 import torch
 from torch import Tensor, nn
@@ -129,7 +130,7 @@ class CausalLM(nn.Module):
         """Empty key/value caches, one per block, for ``batch`` sequences of up to the context."""
         return empty_caches(self.cfg, self.cfg.depth, batch, self.cfg.context, self.head.weight)
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def generate(
         self,
         prompt: Tensor,
@@ -155,19 +156,41 @@ class CausalLM(nn.Module):
             raise ValueError("empty prompt; give at least one token to condition on")
         context, was_training = self.cfg.context, self.training
         self.eval()
-        tokens, caches = prompt, None
-        for _ in range(max_new_tokens):
-            if not use_cache:
-                logits = self(tokens[:, -context:])
-            elif caches is None or caches[0].len == context:
-                keep = context if caches is None else max(1, context // 2)
-                caches = self.new_caches(tokens.size(0))
-                logits = self(tokens[:, -keep:], caches)  # (re)fill the cache with the newest window
-            else:
-                logits = self(tokens[:, -1:], caches)  # one new position
-            tokens = torch.cat([tokens, sample_next(logits[:, -1], temperature, top_k, generator, top_p)], dim=1)
+        b, t = prompt.shape
+        tokens = prompt.new_empty(b, t + max_new_tokens)  # written in place: no growing concatenation
+        tokens[:, :t] = prompt
+        caches = None
+        with decoding_threads(prompt.device, use_cache):
+            for end in range(t, t + max_new_tokens):  # tokens[:, :end] are known
+                if not use_cache:
+                    logits = self(tokens[:, max(0, end - context) : end])
+                elif caches is None or caches[0].len == context:
+                    keep = min(end, context if caches is None else max(1, context // 2))
+                    caches = caches or self.new_caches(b)
+                    for cache in caches:
+                        cache.len = 0  # the same buffers, refilled
+                    logits = self(tokens[:, end - keep : end], caches)  # the newest window
+                else:
+                    logits = self(tokens[:, end - 1 : end], caches)  # one new position
+                tokens[:, end] = sample_next(logits[:, -1], temperature, top_k, generator, top_p)[:, 0]
         self.train(was_training)
         return tokens
+
+
+@contextmanager
+def decoding_threads(device: torch.device, cached: bool):
+    """Cached decoding on a CPU runs on one thread. A one-token step is a chain of tiny operations: sharing
+    each between threads costs more in synchronisation than it saves, and when the machine is busy every
+    step waits for the slowest thread. Training and recomputation keep all threads."""
+    if device.type != "cpu" or not cached or torch.get_num_threads() == 1:
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 class EncoderDecoder(nn.Module):
@@ -225,7 +248,7 @@ class EncoderDecoder(nn.Module):
         """Teacher forcing: tgt is the target shifted right (starting with BOS); returns (b, t, v)."""
         return self.decode(tgt, self.encode(src, src_mask), src_mask, tgt_mask)
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def generate(
         self,
         src: Tensor,
@@ -251,23 +274,25 @@ class EncoderDecoder(nn.Module):
         was_training = self.training
         self.eval()
         memory = self.encode(src, src_mask)  # (b, u, k): encoded once, read at every step
-        out = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)  # (b, 1)
+        out = torch.full((src.size(0), 1 + max_new_tokens), bos_id, dtype=torch.long, device=src.device)
         done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
         caches = self.new_caches(src.size(0), max_new_tokens) if use_cache else None
         kvs = self.memory_kvs(memory) if use_cache else None
-        for _ in range(max_new_tokens):
+        end = 1  # out[:, :end] is decoded (BOS first); written in place
+        while end <= max_new_tokens:
             if use_cache:
-                logits = self.decode(out[:, -1:], None, src_mask, caches=caches, memory_kvs=kvs)[:, -1]  # (b, v)
+                logits = self.decode(out[:, end - 1 : end], None, src_mask, caches=caches, memory_kvs=kvs)[:, -1]
             else:
-                logits = self.decode(out, memory, src_mask)[:, -1]  # (b, v)
-            nxt = sample_next(logits, temperature, top_k, top_p=top_p)  # (b, 1)
-            out = torch.cat([out, nxt], dim=1)
+                logits = self.decode(out[:, :end], memory, src_mask)[:, -1]  # (b, v)
+            nxt = sample_next(logits, temperature, top_k, top_p=top_p)[:, 0]  # (b,)
+            out[:, end] = nxt
+            end += 1
             if eos_id is not None:
-                done |= nxt.squeeze(1) == eos_id
+                done |= nxt == eos_id
                 if done.all():
                     break
         self.train(was_training)
-        return out[:, 1:]
+        return out[:, 1:end]
 
 
 def empty_caches(cfg, blocks: int, batch: int, length: int, like: Tensor) -> list[KVCache]:

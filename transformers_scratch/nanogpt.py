@@ -33,15 +33,21 @@ def load_nanogpt(model_py: str, ckpt: str, device: torch.device) -> torch.nn.Mod
     return model.to(device).eval()
 
 
+def nanogpt_logits(model: torch.nn.Module):
+    """nanoGPT's logits at every position: it returns them all only when given targets."""
+    return lambda x, y: model(x, y.clamp(min=0))[0]
+
+
 @torch.no_grad()
-def heldout_nats(model: torch.nn.Module, data: TextDataModule, device: torch.device, bf16: bool) -> float:
-    """Mean nats per byte of the test split, each byte scored once (as ``cli.py test``)."""
+def heldout_nats(logits_of, data: TextDataModule, device: torch.device, bf16: bool) -> float:
+    """Mean nats per byte of the test split, each byte scored once (as ``cli.py test``); ``logits_of(x, y)``
+    gives a model's logits (b, t, v) for inputs x and targets y."""
     data.setup("test")
     total, count = 0.0, 0
     for x, y in data.test_dataloader():
         x, y = x.to(device).long(), y.to(device).long()
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            logits, _ = model(x, y.clamp(min=0))  # targets make nanoGPT return logits at every position
+            logits = logits_of(x, y)
         total += F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum", ignore_index=-100).item()
         count += (y != -100).sum().item()
     return total / count
@@ -67,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --context {args.context} is longer than the checkpoint's block_size "
               f"{model.config.block_size}; pass --context {model.config.block_size}", file=sys.stderr)  # fmt: skip
         return 2
-    nats = heldout_nats(model, data, device, bf16=device.type == "cuda")
+    nats = heldout_nats(nanogpt_logits(model), data, device, bf16=device.type == "cuda")
     print(f"nanoGPT on the test split ({data.protocol}): {nats:.4f} nats/char = test/bpc {nats / math.log(2):.4f}")
     return 0
 

@@ -1,0 +1,202 @@
+"""End to end: the real ``fit`` on nanoGPT's CPU recipe for Tiny Shakespeare, beside nanoGPT's ``train.py``.
+
+    python -m transformers_scratch.bench --end-to-end --data.path ../shared/data/tinyshakespeare.txt \
+        --nanogpt-train path/to/nanoGPT/train.py --rounds 2
+
+Each run is a fresh process, timed from launch to exit: ``cli.py fit`` with the project's configs
+(``shakespeare_char.yaml`` + ``shakespeare_char_cpu.yaml``), its loggers and samples on, and nanoGPT's
+``train.py`` with the recipe's flags from its README, in a scratch copy of its checkout. The two alternate,
+so a change in the machine's load touches both. Reported per run: wall and CPU seconds, start-up (launch
+to the first batch), time in the training loop, in validation and in samples, and the final model's loss
+on the same held-out bytes: the test split, the last 5 % of the file, which both leave out of training.
+
+How the phases are read: ``fit`` writes them (``PhaseTimes``, ``phases.json``). nanoGPT's are read from
+its output, each line stamped when it arrives: start-up ends at the line printed just before the loop
+("using fused AdamW"), an evaluation lasts from the line before it to its "step N:" line, and the training
+loop is the rest up to the last "iter" line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = ("configs/shakespeare_char.yaml", "configs/shakespeare_char_cpu.yaml")
+NANOGPT_FLAGS = ["config/train_shakespeare_char.py", "--device=cpu", "--compile=False", "--eval_iters=20",
+                 "--log_interval=1", "--block_size=64", "--batch_size=12", "--n_layer=4", "--n_head=4",
+                 "--n_embd=128", "--max_iters=2000", "--lr_decay_iters=2000", "--dropout=0.0"]  # fmt: skip
+NANOGPT_FILES = ("train.py", "model.py", "configurator.py", "config/train_shakespeare_char.py",
+                 "data/shakespeare_char/prepare.py")  # fmt: skip
+
+
+class Run:
+    """A finished child process: its output lines with their arrival times (seconds after launch), the launch
+    time (``time.time()``), wall and CPU seconds, and the exit code."""
+
+    def __init__(self, cmd: list[str], cwd: Path, env: dict) -> None:
+        self.lines: list[tuple[float, str]] = []
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self.launch = time.time()
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                bufsize=1, errors="replace")  # fmt: skip
+        reader = threading.Thread(target=self._read, args=(proc.stdout,), daemon=True)
+        reader.start()
+        self.code = proc.wait()
+        self.wall = time.time() - self.launch
+        reader.join()
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self.cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+    def _read(self, stream) -> None:
+        for line in stream:
+            self.lines.append((time.time() - self.launch, line.rstrip("\n")))
+
+    def error(self) -> str:
+        tail = " | ".join(line for _, line in self.lines[-3:])
+        return f"exit code {self.code}: {tail[-300:]}"
+
+
+def child_env(threads: int | None) -> dict:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "WANDB_MODE": os.environ.get("WANDB_MODE", "offline")}
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+    return env
+
+
+def run_fit(data: str, steps: int, work: Path, tag: str, threads: int | None, extra: list[str]) -> dict:
+    """``cli.py fit`` on the recipe, in ``work``; its phases from the run's ``phases.json``."""
+    name = f"e2e-{tag}"
+    configs = [a for c in CONFIGS for a in ("--config", str(ROOT / c))]
+    cmd = [sys.executable, str(ROOT / "cli.py"), "fit", *configs, "--data.path", str(Path(data).resolve()),
+           "--name", name, "--trainer.max_steps", str(steps), *extra]  # fmt: skip
+    load = os.getloadavg()[0]
+    run = Run(cmd, work, child_env(threads))
+    logs = sorted((work / "logs" / name).glob("version_*/phases.json"))
+    if run.code or not logs:
+        return {"run": "fit", "error": run.error()}
+    phases = json.loads(logs[-1].read_text())
+    ckpt = work / "checkpoints" / name / "last.ckpt"
+    return {"run": "fit", "wall_s": run.wall, "cpu_s": run.cpu, "startup_s": phases["first_batch"] - run.launch,
+            "train_s": phases["train_s"], "val_s": phases["val_s"] - phases["sample_s"],
+            "sample_s": phases["sample_s"], "load": load, "ckpt": str(ckpt)}  # fmt: skip
+
+
+def nanogpt_copy(train_py: str, data: str, work: Path) -> Path:
+    """A scratch copy of nanoGPT's files, with ``data`` as its shakespeare_char input, prepared once."""
+    checkout, copy = Path(train_py).resolve().parent, work / "nanoGPT"
+    for name in NANOGPT_FILES:
+        if not (checkout / name).is_file():
+            raise FileNotFoundError(f"--nanogpt-train {train_py!r}: its checkout has no {name}; pass train.py of a "
+                                    "karpathy/nanoGPT checkout")  # fmt: skip
+        (copy / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(checkout / name, copy / name)
+    shutil.copy(data, copy / "data/shakespeare_char/input.txt")
+    prepared = Run([sys.executable, "data/shakespeare_char/prepare.py"], copy, child_env(None))
+    if prepared.code:
+        raise RuntimeError(f"nanoGPT's prepare.py failed: {prepared.error()}")
+    return copy
+
+
+def run_nanogpt(copy: Path, steps: int, tag: str, threads: int | None) -> dict:
+    """nanoGPT's ``train.py`` on the recipe; its phases from the times its lines arrived."""
+    out = f"out-{tag}"
+    flags = [
+        f"--max_iters={steps}",
+        f"--lr_decay_iters={steps}",
+        f"--eval_interval={min(250, steps)}",
+        f"--out_dir={out}",
+        "--always_save_checkpoint=True",
+    ]  # the final model saved, as fit's last.ckpt
+    load = os.getloadavg()[0]
+    run = Run([sys.executable, "train.py", *NANOGPT_FLAGS, *flags], copy, child_env(threads))
+    if run.code:
+        return {"run": "nanoGPT train.py", "error": run.error()}
+    startup = next(t for t, line in run.lines if line.startswith("using fused AdamW"))
+    evals, last, previous = 0.0, startup, startup
+    for t, line in run.lines:
+        if t <= startup:
+            continue
+        if line.startswith("step "):
+            evals += t - previous
+        if line.startswith("iter "):
+            last = t
+        previous = t
+    return {"run": "nanoGPT train.py", "wall_s": run.wall, "cpu_s": run.cpu, "startup_s": startup,
+            "train_s": last - startup - evals, "val_s": evals, "sample_s": 0.0, "load": load,
+            "ckpt": str(copy / out / "ckpt.pt")}  # fmt: skip
+
+
+@torch.no_grad()
+def heldout(row: dict, data: str, model_py: Path | None) -> float:
+    """The final model's nats per byte on the test split (every byte once, windows of the recipe's 64)."""
+    from .data import TextDataModule
+    from .nanogpt import heldout_nats, load_nanogpt, nanogpt_logits
+
+    windows = TextDataModule(data, context=64, batch_size=64, vocab="file")
+    if model_py is not None:
+        with contextlib.redirect_stdout(sys.stderr):  # GPT() prints its size
+            model = load_nanogpt(str(model_py), row["ckpt"], torch.device("cpu"))
+        return heldout_nats(nanogpt_logits(model), windows, torch.device("cpu"), bf16=False)
+    from .checkpoints import load_trained
+    from .lit import LitCharLM
+
+    model = load_trained(row["ckpt"], LitCharLM)[0].model
+    return heldout_nats(lambda x, y: model(x), windows, torch.device("cpu"), bf16=False)
+
+
+def end_to_end(data: str, train_py: str | None, rounds: int, steps: int, threads: int | None,
+               extra: list[str] | None = None, workdir: str | None = None) -> dict:  # fmt: skip
+    """``rounds`` runs of fit, alternating with nanoGPT's train.py when given; every field per run."""
+    if not Path(data).is_file():
+        raise FileNotFoundError(f"--data.path {data!r} does not exist; pass Tiny Shakespeare (input.txt)")
+    work = Path(workdir or tempfile.mkdtemp(prefix="e2e-"))
+    copy = nanogpt_copy(train_py, data, work) if train_py else None
+    rows = []
+    for r in range(rounds):
+        for kind in ("fit", "nanogpt") if copy else ("fit",):
+            print(f"  round {r + 1}: {'fit' if kind == 'fit' else 'nanoGPT train.py'} ...", file=sys.stderr, flush=True)
+            tag = f"{r + 1}-{time.strftime('%H%M%S')}"
+            row = run_fit(data, steps, work, tag, threads, extra or []) if kind == "fit" else run_nanogpt(
+                copy, steps, tag, threads)  # fmt: skip
+            if "error" not in row:
+                nats = heldout(row, data, copy / "model.py" if kind == "nanogpt" else None)
+                row.update(heldout_nats=nats, heldout_bpc=nats / math.log(2))
+                row["other_s"] = row["wall_s"] - row["startup_s"] - row["train_s"] - row["val_s"] - row["sample_s"]
+            rows.append({"round": r + 1, **row})
+    return {"recipe": "nanoGPT shakespeare_char CPU: 4 x 128, 4 heads, context 64, batch 12, dropout 0",
+            "steps": steps, "threads": threads or torch.get_num_threads(), "work": str(work), "runs": rows}  # fmt: skip
+
+
+FIELDS = ("wall_s", "cpu_s", "startup_s", "train_s", "val_s", "sample_s", "other_s")
+
+
+def format_end_to_end(report: dict) -> list[str]:
+    lines = [f"end to end: {report['recipe']}, {report['steps']} steps, {report['threads']} threads", "",
+             f"{'run':20s} {'wall s':>7s} {'CPU s':>7s} {'start-up':>8s} {'training':>8s} {'val':>6s} "
+             f"{'samples':>7s} {'other':>6s} {'held-out nats':>13s} {'load':>5s}"]  # fmt: skip
+    for row in report["runs"]:
+        name = f"{row['round']}. {row['run']}"
+        if "error" in row:
+            lines.append(f"{name:20s} failed: {row['error']}")
+            continue
+        cells = " ".join(f"{row[f]:{w}.1f}" for f, w in zip(FIELDS, (7, 7, 8, 8, 6, 7, 6), strict=True))
+        lines.append(f"{name:20s} {cells} {row['heldout_nats']:13.4f} {row['load']:5.2f}")
+    ours = [r["wall_s"] for r in report["runs"] if r["run"] == "fit" and "error" not in r]
+    theirs = [r["wall_s"] for r in report["runs"] if r["run"] != "fit" and "error" not in r]
+    if ours and theirs:
+        lines.append(f"fit / nanoGPT train.py wall time: {sum(ours) / len(ours) / (sum(theirs) / len(theirs)):.3f} "
+                     f"(means of {len(ours)} and {len(theirs)} runs)")  # fmt: skip
+    return lines
