@@ -154,8 +154,6 @@ class SampleText(Callback):
         model, data = getattr(pl_module, "model", None), trainer.datamodule
         if self.length == 0 or trainer.sanity_checking or not hasattr(model, "generate"):
             return
-        if self.sampled_at == trainer.global_step:  # the full validation after fit: this step has its sample
-            return
         if not (hasattr(data, "seed_text") and hasattr(data, "vocab")):
             return
         if isinstance(trainer.strategy, FSDPStrategy):  # one rank cannot run sharded blocks alone
@@ -164,6 +162,8 @@ class SampleText(Callback):
                 rank_zero_info("note: no samples during FSDP training; use `cli.py sample --ckpt_path ...`")
             return
         if not trainer.is_global_zero:
+            return
+        if self.sampled_at == trainer.global_step:  # the full validation after fit: this step has its sample
             return
         if not all(torch.isfinite(p).all() for p in model.parameters()):  # sampling from NaN would raise
             rank_zero_info(f"note: no sample at step {trainer.global_step}: the weights are not finite")
