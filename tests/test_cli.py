@@ -21,6 +21,8 @@ CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 OVERLAYS = {
     "extrapolate.yaml": "tiny_charlm.yaml",
     "shakespeare_char_cpu.yaml": "shakespeare_char.yaml",
+    "imdb_cpu.yaml": "imdb.yaml",
+    "imdb_finetune.yaml": "imdb.yaml",
 }  # configs that change another config: tested on top of it
 TINY_LM = str(ROOT / "configs" / "tiny_charlm.yaml")
 TINY_IMDB = str(ROOT / "configs" / "tiny_imdb.yaml")
@@ -232,6 +234,29 @@ def test_export_writes_a_model_that_loads_without_the_project_cli(trained):
     assert_fails_cleanly(again, "'exported' already holds model.safetensors and config.json; pass another folder")
 
 
+def test_attention_draws_every_layer_and_head_of_a_character_model(trained):
+    cwd = trained[0]
+    result = cli("attention", "--ckpt_path", "checkpoints/tiny_charlm/last.ckpt", "--text", "the cat sat on a mat",
+                 "--max_tokens", "12", "--out", "att.png", cwd=cwd)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "wrote att.png: 4 layers x 4 heads over 12 characters" in result.stdout
+    assert "note: drawing the first 12 of 20 tokens" in result.stderr
+    assert (cwd / "att.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    empty = cli("attention", "--ckpt_path", "checkpoints/tiny_charlm/last.ckpt", "--text", "x", "--max_tokens", "0",
+                cwd=cwd)  # fmt: skip
+    assert_fails_cleanly(empty, "--max_tokens 0 must lie in [1, 256]")
+
+
+def test_plot_draws_a_runs_learning_curves(trained):
+    cwd = trained[0]
+    result = cli("plot", "logs/tiny_charlm/version_0", cwd=cwd)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "wrote logs/tiny_charlm/version_0/curves.png: train/loss, val/bpc, lr-AdamW" in result.stdout
+    assert (cwd / "logs" / "tiny_charlm" / "version_0" / "curves.png").is_file()
+    missing = cli("plot", "logs/tiny_charlm/version_9", cwd=cwd)
+    assert_fails_cleanly(missing, "'logs/tiny_charlm/version_9/metrics.csv' does not exist")
+
+
 def test_a_learned_position_checkpoint_refuses_windows_past_its_context(trained):
     cwd, data, _ = trained
     result = cli("test", "--config", TINY_LM, "--data.path", str(data), "--data.vocab", "file", "--data.context", "128",
@@ -259,6 +284,7 @@ def test_the_help_names_the_sample_and_export_commands(tmp_path):
     assert result.returncode == 0 and "cli.py sample --ckpt_path CKPT --prompt TEXT" in words
     assert "cli.py export --ckpt_path CKPT --out DIR" in words
     assert "cli.py decode --ckpt_path CKPT --input TEXT" in words
+    assert "cli.py attention --ckpt_path CKPT --text TEXT" in words and "cli.py plot logs/NAME/version_N" in words
     for subcommand in ("fit", "validate", "test", "predict"):  # only the one run is built; help lists them all
         assert f" {subcommand} " in words
 

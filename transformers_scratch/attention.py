@@ -15,7 +15,8 @@ Masks are boolean and mean "may attend": True where a query may look at a key, a
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -68,12 +69,14 @@ def reference_attention(
     causal: bool = False,
     dropout_p: float = 0.0,
     bias: Tensor | None = None,
+    keep: list[Tensor] | None = None,
 ) -> Tensor:
     """Scaled dot-product attention written out: scores, scale, bias, mask, softmax, weighted sum.
 
     q: (b, h, t, s); k, v: (b, h, u, s); mask: bool, broadcastable to (b, h, t, u), True = may attend;
-    bias: added to the scaled scores (ALiBi), broadcastable to (b, h, t, u).
-    Returns (b, h, t, s). Rows whose keys are all masked return zeros.
+    bias: added to the scaled scores (ALiBi), broadcastable to (b, h, t, u); keep: a list that the attention
+    weights (b, h, t, u) are appended to, before dropout (attention pictures).
+    Returns (b, h, t, s). Rows whose keys are all masked return zeros (and have zero weights).
     """
     t, u = q.size(-2), k.size(-2)
     scores = q @ k.transpose(-2, -1)  # (b, h, t, u)
@@ -85,6 +88,8 @@ def reference_attention(
         mask, has_key = _guard_empty_rows(mask)
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = scores.softmax(dim=-1)  # (b, h, t, u)
+    if keep is not None:
+        keep.append(weights if mask is None else weights.masked_fill(~has_key, 0.0))
     weights = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
     out = weights @ v  # (b, h, t, s)
     return out if mask is None else out.masked_fill(~has_key, 0.0)
@@ -214,6 +219,7 @@ class MultiHeadAttention(nn.Module):
         self.positions = positions  # rope or alibi: where the positions enter (self-attention only)
         if positions == "alibi":
             self.register_buffer("slopes", alibi_slopes(heads), persistent=False)  # derived: not in checkpoints
+        self.record: list[Tensor] | None = None  # a list: run the reference kernel and keep its weights here
         self.qkv = nn.Linear(emb, 3 * emb, bias=False)  # rows: W_q, W_k, W_v, each (k, k)
         self.out = nn.Linear(emb, emb)  # the tutorial's "unifyheads"
 
@@ -254,10 +260,29 @@ class MultiHeadAttention(nn.Module):
         bias = alibi_bias(self.slopes, t, key.size(2), offset) if self.positions == "alibi" else None
         mask = None if key_mask is None else key_mask[:, None, None, :]  # (b, 1, 1, u)
         dropout_p = self.dropout if self.training else 0.0
-        y = ATTENTION[self.impl](q, key, val, mask, self.causal, dropout_p, bias=bias)  # (b, h, t, s)
+        if self.record is not None:  # attention pictures: the weights of this very forward pass
+            y = reference_attention(q, key, val, mask, self.causal, dropout_p, bias=bias, keep=self.record)
+        else:
+            y = ATTENTION[self.impl](q, key, val, mask, self.causal, dropout_p, bias=bias)  # (b, h, t, s)
         y = y.transpose(1, 2).reshape(b, t, k)  # (b, t, k): heads side by side again
         return self.out(y)
 
     def extra_repr(self) -> str:
         extra = f", positions={self.positions!r}" if self.positions else ""
         return f"emb={self.emb}, heads={self.heads}, causal={self.causal}, impl={self.impl!r}{extra}"
+
+
+@contextmanager
+def recording(layers: Iterable[MultiHeadAttention]) -> Iterator[list[list[Tensor]]]:
+    """Within it, each of ``layers`` runs the reference kernel and keeps the attention weights (b, h, t, u) of
+    every forward call: yields one list per layer, filled in call order. The weights are the ones the layer
+    computes its output from, so a picture of them shows the model's own attention."""
+    layers = list(layers)
+    kept: list[list[Tensor]] = [[] for _ in layers]
+    for layer, weights in zip(layers, kept, strict=True):
+        layer.record = weights
+    try:
+        yield kept
+    finally:
+        for layer in layers:
+            layer.record = None

@@ -36,7 +36,7 @@ from .checkpoints import check_ckpt_path, load_trained, read_checkpoint
 from .config import TransformerConfig
 from .data import ByteVocab, DataError, WordVocab, checkpoint_vocab
 from .data.vocab import vocab_state
-from .lit import LitCharLM, LitClassifier, LitSeq2Seq, LitTransformer
+from .lit import LitCharLM, LitClassifier, LitSeq2Seq, LitTransformer, read_pretrained
 from .loggers import CSVLogger, WandbLogger
 from .pretrained import save_pretrained
 
@@ -117,7 +117,9 @@ DESCRIPTION = (
     "Also: 'cli.py sample --ckpt_path CKPT --prompt TEXT' continues a prompt with a trained character model "
     "(--num_samples, --top_k, --top_p, --prompt_file, --seed; 'cli.py sample --help'), and "
     "'cli.py export --ckpt_path CKPT --out DIR' writes its model for transformers_scratch.from_pretrained; "
-    "'cli.py decode --ckpt_path CKPT --input TEXT' (or --input_file) decodes with a trained encoder-decoder."
+    "'cli.py decode --ckpt_path CKPT --input TEXT' (or --input_file) decodes with a trained encoder-decoder; "
+    "'cli.py attention --ckpt_path CKPT --text TEXT' draws a classifier's or character model's attention as a PNG; "
+    "'cli.py plot logs/NAME/version_N' draws a run's learning curves."
 )
 
 
@@ -359,6 +361,7 @@ class CLI(LightningCLI):
 
     def before_fit(self) -> None:
         self._restore_vocab()
+        self._check_pretrained()
         if rank_zero_only.rank == 0:  # DDP's other processes run this CLI too
             claim_run_folder(Path(self.checkpoint_dir), resuming=bool(self.config.fit.get("ckpt_path")))
 
@@ -394,6 +397,16 @@ class CLI(LightningCLI):
             trainer.validate(self.model, datamodule=self.datamodule, verbose=trainer.is_global_zero)
         finally:
             trainer.limit_val_batches = limit
+
+    def _check_pretrained(self) -> None:
+        """Fine-tuning (``model.pretrained``): the encoder must fit the classifier, which is checked now, before the
+        data is read; and the data must give the ids it was pretrained on, so it gets that vocabulary to check."""
+        path = getattr(self.model, "pretrained", None)
+        if not path or self.config.fit.get("ckpt_path"):  # a resumed run's weights are its own
+            return
+        read_pretrained(path, self.model.model.cfg)
+        if (vocab := checkpoint_vocab(read_checkpoint(path))) is not None:
+            self.datamodule.load_state_dict(vocab_state(vocab))
 
     def _restore_vocab(self) -> None:
         """Give the data module the vocabulary of the checkpoint it will serve, whatever class wrote it (read
@@ -567,10 +580,8 @@ def export(argv: list[str]) -> None:
     parser.add_argument("--ckpt_path", type=str, required=True, help="A checkpoint written by fit.")
     parser.add_argument("--out", type=str, required=True, help="A new or empty folder.")
     args = parser.parse_args(argv)
-    written_by = str(read_checkpoint(args.ckpt_path).get("hyper_parameters", {}).get("_class_path", "?"))
-    module_class = EXPORTABLE.get(written_by.rsplit(".", 1)[-1])
-    if module_class is None:
-        raise ValueError(f"--ckpt_path {args.ckpt_path!r} holds a {written_by}; export takes {', '.join(EXPORTABLE)}")
+    module_class = _written_by(args.ckpt_path, EXPORTABLE, "export")
+    written_by = module_class.__name__
     module, vocab = load_trained(args.ckpt_path, module_class)
     if module_class is LitSeq2Seq:
         from .data.transduction import ALPHABET, SPECIALS
@@ -581,7 +592,99 @@ def export(argv: list[str]) -> None:
     else:
         extra = {"vocab": {"bytes": None if vocab is None or vocab.symbols is None else list(vocab.symbols)}}
     folder = save_pretrained(module.model, args.out, extra)
-    print(f"exported {written_by.rsplit('.', 1)[-1]}'s model to {folder}/ (model.safetensors, config.json)")
+    print(f"exported {written_by}'s model to {folder}/ (model.safetensors, config.json)")
+
+
+PICTURED = {cls.__name__: cls for cls in (LitClassifier, LitCharLM)}
+
+
+def _written_by(ckpt_path: str, takes: dict[str, type], command: str) -> type[LitTransformer]:
+    """The module class that wrote a checkpoint, if ``command`` takes it; else one line naming what it takes."""
+    written_by = str(read_checkpoint(ckpt_path).get("hyper_parameters", {}).get("_class_path", "?"))
+    module_class = takes.get(written_by.rsplit(".", 1)[-1])
+    if module_class is None:
+        raise ValueError(f"--ckpt_path {ckpt_path!r} holds a {written_by}; {command} takes {', '.join(takes)}")
+    return module_class
+
+
+def _shown_token(token: str) -> str:
+    return {" ": "␣", "\n": "⏎", "\t": "⇥"}.get(token, token)
+
+
+def attention(argv: list[str]) -> None:
+    """Draw the attention weights of every layer and head of a trained classifier (words) or character model
+    (characters) for one text, as one PNG grid with the tokens on the axes."""
+    from .data.imdb import tokenize
+    from .pictures import attention_maps, draw_attention
+
+    parser = ArgumentParser(prog="cli.py attention", description=attention.__doc__)
+    parser.add_argument("--ckpt_path", type=str, required=True, help="A LitClassifier or LitCharLM checkpoint.")
+    parser.add_argument("--text", type=str | None, default=None, help="The text to read.")
+    parser.add_argument("--text_file", type=str | None, default=None, help="Read this file's text instead.")
+    parser.add_argument("--out", type=str, default="attention.png", help="The PNG to write.")
+    parser.add_argument("--max_tokens", type=int, default=32, help="Draw the first N tokens (words or characters).")
+    parser.add_argument("--dpi", type=int, default=100, help="Resolution of the PNG.")
+    args = parser.parse_args(argv)
+    text = text_or_file(args.text, args.text_file, "text", "the text to read", "a text file")
+    if not 1 <= args.max_tokens <= MAX_PICTURED:
+        raise ValueError(f"--max_tokens {args.max_tokens} must lie in [1, {MAX_PICTURED}]: a panel holds that many")
+    module_class = _written_by(args.ckpt_path, PICTURED, "attention")
+    module, vocab = load_trained(args.ckpt_path, module_class)
+    model = module.model
+    if vocab is None:
+        raise ValueError(f"--ckpt_path {args.ckpt_path!r} holds no vocabulary; pass a checkpoint written by fit")
+    limit = min(args.max_tokens, model.cfg.context)
+    if isinstance(vocab, WordVocab):
+        words = tokenize(text)
+        ids = torch.tensor([vocab.encode(words[:limit])])  # (1, t); a word marked * is unknown (<unk>)
+        tokens = [w if i != WordVocab.UNK else f"{w}*" for w, i in zip(words[:limit], ids[0].tolist(), strict=True)]
+        total = len(words)
+    else:
+        encoded = vocab.encode_text(text)  # (1, all)
+        ids, total = encoded[:, :limit], encoded.size(1)
+        tokens = [_shown_token(vocab.decode(i[None])) for i in ids[0]]
+    if ids.size(1) == 0:
+        raise ValueError("the text holds no tokens to read; give some words")
+    if total > ids.size(1):
+        note = f"note: drawing the first {ids.size(1)} of {total} tokens (--max_tokens {args.max_tokens})"
+        print(note, file=sys.stderr)
+    if getattr(model.cfg, "pool", None) == "cls":
+        tokens = ["[CLS]", *tokens]
+    weights = attention_maps(model, ids)[:, 0]  # (l, h, t, t)
+    kind = "words" if isinstance(vocab, WordVocab) else "characters"
+    title = (
+        f"{module_class.__name__} attention over {len(tokens)} {kind}: queries down, keys across "
+        "(each panel scaled 0 to its largest weight)"
+    )
+    draw_attention(weights, tokens, args.out, title, args.dpi)
+    print(f"wrote {args.out}: {weights.size(0)} layers x {weights.size(1)} heads over {len(tokens)} {kind}")
+
+
+MAX_PICTURED = 256  # --max_tokens
+
+
+def plot(argv: list[str]) -> None:
+    """Draw a run's learning curves (training loss, validation metrics, learning rate) from its metrics.csv."""
+    from .pictures import draw_curves, learning_curves
+
+    parser = ArgumentParser(prog="cli.py plot", description=plot.__doc__)
+    parser.add_argument("run", type=str, help="A run's log folder (logs/<name>/version_N) or its metrics.csv.")
+    parser.add_argument("--out", type=str | None, default=None, help="The PNG to write (default: RUN/curves.png).")
+    parser.add_argument("--dpi", type=int, default=100, help="Resolution of the PNG.")
+    args = parser.parse_args(argv)
+    run = Path(args.run)
+    metrics = run if run.suffix == ".csv" else run / "metrics.csv"
+    if not metrics.is_file():
+        raise FileNotFoundError(
+            f"{str(metrics)!r} does not exist; pass a run's log folder such as logs/imdb/version_0 (fit writes "
+            "metrics.csv there)"
+        )
+    curves = learning_curves(metrics)
+    if not curves:
+        raise ValueError(f"{str(metrics)!r} holds no training loss, validation metric or learning rate to draw yet")
+    out = Path(args.out) if args.out else metrics.parent / "curves.png"
+    draw_curves(curves, out, f"{_shown(str(metrics.parent))}", args.dpi)
+    print(f"wrote {out}: {', '.join(curves)}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -593,6 +696,10 @@ def main(argv: list[str] | None = None) -> None:
             export(args[1:])
         elif args[:1] == ["decode"]:
             decode(args[1:])
+        elif args[:1] == ["attention"]:
+            attention(args[1:])
+        elif args[:1] == ["plot"]:
+            plot(args[1:])
         else:
             build_cli(argv)  # None: LightningCLI reads sys.argv itself
     except (ValueError, OSError, TrainingDiverged, DataError, ArgumentError, MisconfigurationException) as e:

@@ -69,6 +69,12 @@ class ClassifierConfig(TransformerConfig):
 
 
 @dataclass
+class MaskedLMConfig(TransformerConfig):
+    """Masked-token pretraining (BERT): the encoder of the classifier it will start, with the same sizes; its
+    vocabulary is the classifier's plus [MASK] (linked from the data module in the CLI)."""
+
+
+@dataclass
 class LMConfig(TransformerConfig):
     """Causal language model (experiment 2)."""
 

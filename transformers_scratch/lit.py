@@ -2,7 +2,8 @@
 
 Logged names: ``train/loss`` (nats), ``train/bpc``, ``val/bpc``, ``test/bpc`` for the character LM;
 ``train/loss``, ``val/loss``, ``val/acc``, ``test/acc`` for the classifier; ``train/token_acc``,
-``val/token_acc``, ``val/exact``, ``test/exact`` (greedy exact match) for the encoder-decoder;
+``val/token_acc``, ``val/exact``, ``test/exact`` (greedy exact match) for the encoder-decoder; ``train/loss``,
+``train/acc``, ``val/loss``, ``val/acc`` over the masked positions for masked-token pretraining;
 ``train/tokens_per_s`` and, on GPU, ``train/mfu`` for all.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import lightning as L
@@ -22,8 +24,8 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
 from .blocks import TransformerBlock
-from .config import ClassifierConfig, EncoderDecoderConfig, LMConfig
-from .models import CausalLM, EncoderDecoder, SequenceClassifier
+from .config import ClassifierConfig, EncoderDecoderConfig, LMConfig, MaskedLMConfig, TransformerConfig
+from .models import CausalLM, EncoderDecoder, MaskedLM, SequenceClassifier, encoder_state
 from .perf import peak_flops, train_flops_per_token
 
 LN2 = math.log(2)
@@ -49,7 +51,7 @@ class OptimConfig:
 
 
 # Checkpoints hold these configs in their hyper-parameters; let torch.load(weights_only=True) rebuild them.
-torch.serialization.add_safe_globals([LMConfig, ClassifierConfig, EncoderDecoderConfig, OptimConfig])
+torch.serialization.add_safe_globals([MaskedLMConfig, LMConfig, ClassifierConfig, EncoderDecoderConfig, OptimConfig])
 
 
 def as_config(value, cls):
@@ -241,28 +243,60 @@ class LitTransformer(L.LightningModule):
         self._flops += ids.numel() * train_flops_per_token(self.model.cfg, ids.size(1), self.output_size)
 
 
+def read_pretrained(path: str, cfg: ClassifierConfig) -> dict[str, Tensor]:
+    """The encoder of a :class:`LitMaskedLM` checkpoint, checked against the classifier it will start."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(
+            f"model.pretrained {path!r} does not exist; pass a checkpoint of `cli.py fit --config "
+            "configs/imdb_mlm.yaml` (e.g. checkpoints/imdb_mlm/last.ckpt)"
+        )
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    hparams = checkpoint.get("hyper_parameters") or {}
+    written_by = str(hparams.get("_class_path", "?")).rsplit(".", 1)[-1]
+    if written_by != LitMaskedLM.__name__:
+        raise ValueError(f"model.pretrained {path!r} holds a {written_by}; fine-tuning starts from a LitMaskedLM")
+    state = {k.removeprefix("model."): v for k, v in checkpoint["state_dict"].items() if k.startswith("model.")}
+    return encoder_state(as_config(hparams.get("model"), MaskedLMConfig), state, cfg)
+
+
 class LitClassifier(LitTransformer):
     """Sequence classification with cross-entropy and accuracy (IMDb sentiment)."""
 
     checkpoint_metric = ("val/acc", "max", "epoch{epoch}-acc{val/acc:.4f}")
 
     def __init__(
-        self, model: ClassifierConfig | None = None, optim: OptimConfig | None = None, compile: bool = False
+        self,
+        model: ClassifierConfig | None = None,
+        optim: OptimConfig | None = None,
+        compile: bool = False,
+        pretrained: str | None = None,
     ) -> None:
         """
         Args:
             model: The transformer's sizes.
             optim: Optimiser and schedule.
             compile: Run the model through torch.compile (checkpoints still load without it).
+            pretrained: Fine-tune: a LitMaskedLM checkpoint (``configs/imdb_mlm.yaml``) whose embeddings and
+                blocks start the classifier when fit starts (not when it resumes). Its sizes and vocabulary
+                must be this run's.
         """
         super().__init__()
         self.save_hyperparameters()
         model = as_config(model, ClassifierConfig)
-        self.optim, self.compile = as_config(optim, OptimConfig), compile
+        self.optim, self.compile, self.pretrained = as_config(optim, OptimConfig), compile, pretrained
         self.model = SequenceClassifier(model)
         self.output_size = model.num_classes
         acc = lambda: torchmetrics.Accuracy(task="multiclass", num_classes=model.num_classes)  # noqa: E731
         self.train_acc, self.val_acc, self.test_acc = acc(), acc(), acc()
+
+    def on_fit_start(self) -> None:
+        if self.pretrained and self.trainer.ckpt_path is None:  # a resumed run's weights are its own
+            if self.sharded:
+                raise ValueError("model.pretrained loads a whole encoder: fine-tune without FSDP")
+            encoder = read_pretrained(self.pretrained, self.model.cfg)
+            missing, unexpected = self.model.load_state_dict(encoder, strict=False)
+            assert not unexpected and all(k.startswith(("head.", "cls")) for k in missing), (missing, unexpected)
+            rank_zero_info(f"fine-tuning: the embeddings and blocks of {self.pretrained} start the classifier")
 
     def forward(self, ids: Tensor, mask: Tensor | None = None) -> Tensor:
         return self.net(ids, mask)
@@ -294,6 +328,56 @@ class LitClassifier(LitTransformer):
     def predict_step(self, batch, batch_idx: int) -> Tensor:
         ids, mask = batch[:2]
         return self(ids, mask).float().softmax(-1)  # (b, c) class probabilities
+
+
+class LitMaskedLM(LitTransformer):
+    """Masked-token pretraining (BERT): cross-entropy on the chosen positions only, and their accuracy."""
+
+    checkpoint_metric = ("val/loss", "min", "step{step}-loss{val/loss:.4f}")
+
+    def __init__(
+        self, model: MaskedLMConfig | None = None, optim: OptimConfig | None = None, compile: bool = False
+    ) -> None:
+        """
+        Args:
+            model: The encoder's sizes: the classifier's that it will start (the data adds the [MASK] id).
+            optim: Optimiser and schedule.
+            compile: Run the model through torch.compile (checkpoints still load without it).
+        """
+        super().__init__()
+        self.save_hyperparameters()
+        model = as_config(model, MaskedLMConfig)
+        self.optim, self.compile = as_config(optim, OptimConfig), compile
+        self.model = MaskedLM(model)
+        self.output_size = model.vocab_size
+        acc = lambda: torchmetrics.Accuracy(task="multiclass", num_classes=model.vocab_size, ignore_index=-100)  # noqa: E731
+        self.train_acc, self.val_acc = acc(), acc()
+
+    def forward(self, ids: Tensor, mask: Tensor | None = None, chosen: Tensor | None = None) -> Tensor:
+        return self.net(ids, mask, chosen)
+
+    def _step(self, batch, acc: torchmetrics.Metric) -> Tensor:
+        """batch: masked ids (b, t), real-token mask (b, t), targets (b, t): the original id where a position
+        was chosen, -100 elsewhere. Only chosen positions go through the output layer."""
+        ids, mask, targets = batch
+        chosen = targets != -100  # (b, t)
+        logits = self(ids, mask, chosen)  # (n chosen, v)
+        loss = F.cross_entropy(logits.float(), targets[chosen])
+        acc.update(logits, targets[chosen])
+        return loss
+
+    def training_step(self, batch, batch_idx: int) -> Tensor:
+        self.count_tokens(batch[0])
+        loss = self._step(batch, self.train_acc)
+        if self.should_log():
+            self.log_train(loss=loss, acc=self.train_acc.compute())  # over the steps since the last log
+            self.train_acc.reset()
+        return loss
+
+    def validation_step(self, batch, batch_idx: int) -> None:
+        loss = self._step(batch, self.val_acc)
+        self.log("val/loss", loss, prog_bar=True, batch_size=int((batch[2] != -100).sum()), sync_dist=True)
+        self.log("val/acc", self.val_acc, prog_bar=True)
 
 
 class LitCharLM(LitTransformer):

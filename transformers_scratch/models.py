@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from .attention import KVCache
 from .blocks import Embedding, Stack
-from .config import ClassifierConfig, EncoderDecoderConfig, LMConfig
+from .config import ClassifierConfig, EncoderDecoderConfig, LMConfig, MaskedLMConfig, TransformerConfig
 
 
 def init_weights(model: nn.Module, depth: int) -> None:
@@ -105,6 +105,53 @@ class SequenceClassifier(nn.Module):
         x = self.stack(self.embed(ids, prefix=prefix), key_mask=mask)  # (b, t', k)
         pool_mask = mask if mask is not None else torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
         return self.head(POOLS[self.cfg.pool](x, pool_mask))  # (b, c)
+
+
+class MaskedLM(nn.Module):
+    """BERT's pretraining model (Devlin et al. 2019): the classifier's embeddings and blocks, every token seeing
+    every other, and a head that predicts each position's original token; the head reads with the token
+    embedding matrix (tied) plus a bias per token. Its ``embed`` and ``stack`` then start a
+    :class:`SequenceClassifier` of the same sizes (see :func:`encoder_state`)."""
+
+    def __init__(self, cfg: MaskedLMConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed = Embedding(cfg.vocab_size, cfg.context, cfg.emb, cfg.positions, cfg.dropout)
+        self.stack = Stack(cfg, cfg.depth)
+        self.head = nn.Linear(cfg.emb, cfg.vocab_size)
+        init_weights(self, cfg.depth)
+        self.head.weight = self.embed.tokens.weight  # (v, k): one matrix reads and writes tokens
+
+    def forward(self, ids: Tensor, mask: Tensor | None = None, chosen: Tensor | None = None) -> Tensor:
+        """ids: (b, t), masked; mask: (b, t) bool, True for real tokens. Returns token logits (b, t, v), or with
+        ``chosen`` (b, t) bool, those of the chosen positions only, (n, v): the output layer is the largest
+        matmul, and pretraining scores 15 % of the positions."""
+        x = self.stack(self.embed(ids), key_mask=mask)  # (b, t, k)
+        return self.head(x if chosen is None else x[chosen])  # (b, t, v) or (n, v)
+
+
+ENCODER_SIZES = ("context", "emb", "heads", "depth", "ff_mult", "activation", "pre_norm", "positions")
+"""What a pretrained encoder and the classifier it starts must share (besides the vocabulary)."""
+
+
+def encoder_state(pretrained: MaskedLMConfig, state: dict[str, Tensor], cfg: ClassifierConfig) -> dict[str, Tensor]:
+    """The embeddings and blocks (``embed.*``, ``stack.*``) of a :class:`MaskedLM` state dict, to load into a
+    :class:`SequenceClassifier` with config ``cfg``. The pretraining vocabulary is the classifier's plus a
+    [MASK] id at its end, whose row is dropped. Refuses, naming each difference, an encoder of other sizes."""
+    differ = [f"{name} {getattr(cfg, name)} (pretrained {getattr(pretrained, name)})" for name in ENCODER_SIZES
+              if getattr(cfg, name) != getattr(pretrained, name)]  # fmt: skip
+    if pretrained.vocab_size != cfg.vocab_size + 1:
+        differ.append(f"vocab_size {cfg.vocab_size} (pretrained {pretrained.vocab_size - 1} + [MASK])")
+    if cfg.pool == "cls" and cfg.positions == "learned":
+        differ.append("pool cls (its [CLS] position shifts every learned position by one; use mean or max)")
+    if differ:
+        raise ValueError(
+            f"the pretrained encoder does not fit this classifier: model {', '.join(differ)}; fine-tune with the "
+            "sizes and data settings (data.vocab_words, data.max_length) it was pretrained with"
+        )
+    encoder = {k: v for k, v in state.items() if k.startswith(("embed.", "stack."))}
+    encoder["embed.tokens.weight"] = encoder["embed.tokens.weight"][: cfg.vocab_size]  # (v, k): [MASK] dropped
+    return encoder
 
 
 class CausalLM(nn.Module):

@@ -2,7 +2,7 @@
 
 from .enwik8 import Enwik8DataModule, TextDataModule
 from .files import DataError
-from .imdb import IMDbDataModule
+from .imdb import IMDbDataModule, IMDbMLMDataModule
 from .transduction import TransductionDataModule
 from .vocab import ByteVocab, WordVocab, checkpoint_vocab
 
@@ -11,6 +11,7 @@ __all__ = [
     "DataError",
     "Enwik8DataModule",
     "IMDbDataModule",
+    "IMDbMLMDataModule",
     "TextDataModule",
     "TransductionDataModule",
     "WordVocab",

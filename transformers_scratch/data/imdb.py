@@ -34,34 +34,37 @@ def tokenize(text: str) -> list[str]:
     return TOKEN.findall(text.replace("<br />", " ").lower())
 
 
-def read_aclimdb(path: Path) -> dict[str, Split]:
-    """train/test texts and labels from aclImdb_v1.tar.gz or an extracted aclImdb/ directory."""
-    pattern = re.compile(r"(?:^|/)aclImdb/(train|test)/(neg|pos)/[^/]+\.txt$")
-    splits: dict[str, Split] = {"train": ([], []), "test": ([], [])}
-
-    def add(name: str, text: str) -> None:
-        m = pattern.search(name)
-        if m:
-            splits[m[1]][0].append(text)
-            splits[m[1]][1].append(CLASSES.index(m[2]))
-
+def _reviews(path: Path, pattern: re.Pattern) -> list[tuple[re.Match, str]]:
+    """(name match, text) of every review file whose path inside the aclImdb/ folder matches ``pattern``, from a
+    tarball or an extracted folder."""
+    found = []
     try:
         if path.is_dir():
             root = path if path.name == "aclImdb" else path / "aclImdb"
             for f in sorted(root.glob("*/*/*.txt")):
                 if f.is_symlink() or not f.resolve().is_relative_to(root.resolve()):
                     continue  # a link could point anywhere: only the folder's own files are read
-                add(f.relative_to(root.parent).as_posix(), f.read_text(encoding="utf-8"))
+                if m := pattern.search(f.relative_to(root.parent).as_posix()):
+                    found.append((m, f.read_text(encoding="utf-8")))
         else:
             with tarfile.open(path) as archive:
                 for member in archive:  # regular files only (no links), named inside the archive's folder
                     parts = member.name.split("/")
-                    if member.isfile() and ".." not in parts and parts[0] and pattern.search(member.name):
-                        add(member.name, archive.extractfile(member).read().decode("utf-8"))
+                    if member.isfile() and ".." not in parts and parts[0] and (m := pattern.search(member.name)):
+                        found.append((m, archive.extractfile(member).read().decode("utf-8")))
     except (tarfile.TarError, EOFError, OSError) as e:
         raise DataError(
             f"{str(path)!r} is truncated or corrupt ({type(e).__name__}: {e}); download {ACLIMDB_URL} again"
         ) from e
+    return found
+
+
+def read_aclimdb(path: Path) -> dict[str, Split]:
+    """train/test texts and labels from aclImdb_v1.tar.gz or an extracted aclImdb/ directory."""
+    splits: dict[str, Split] = {"train": ([], []), "test": ([], [])}
+    for m, text in _reviews(path, re.compile(r"(?:^|/)aclImdb/(train|test)/(neg|pos)/[^/]+\.txt$")):
+        splits[m[1]][0].append(text)
+        splits[m[1]][1].append(CLASSES.index(m[2]))
     counts = {name: len(texts) for name, (texts, _) in splits.items()}
     if min(counts.values()) == 0:
         raise DataError(
@@ -71,8 +74,14 @@ def read_aclimdb(path: Path) -> dict[str, Split]:
     return splits
 
 
-def read_hf(name: str) -> dict[str, Split]:
-    """train/test texts and labels from the Hugging Face Hub (cached by ``datasets`` after the first time)."""
+def read_unlabeled(path: Path) -> list[str]:
+    """The 50,000 unlabeled reviews, aclImdb/train/unsup/*.txt, from a tarball or an extracted folder."""
+    return [text for _, text in _reviews(path, re.compile(r"(?:^|/)aclImdb/train/unsup/[^/]+\.txt$"))]
+
+
+def read_hf(name: str, splits: tuple[str, ...] = ("train", "test")) -> dict[str, Split]:
+    """Texts and labels of ``splits`` from the Hugging Face Hub (cached by ``datasets`` after the first time);
+    ``unsupervised`` holds the 50,000 unlabeled reviews."""
     try:
         import datasets
 
@@ -83,7 +92,7 @@ def read_hf(name: str) -> dict[str, Split]:
             f"With no network, download {ACLIMDB_URL}, put it in data/ (or anywhere) and pass "
             "--data.path data/aclImdb_v1.tar.gz (the extracted aclImdb/ directory works too)"
         ) from e
-    return {split: (list(ds[split]["text"]), list(ds[split]["label"])) for split in ("train", "test")}
+    return {split: (list(ds[split]["text"]), list(ds[split]["label"])) for split in splits}
 
 
 def hold_out(labels: list[int], size: int, seed: int) -> list[int]:
@@ -247,8 +256,17 @@ class IMDbDataModule(ResumableData):
         if self.splits or stage == "predict":  # predict reads predict_path with the checkpoint's vocabulary
             return
         cache = torch.load(self.cache_file, weights_only=True)
-        if self.vocab is None:  # a checkpoint's vocabulary, if loaded, wins
+        if self.vocab is None:
             self.vocab = WordVocab(cache["vocab"])
+        elif self.vocab.itos[2:] != cache["vocab"]:  # a checkpoint's: the ids below must mean its words
+            given, built = self.vocab.itos[2:], cache["vocab"]
+            i = next((i for i, (a, b) in enumerate(zip(given, built)) if a != b), min(len(given), len(built)))
+            raise DataError(
+                f"the checkpoint's vocabulary ({len(given)} words) is not the one these data settings build "
+                f"({len(built)} words; id {i + 2} is {given[i] if i < len(given) else None!r} there and "
+                f"{built[i] if i < len(built) else None!r} here), so every id would mean another word; pass the "
+                "data settings it was trained with (data.path, data.vocab_words, data.val_size, data.seed)"
+            )
         for name in ("train", "val", "test"):
             part = cache[name]
             ids = [x[: self.max_length].long() for x in part["ids"].split(part["lengths"].tolist())]
@@ -293,3 +311,157 @@ class IMDbDataModule(ResumableData):
     def load_state_dict(self, state: dict) -> None:
         self.vocab = vocab_from_state(state) or self.vocab
         self.load_progress(state)
+
+
+def mask_tokens(
+    ids: Tensor, real: Tensor, mask_id: int, words: range, prob: float, generator: torch.Generator
+) -> tuple[Tensor, Tensor]:
+    """BERT's corruption (Devlin et al. 2019, 3.1) of ids (b, t) whose real tokens are ``real`` (b, t): each real
+    token is chosen with probability ``prob`` (at least one per batch); a chosen token becomes ``mask_id`` 80 %
+    of the time, a random id of ``words`` 10 %, and stays itself 10 %. Returns (inputs, targets), both (b, t):
+    targets hold the original id where a token was chosen and -100 elsewhere."""
+    chosen = (torch.rand(ids.shape, generator=generator) < prob) & real  # (b, t)
+    if not chosen.any() and real.any():  # a loss over no token is 0 / 0
+        chosen.view(-1)[real.view(-1).nonzero()[0]] = True
+    action = torch.rand(ids.shape, generator=generator)  # (b, t): < 0.8 mask, < 0.9 random, else keep
+    randoms = torch.randint(words.start, words.stop, ids.shape, generator=generator)  # (b, t)
+    inputs = torch.where(chosen & (action < 0.8), mask_id, ids)
+    inputs = torch.where(chosen & (action >= 0.8) & (action < 0.9), randoms, inputs)
+    return inputs, ids.masked_fill(~chosen, -100)
+
+
+class MaskedBatches(Dataset):
+    """Batches of :class:`PaddedBatches`, corrupted by :func:`mask_tokens`: (inputs, real-token mask, targets).
+    Batch number i is masked by a generator seeded with (seed, i), so a resumed run and every validation see the
+    same masks for the same batch."""
+
+    def __init__(self, batches: PaddedBatches, mask_id: int, words: range, prob: float, seed: int) -> None:
+        self.batches, self.mask_id, self.words, self.prob, self.seed = batches, mask_id, words, prob, seed
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, i: int) -> tuple[Tensor, Tensor, Tensor]:
+        ids, real, _ = self.batches[i]
+        generator = torch.Generator().manual_seed(hash((self.seed, i)))
+        inputs, targets = mask_tokens(ids, real, self.mask_id, self.words, self.prob, generator)
+        return inputs, real, targets
+
+
+class IMDbMLMDataModule(IMDbDataModule):
+    """Masked-token pretraining on IMDb (the tutorial's BERT section): the classifier's training reviews plus the
+    50,000 unlabeled ones, never a validation or test review. The classifier's validation reviews, masked the
+    same way each time, measure it. The vocabulary is the classifier's own (built from the same training
+    reviews, with the same settings), so the pretrained encoder reads the classifier's ids; one id past them is
+    [MASK]."""
+
+    @property
+    def num_classes(self):
+        raise AttributeError("masked-token pretraining has no classes")  # so the CLI links none into the model
+
+    def __init__(
+        self,
+        path: str | None = None,
+        unlabeled_path: str | None = None,
+        data_dir: str = "data",
+        vocab_words: int = 50_000,
+        max_length: int = 512,
+        val_size: int = 5_000,
+        batch_size: int = 32,
+        num_workers: int = 0,
+        seed: int = 1234,
+        mask_prob: float = 0.15,
+    ) -> None:
+        """
+        Args:
+            path: The labeled reviews, as for the classifier: aclImdb_v1.tar.gz or aclImdb/; None: Hugging Face.
+            unlabeled_path: The unlabeled reviews (aclImdb/train/unsup/): aclImdb_v1_unsup.tar.gz or a folder;
+                None: from ``path`` (the official tarball holds them) or, with no path, Hugging Face's
+                ``unsupervised`` split.
+            data_dir: Where the tokenised caches are written.
+            vocab_words: Keep the most frequent N training words (as the classifier that will be fine-tuned).
+            max_length: Truncate reviews to this many tokens (as the classifier).
+            val_size: Training reviews held out (as the classifier: these are never pretrained on).
+            batch_size: Reviews per batch.
+            num_workers: DataLoader worker processes.
+            seed: Seed of the hold-out (as the classifier), of batch order and of the masks.
+            mask_prob: Share of real tokens chosen for prediction (BERT: 0.15).
+        """
+        super().__init__(path, data_dir, vocab_words, max_length, val_size, batch_size, num_workers, seed)
+        if not 0.0 < mask_prob < 1.0:
+            raise ValueError(f"data.mask_prob={mask_prob} must lie in (0, 1); BERT chooses 0.15 of the tokens")
+        self.unlabeled_path, self.mask_prob = unlabeled_path, mask_prob
+        self.unlabeled: list[Tensor] = []
+
+    @property
+    def vocab_size(self) -> int:
+        """The classifier's ids plus [MASK]. Linked to model.vocab_size by the CLI."""
+        return super().vocab_size + 1
+
+    @property
+    def mask_id(self) -> int:
+        return super().vocab_size
+
+    @property
+    def unlabeled_cache_file(self) -> Path:
+        source = self.unlabeled_path or self.path or HF_NAME
+        if source != HF_NAME:
+            p = Path(source).resolve()
+            if not p.exists():
+                raise DataError(
+                    f"data.unlabeled_path {source!r} does not exist; pass aclImdb_v1_unsup.tar.gz (or the official "
+                    f"{ACLIMDB_URL}, which holds aclImdb/train/unsup/) or its extracted aclImdb/ directory"
+                )
+            source = f"{p}:{p.stat().st_size}:{p.stat().st_mtime_ns}"
+        key = f"{source}|{self.cache_file.name}"  # encoded with that cache's vocabulary
+        return self.data_dir / f"imdb-unsup-{hashlib.sha256(key.encode()).hexdigest()[:12]}.pt"
+
+    def prepare_data(self) -> None:
+        super().prepare_data()
+        if self.unlabeled_cache_file.exists():
+            return
+        source = self.unlabeled_path or self.path
+        if source is None:
+            texts = read_hf(HF_NAME, ("unsupervised",))["unsupervised"][0]
+        else:
+            texts = read_unlabeled(Path(source))
+        if not texts:
+            raise DataError(
+                f"{str(source)!r} holds no unlabeled reviews (aclImdb/train/unsup/*.txt); pass "
+                "--data.unlabeled_path aclImdb_v1_unsup.tar.gz"
+            )
+        vocab = WordVocab(torch.load(self.cache_file, weights_only=True)["vocab"])
+        encoded = [vocab.encode(tokenize(t)) for t in texts]
+        cache = {
+            "ids": torch.tensor([i for e in encoded for i in e], dtype=torch.int32),
+            "lengths": torch.tensor([len(e) for e in encoded]),
+        }
+        tmp = self.unlabeled_cache_file.with_suffix(".tmp")
+        torch.save(cache, tmp)
+        tmp.replace(self.unlabeled_cache_file)
+
+    def setup(self, stage: str | None = None) -> None:
+        super().setup(stage)
+        if not self.unlabeled:
+            cache = torch.load(self.unlabeled_cache_file, weights_only=True)
+            self.unlabeled = [x[: self.max_length].long() for x in cache["ids"].split(cache["lengths"].tolist())]
+
+    def _masked(self, ids: list[Tensor], order: Literal["bucketed", "length"]) -> MaskedBatches:
+        batches = PaddedBatches(ids, torch.zeros(len(ids), dtype=torch.long), self.batch_size, order, self.seed)
+        return MaskedBatches(batches, self.mask_id, range(2, self.mask_id), self.mask_prob, self.seed)
+
+    def train_dataloader(self) -> DataLoader:
+        batches = self._masked(self.splits["train"][0] + self.unlabeled, "bucketed")
+        return self.train_loader(batches, len(batches), shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self._masked(self.splits["val"][0], "length"), batch_size=None, num_workers=self.num_workers)
+
+    def test_dataloader(self) -> DataLoader:
+        raise ValueError(
+            "masked-token pretraining has no test of its own: fine-tune a classifier from its checkpoint "
+            "(model.pretrained) and test that"
+        )
+
+    def predict_dataloader(self) -> DataLoader:
+        raise ValueError("masked-token pretraining predicts nothing: fine-tune a classifier and predict with it")

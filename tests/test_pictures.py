@@ -1,0 +1,124 @@
+"""The data behind each picture: attention weights are the model's own, and the curves are the log's."""
+
+import csv
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from transformers_scratch.attention import recording, reference_attention
+from transformers_scratch.config import ClassifierConfig, LMConfig
+from transformers_scratch.models import CausalLM, SequenceClassifier
+from transformers_scratch.pictures import attention_maps, draw_attention, draw_curves, learning_curves
+
+pytest.importorskip("matplotlib")
+
+
+def classifier(pool="mean", positions="learned"):
+    torch.manual_seed(0)
+    cfg = ClassifierConfig(vocab_size=50, context=12, emb=16, heads=4, depth=3, dropout=0.3, pool=pool,
+                           positions=positions)  # fmt: skip
+    return SequenceClassifier(cfg)
+
+
+def batch():
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(2, 50, (3, 10), generator=g)
+    mask = torch.arange(10)[None] < torch.tensor([10, 6, 3])[:, None]  # (3, 10): rows 1 and 2 padded
+    return ids.masked_fill(~mask, 0), mask
+
+
+@pytest.mark.parametrize("pool", ["mean", "cls"])
+def test_classifier_attention_rows_sum_to_one_and_padding_gets_no_weight(pool):
+    model = classifier(pool)
+    ids, mask = batch()
+    weights = attention_maps(model, ids, mask)  # (l, b, h, t, t)
+    prefix = int(pool == "cls")
+    assert weights.shape == (3, 3, 4, 10 + prefix, 10 + prefix)
+    assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
+    keys = torch.cat([torch.ones(3, prefix, dtype=torch.bool), mask], dim=1)  # [CLS] is a real key
+    assert (weights * ~keys[None, :, None, None, :]).abs().max() == 0  # no weight on a padded key
+    assert model.training  # attention_maps leaves the model in the mode it found it
+
+
+def test_the_recorded_weights_are_those_the_forward_pass_uses():
+    """Recording runs the reference kernel on the model's own queries and keys: the output is the fused
+    kernel's, and the first layer's weights are softmax(q k^T / sqrt(s)) over the real keys."""
+    model = classifier().eval()
+    ids, mask = batch()
+    with torch.no_grad():
+        plain = model(ids, mask)
+        with recording(block.attn for block in model.stack.blocks) as kept:
+            recorded = model(ids, mask)
+    assert_close(recorded, plain, atol=1e-5, rtol=1e-5)
+    assert [len(k) for k in kept] == [1, 1, 1]
+    block = model.stack.blocks[0]  # pre-norm: attention reads norm1 of the embeddings
+    q, k, _ = block.attn.qkv(block.norm1(model.embed(ids))).split(16, dim=-1)
+    q, k = (z.view(3, 10, 4, 4).transpose(1, 2) for z in (q, k))  # (b, h, t, s)
+    scores = (q @ k.transpose(-2, -1) / 2.0).masked_fill(~mask[:, None, None, :], float("-inf"))
+    assert_close(kept[0][0], scores.softmax(-1))
+
+
+def test_a_causal_model_puts_no_weight_above_the_diagonal():
+    torch.manual_seed(0)
+    model = CausalLM(LMConfig(vocab_size=20, context=16, emb=16, heads=2, depth=2, positions="alibi"))
+    ids = torch.randint(20, (2, 9))
+    weights = attention_maps(model, ids)  # (l, b, h, t, t)
+    above = torch.ones(9, 9, dtype=torch.bool).triu(1)
+    assert weights[..., above].abs().max() == 0
+    assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
+    assert weights[..., 0, 0].eq(1).all()  # the first character can only look at itself
+
+
+def test_the_kernel_keeps_zero_weights_for_a_query_with_nothing_to_see():
+    q = k = v = torch.randn(1, 1, 3, 4)
+    kept = []
+    reference_attention(q, k, v, mask=torch.zeros(1, 1, 3, 3, dtype=torch.bool), keep=kept)
+    assert kept[0].eq(0).all()
+
+
+def test_the_attention_grid_shows_each_layer_and_head_with_the_tokens_on_its_axes(tmp_path):
+    weights = torch.rand(2, 3, 4, 4).softmax(-1)  # (l, h, t, t)
+    tokens = ["the", "film", "was", "great"]
+    fig = draw_attention(weights, tokens, tmp_path / "a.png")
+    assert (tmp_path / "a.png").stat().st_size > 0
+    assert len(fig.axes) == 6
+    for n, ax in enumerate(fig.axes):  # row-major: layer n // 3, head n % 3
+        assert_close(torch.as_tensor(ax.images[0].get_array().data), weights[n // 3, n % 3])
+    bottom_left = fig.axes[3]
+    assert [t.get_text() for t in bottom_left.get_xticklabels()] == tokens
+    assert [t.get_text() for t in bottom_left.get_yticklabels()] == tokens
+
+
+def write_metrics(path):
+    rows = [
+        {"epoch": "", "lr-AdamW/pg1": "1e-4", "lr-AdamW/pg2": "1e-4", "step": "9"},
+        {"epoch": "0", "step": "9", "train/loss": "0.70", "train/acc": "0.5"},
+        {"epoch": "", "lr-AdamW/pg1": "2e-4", "lr-AdamW/pg2": "2e-4", "step": "19"},
+        {"epoch": "0", "step": "19", "train/loss": "0.60", "train/acc": "0.6"},
+        {"epoch": "0", "step": "19", "val/loss": "0.55", "val/acc": "0.71"},
+        {"epoch": "1", "step": "29", "train/loss": "nan"},
+    ]
+    columns = ["epoch", "lr-AdamW/pg1", "lr-AdamW/pg2", "step", "train/acc", "train/loss", "val/acc", "val/loss"]
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def test_learning_curves_have_one_panel_per_metric_against_the_step(tmp_path):
+    curves = learning_curves(write_metrics(tmp_path / "metrics.csv"))
+    assert curves == {
+        "train/loss": ([9, 19], [0.70, 0.60]),  # a NaN is left out
+        "val/acc": ([19], [0.71]),
+        "val/loss": ([19], [0.55]),
+        "lr-AdamW/pg1": ([9, 19], [1e-4, 2e-4]),  # one learning rate
+    }
+    fig = draw_curves(curves, tmp_path / "c.png")
+    assert (tmp_path / "c.png").stat().st_size > 0
+    assert len(fig.axes) == len(curves)
+    for ax, (name, (steps, values)) in zip(fig.axes, curves.items(), strict=True):
+        assert ax.get_ylabel() == name
+        line = ax.get_lines()[0]
+        assert list(line.get_xdata()) == steps and list(line.get_ydata()) == values

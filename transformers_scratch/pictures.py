@@ -1,0 +1,102 @@
+"""What a model learned, as pictures: attention maps from the model's own forward pass, and learning curves
+from a run's CSV log. Each picture is drawn from data a function here returns, so tests check the data.
+
+Shapes: l layers, b batch, h heads, t tokens (queries), u tokens (keys).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from .attention import recording
+
+
+def attention_maps(model: nn.Module, ids: Tensor, mask: Tensor | None = None) -> Tensor:
+    """The self-attention weights of every block of ``model`` (a classifier or a causal LM) for ids (b, t):
+    (l, b, h, t', t'), with t' = t + 1 when a [CLS] vector leads. They come from one forward pass in eval mode
+    (no dropout), through the reference kernel; ``mask`` (b, t), True for real tokens, goes to a classifier."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), recording(block.attn for block in model.stack.blocks) as kept:
+            model(ids) if mask is None else model(ids, mask)
+    finally:
+        model.train(was_training)
+    return torch.stack([weights[0] for weights in kept]).float()  # (l, b, h, t', t')
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display needed
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def draw_attention(weights: Tensor, tokens: list[str], out: str | Path, title: str = "", dpi: int = 100):
+    """One PNG grid of weights (l, h, t, t): a row per layer, a column per head, each panel a query (down)
+    by key (across) matrix with the tokens on its axes. Returns the figure (closed, for its data)."""
+    plt = _pyplot()
+    layers, heads, t, _ = weights.shape
+    cell = max(1.4, 0.11 * t)  # inches per panel: room for t labels
+    font = max(3.0, min(7.0, 170 / max(t, 1) / 2))
+    fig, axes = plt.subplots(layers, heads, figsize=(heads * cell + 1, layers * cell + 1), squeeze=False)
+    for i in range(layers):
+        for j in range(heads):
+            ax = axes[i][j]
+            ax.imshow(weights[i, j].numpy(), cmap="viridis", vmin=0.0, interpolation="nearest")
+            ax.set_xticks([]), ax.set_yticks([])
+            if i == layers - 1:  # keys along the bottom row, queries down the first column
+                ax.set_xticks(range(t), tokens, rotation=90, fontsize=font)
+            if j == 0:
+                ax.set_yticks(range(t), tokens, fontsize=font)
+            ax.tick_params(length=0)
+            if i == 0:
+                ax.set_title(f"head {j + 1}", fontsize=8)
+            if j == heads - 1:
+                ax.yaxis.set_label_position("right")
+                ax.set_ylabel(f"layer {i + 1}", fontsize=8)
+    fig.suptitle(title or "attention: queries down, keys across; each panel scaled 0 to its largest weight")
+    fig.tight_layout()
+    fig.savefig(out, dpi=dpi)
+    plt.close(fig)
+    return fig
+
+
+def learning_curves(metrics_csv: str | Path) -> dict[str, tuple[list[int], list[float]]]:
+    """From Lightning's CSV log (``metrics.csv``): the training loss, every validation metric and the learning
+    rate (of the first parameter group), each as (steps, values) over the rows that hold it, in that order."""
+    with open(metrics_csv, newline="") as f:
+        rows = list(csv.DictReader(f))
+    columns = list(rows[0]) if rows else []
+    lr = [c for c in columns if c.startswith("lr-")][:1]
+    chosen = [c for c in ("train/loss",) if c in columns] + sorted(c for c in columns if c.startswith("val/")) + lr
+    curves = {}
+    for name in chosen:
+        points = [(int(r["step"]), float(r[name])) for r in rows if r.get(name) not in (None, "")]
+        points = [(s, v) for s, v in points if math.isfinite(v)]
+        if points:
+            curves[name] = ([s for s, _ in points], [v for _, v in points])
+    return curves
+
+
+def draw_curves(curves: dict[str, tuple[list[int], list[float]]], out: str | Path, title: str = "", dpi: int = 100):
+    """One panel per curve, stacked, against the optimizer step. Returns the figure (closed, for its data)."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(len(curves), 1, figsize=(6, 1.9 * len(curves) + 0.6), sharex=True, squeeze=False)
+    for ax, (name, (steps, values)) in zip(axes[:, 0], curves.items(), strict=True):
+        ax.plot(steps, values, marker="o" if len(steps) < 30 else None, markersize=3, linewidth=1.2)
+        ax.set_ylabel(name, fontsize=8)
+        ax.grid(alpha=0.3)
+    axes[-1, 0].set_xlabel("step")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out, dpi=dpi)
+    plt.close(fig)
+    return fig
