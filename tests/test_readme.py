@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from transformers_scratch.cli import build_cli, decode, export, sample
+from transformers_scratch.cli import attention, build_cli, decode, export, plot, sample
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -31,15 +31,15 @@ BENCH_LINES = commands("python -m transformers_scratch.bench")
 
 def test_readme_has_the_commands():
     subcommands = {line[0] for line in CLI_LINES}
-    assert {"fit", "test", "predict", "sample", "export"} <= subcommands
+    assert {"fit", "test", "predict", "sample", "export", "attention", "plot"} <= subcommands
     assert ["fit", "--config", "configs/enwik8.yaml"] in CLI_LINES  # the main job
     assert len(BENCH_LINES) >= 3
 
 
-OWN = {"sample": sample, "export": export, "decode": decode}  # the CLI's commands beside LightningCLI's
+OWN = {"sample": sample, "export": export, "decode": decode, "attention": attention}  # beside LightningCLI's
 
 
-@pytest.mark.parametrize("argv", [a for a in CLI_LINES if a[0] not in OWN], ids=" ".join)
+@pytest.mark.parametrize("argv", [a for a in CLI_LINES if a[0] not in (*OWN, "plot")], ids=" ".join)
 def test_cli_lines_parse(argv, monkeypatch, capsys):
     monkeypatch.chdir(ROOT)
     with pytest.raises(SystemExit) as done:
@@ -54,6 +54,13 @@ def test_sample_and_export_lines_parse(argv, monkeypatch, capsys):
     ckpt = argv.index("--ckpt_path") + 1
     with pytest.raises(FileNotFoundError, match="does not exist"):  # flags parsed; no trained model here
         OWN[argv[0]]([*argv[1:ckpt], "no/such.ckpt", *argv[ckpt + 1 :]])
+
+
+@pytest.mark.parametrize("argv", [a for a in CLI_LINES if a[0] == "plot"], ids=" ".join)
+def test_plot_lines_parse(argv, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # no run here: the flags parse, and the missing log is named
+    with pytest.raises(FileNotFoundError, match="metrics.csv' does not exist"):
+        plot(argv[1:])
 
 
 @pytest.mark.parametrize("argv", BENCH_LINES, ids=" ".join)
