@@ -24,7 +24,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
 from .blocks import TransformerBlock
-from .config import ClassifierConfig, EncoderDecoderConfig, LMConfig, MaskedLMConfig, TransformerConfig
+from .config import ClassifierConfig, EncoderDecoderConfig, LMConfig, MaskedLMConfig
 from .models import CausalLM, EncoderDecoder, MaskedLM, SequenceClassifier, encoder_state
 from .perf import peak_flops, train_flops_per_token
 

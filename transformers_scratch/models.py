@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from .attention import KVCache
 from .blocks import Embedding, Stack
-from .config import ClassifierConfig, EncoderDecoderConfig, LMConfig, MaskedLMConfig, TransformerConfig
+from .config import ClassifierConfig, EncoderDecoderConfig, LMConfig, MaskedLMConfig
 
 
 def init_weights(model: nn.Module, depth: int) -> None:

@@ -260,7 +260,9 @@ class IMDbDataModule(ResumableData):
             self.vocab = WordVocab(cache["vocab"])
         elif self.vocab.itos[2:] != cache["vocab"]:  # a checkpoint's: the ids below must mean its words
             given, built = self.vocab.itos[2:], cache["vocab"]
-            i = next((i for i, (a, b) in enumerate(zip(given, built)) if a != b), min(len(given), len(built)))
+            i = next(
+                (i for i, (a, b) in enumerate(zip(given, built, strict=False)) if a != b), min(len(given), len(built))
+            )
             raise DataError(
                 f"the checkpoint's vocabulary ({len(given)} words) is not the one these data settings build "
                 f"({len(built)} words; id {i + 2} is {given[i] if i < len(given) else None!r} there and "
