@@ -228,6 +228,27 @@ def same_training_state(a: dict, b: dict) -> None:
     assert a["lr_schedulers"] == b["lr_schedulers"]
 
 
+def test_every_checkpoint_asked_for_is_written_before_the_first_validation_and_at_the_end(tmp_path):
+    """Epochs of 4 batches validated at their end, a checkpoint every 3 steps. Lightning 2.6 defers a step's
+    save until the monitored val/acc exists and then skips it, and never saves a last step that is not a
+    saving step: its run killed at step 4 had no checkpoint at all, and its 7-step run ended with step 6."""
+    data = ["--config", TINY_IMDB, "--data.path", str(small_imdb(tmp_path)), "--data.batch_size", "4",
+            "--data.val_size", "8", "--data.data_dir", str(tmp_path / "cache"), "--trainer.max_epochs", "-1",
+            "--checkpoint.every_n_train_steps", "3", "--trainer.enable_progress_bar", "false",
+            "--trainer.logger", "false"]  # fmt: skip
+    killed, whole = tmp_path / "killed", tmp_path / "whole"
+    killed.mkdir(), whole.mkdir()
+    cut = python("-c", KILLED_RUN, *data, "--trainer.max_steps", "7", cwd=killed, env={"KILL_AT": "4"})
+    assert cut.returncode == -signal.SIGKILL, cut.stderr[-3000:]
+    assert torch.load(killed / "checkpoints" / "tiny_imdb" / "last.ckpt", weights_only=True)["global_step"] == 3
+    done = python(str(ROOT / "cli.py"), "fit", *data, "--trainer.max_steps", "7", cwd=whole)
+    assert done.returncode == 0, done.stderr[-3000:]
+    folder = whole / "checkpoints" / "tiny_imdb"
+    assert torch.load(folder / "last.ckpt", weights_only=True)["global_step"] == 7
+    best = list(folder.glob("epoch0-acc*.ckpt"))  # the first validation's, saved at the end of its epoch
+    assert len(best) == 1 and torch.load(best[0], weights_only=True)["global_step"] == 4
+
+
 @pytest.mark.parametrize(
     "kind, every, kill",
     [("charlm", 3, 7), ("charlm", 4, 9), ("imdb", 3, 7)],

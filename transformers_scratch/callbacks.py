@@ -91,6 +91,39 @@ class SafeModelCheckpoint(ModelCheckpoint):
             if trainer.global_step % trainer.log_every_n_steps == 0:
                 self.stop_if_diverged(trainer)
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        self._save_last_on_schedule(trainer)
+
+    # ---- every checkpoint asked for is written (Lightning 2.6 drops some; tests/test_reliability.py pins these) ----
+    def _save_last_on_schedule(self, trainer) -> None:
+        """``every_n_train_steps`` before the first validation: Lightning defers the save until the monitored
+        metric exists, to the end of validation, and then does not save there when it saves at epoch ends, so a
+        run validated once an epoch wrote nothing in its first epoch. ``last.ckpt`` needs no metric: written
+        now. (Private members of ModelCheckpoint: no public hook says a save was deferred.)"""
+        every = getattr(self, "_every_n_train_steps", 0)
+        if not (getattr(self, "_defer_save_until_validation", False) and self.save_last and every):
+            return
+        if trainer.global_step % every == 0 and not self._should_skip_saving_checkpoint(trainer):
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        """A save deferred to "after validation" happens at the epoch's end, where this run saves, with the
+        validation's fresh metric."""
+        super().on_train_epoch_end(trainer, pl_module)
+        if not getattr(self, "_defer_save_until_validation", False) or not self._should_save_on_train_epoch_end(
+            trainer
+        ):
+            return
+        candidates = self._monitor_candidates(trainer)
+        if self.monitor in candidates and trainer.state.fn == "fit" and not trainer.sanity_checking:
+            self._save_topk_checkpoint(trainer, candidates)
+            self._save_last_checkpoint(trainer, candidates)
+            self._defer_save_until_validation = False
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        """``last.ckpt`` is the model training ended with, also when the last step was not a saving step."""
+        super().on_train_end(trainer, pl_module)
+        if self.save_last and not self._should_skip_saving_checkpoint(trainer):
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
     def on_validation_start(self, trainer, pl_module) -> None:
         if not trainer.sanity_checking:  # nothing downstream (metrics, samples) runs on a diverged model
