@@ -152,3 +152,12 @@ def test_fine_tuning_names_a_missing_or_foreign_checkpoint(tmp_path):
             "--data.path", str(root), "--data.val_size", "2", "--data.vocab_words", "30"]  # fmt: skip
     missing = cli(*args, "--model.pretrained", "nowhere.ckpt", cwd=tmp_path)
     assert_fails_cleanly(missing, "model.pretrained 'nowhere.ckpt' does not exist")
+    (tmp_path / "cut.ckpt").write_bytes(b"PK\x03\x04 truncated")
+    broken = cli(*args, "--model.pretrained", "cut.ckpt", cwd=tmp_path)
+    assert_fails_cleanly(broken, "model.pretrained 'cut.ckpt' is not a readable checkpoint")
+    (tmp_path / "text.txt").write_text("the cat sat on a mat while one dog ran far away. " * 200)
+    lm = cli("fit", "--config", str(CONFIGS / "tiny_charlm.yaml"), "--data.path", "text.txt", "--trainer.max_steps",
+             "1", "--trainer.logger", "false", "--sample.length", "0", cwd=tmp_path)  # fmt: skip
+    assert lm.returncode == 0, lm.stderr[-3000:]
+    foreign = cli(*args, "--model.pretrained", "checkpoints/tiny_charlm/last.ckpt", cwd=tmp_path)
+    assert_fails_cleanly(foreign, "holds a LitCharLM; fine-tuning starts from a LitMaskedLM")

@@ -10,6 +10,7 @@ Logged names: ``train/loss`` (nats), ``train/bpc``, ``val/bpc``, ``test/bpc`` fo
 from __future__ import annotations
 
 import math
+import pickle
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -250,8 +251,15 @@ def read_pretrained(path: str, cfg: ClassifierConfig) -> dict[str, Tensor]:
             f"model.pretrained {path!r} does not exist; pass a checkpoint of `cli.py fit --config "
             "configs/imdb_mlm.yaml` (e.g. checkpoints/imdb_mlm/last.ckpt)"
         )
-    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    hparams = checkpoint.get("hyper_parameters") or {}
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except (EOFError, RuntimeError, pickle.UnpicklingError, ValueError) as e:
+        reason = (str(e).splitlines() or ["empty file"])[0]
+        raise ValueError(
+            f"model.pretrained {path!r} is not a readable checkpoint ({type(e).__name__}: {reason}); pass a "
+            "checkpoint written by fit"
+        ) from e
+    hparams = (checkpoint.get("hyper_parameters") or {}) if isinstance(checkpoint, dict) else {}
     written_by = str(hparams.get("_class_path", "?")).rsplit(".", 1)[-1]
     if written_by != LitMaskedLM.__name__:
         raise ValueError(f"model.pretrained {path!r} holds a {written_by}; fine-tuning starts from a LitMaskedLM")
