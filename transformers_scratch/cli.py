@@ -652,10 +652,7 @@ def attention(argv: list[str]) -> None:
         tokens = ["[CLS]", *tokens]
     weights = attention_maps(model, ids)[:, 0]  # (l, h, t, t)
     kind = "words" if isinstance(vocab, WordVocab) else "characters"
-    title = (
-        f"{module_class.__name__} attention over {len(tokens)} {kind}: queries down, keys across "
-        "(each panel scaled 0 to its largest weight)"
-    )
+    title = f"{module_class.__name__} attention over {len(tokens)} {kind}: queries down, keys across"
     draw_attention(weights, tokens, args.out, title, args.dpi)
     print(f"wrote {args.out}: {weights.size(0)} layers x {weights.size(1)} heads over {len(tokens)} {kind}")
 

@@ -46,11 +46,12 @@ def draw_attention(weights: Tensor, tokens: list[str], out: str | Path, title: s
     layers, heads, t, _ = weights.shape
     cell = max(1.4, 0.11 * t)  # inches per panel: room for t labels
     font = max(3.0, min(7.0, 170 / max(t, 1) / 2))
-    fig, axes = plt.subplots(layers, heads, figsize=(heads * cell + 1, layers * cell + 1), squeeze=False)
+    top = float(weights.max())  # one colour scale for every panel: a uniform head looks uniform, not bright
+    fig, axes = plt.subplots(layers, heads, figsize=(heads * cell + 1.6, layers * cell + 1), squeeze=False)
     for i in range(layers):
         for j in range(heads):
             ax = axes[i][j]
-            ax.imshow(weights[i, j].numpy(), cmap="viridis", vmin=0.0, interpolation="nearest")
+            image = ax.imshow(weights[i, j].numpy(), cmap="viridis", vmin=0.0, vmax=top, interpolation="nearest")
             ax.set_xticks([]), ax.set_yticks([])
             if i == layers - 1:  # keys along the bottom row, queries down the first column
                 ax.set_xticks(range(t), tokens, rotation=90, fontsize=font)
@@ -62,8 +63,9 @@ def draw_attention(weights: Tensor, tokens: list[str], out: str | Path, title: s
             if j == heads - 1:
                 ax.yaxis.set_label_position("right")
                 ax.set_ylabel(f"layer {i + 1}", fontsize=8)
-    fig.suptitle(title or "attention: queries down, keys across; each panel scaled 0 to its largest weight")
+    fig.suptitle(title or "attention weights: queries down, keys across")
     fig.tight_layout()
+    fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.5, label="attention weight")
     fig.savefig(out, dpi=dpi)
     plt.close(fig)
     return fig
