@@ -82,8 +82,9 @@ def test_the_attention_grid_shows_each_layer_and_head_with_the_tokens_on_its_axe
     tokens = ["the", "film", "was", "great"]
     fig = draw_attention(weights, tokens, tmp_path / "a.png")
     assert (tmp_path / "a.png").stat().st_size > 0
-    assert len(fig.axes) == 6
-    for n, ax in enumerate(fig.axes):  # row-major: layer n // 3, head n % 3
+    assert len(fig.axes) == 6 + 1  # the panels, then the colour bar they share
+    assert fig.axes[-1].get_ylabel() == "attention weight"
+    for n, ax in enumerate(fig.axes[:6]):  # row-major: layer n // 3, head n % 3
         assert_close(torch.as_tensor(ax.images[0].get_array().data), weights[n // 3, n % 3])
     bottom_left = fig.axes[3]
     assert [t.get_text() for t in bottom_left.get_xticklabels()] == tokens
