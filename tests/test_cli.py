@@ -19,11 +19,13 @@ from transformers_scratch.cli import build_cli
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 OVERLAYS = {
-    "extrapolate.yaml": "tiny_charlm.yaml",
-    "shakespeare_char_cpu.yaml": "shakespeare_char.yaml",
-    "imdb_cpu.yaml": "imdb.yaml",
-    "imdb_finetune.yaml": "imdb.yaml",
-}  # configs that change another config: tested on top of it
+    "extrapolate.yaml": ["tiny_charlm.yaml"],
+    "extrapolate_enwik8.yaml": ["tiny_charlm.yaml", "extrapolate.yaml"],
+    "shakespeare_char_cpu.yaml": ["shakespeare_char.yaml"],
+    "imdb_cpu.yaml": ["imdb.yaml"],
+    "imdb_best.yaml": ["imdb.yaml"],
+    "imdb_finetune.yaml": ["imdb.yaml"],
+}  # configs that change other configs: tested on top of them
 TINY_LM = str(ROOT / "configs" / "tiny_charlm.yaml")
 TINY_IMDB = str(ROOT / "configs" / "tiny_imdb.yaml")
 IMDB_TARBALL = ROOT.parent / "shared" / "data" / "aclImdb_v1.tar.gz"
@@ -59,7 +61,7 @@ def test_every_config_instantiates(config, monkeypatch):
     if "shared/data" in config.read_text() and not IMDB_TARBALL.parent.exists():
         pytest.skip("needs ../shared/data")
     monkeypatch.chdir(ROOT)  # configs name ../shared/data relative to the repository
-    base = ["--config", str(ROOT / "configs" / OVERLAYS[config.name])] if config.name in OVERLAYS else []
+    base = [arg for name in OVERLAYS.get(config.name, []) for arg in ("--config", str(ROOT / "configs" / name))]
     run = build_cli([*base, "--config", str(config)], run=False)
     cfg = run.model.model.cfg
     assert cfg.vocab_size == run.datamodule.vocab_size  # linked, never typed twice
@@ -525,3 +527,31 @@ def test_a_fit_on_the_gpu_clips_samples_tests_and_samples_again(tmp_path):
     sample = cli("sample", "--ckpt_path", "checkpoints/tiny_charlm/last.ckpt", "--prompt", "the ", "--length", "20",
                  cwd=tmp_path)  # fmt: skip
     assert sample.returncode == 0 and sample.stdout.startswith("the "), sample.stderr[-3000:]
+
+
+def test_the_extrapolation_runner_trains_each_kind_and_tests_every_window(tmp_path, capsys, monkeypatch):
+    from transformers_scratch import extrapolate
+
+    data = corpus(tmp_path / "text.txt", n=80_000)  # test split 4,000 bytes: several windows of 512
+    small = tmp_path / "small.yaml"  # --config on top of the runner's configs
+    small.write_text("model:\n  init_args:\n    model:\n      depth: 1\n      emb: 32\n")
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    args = ["--data.path", str(data), "--steps", "2", "--windows", "256", "512", "--kinds", "learned", "rope",
+            "--work", str(tmp_path / "work"), "--config", str(small)]  # fmt: skip
+    assert extrapolate.main(args) == 0
+    table = capsys.readouterr().out.split("\n| positions")[1]
+    learned, rope = (line.split("|")[2:4] for line in table.splitlines()[2:4])
+    assert float(learned[0]) > 0 and "refused" in learned[1]  # no learned vector past 256
+    assert float(rope[0]) > 0 and float(rope[1]) > 0
+    state = torch.load(tmp_path / "work/checkpoints/extrapolate-rope/last.ckpt", weights_only=True)
+    assert state["global_step"] == 2 and state["hyper_parameters"]["model"]["depth"] == 1
+
+
+@pytest.mark.parametrize("table", [
+    "        test/bpc             2.2418999671936035\n",  # Lightning's plain table
+    "│         test/bpc          │     2.2418999671936035    │\n",  # with rich installed (the GPU machine's)
+])  # fmt: skip
+def test_the_extrapolation_runner_reads_test_bpc_from_either_table(table):
+    from transformers_scratch.extrapolate import TEST_BPC
+
+    assert TEST_BPC.search(table).group(1) == "2.2418999671936035"

@@ -206,6 +206,30 @@ def test_imdb_tokens_vocabulary_and_batches(tmp_path):
         assert mask.any(1).all() and mask[:, 0].all()  # right padding, to the longest in the batch only
 
 
+def test_word_dropout_replaces_real_training_tokens_by_unk_the_same_way_each_time(tmp_path):
+    for i, review in enumerate(sorted((make_aclimdb(tmp_path) / "train").glob("*/*.txt"))):
+        review.write_text(review.read_text() + " so" * i)  # lengths differ, so batches have padding
+    settings = dict(path=str(tmp_path / "aclImdb"), data_dir=str(tmp_path / "cache"), val_size=4, batch_size=8)
+    plain, dropped = IMDbDataModule(**settings), IMDbDataModule(**settings, word_dropout=0.5)
+    for dm in (plain, dropped):
+        dm.prepare_data()
+        dm.setup()
+    loader = dropped.train_dataloader()
+    (ids, mask, labels), (_, mask_p, labels_p) = loader.dataset[3], plain.train_dataloader().dataset[3]
+    assert torch.equal(mask, mask_p) and torch.equal(labels, labels_p)
+    for i in range(len(loader.dataset)):  # only real tokens become <unk>; padding is never touched
+        (a, real, _), (b, _, _) = loader.dataset[i], plain.train_dataloader().dataset[i]
+        assert (a[a != b] == WordVocab.UNK).all() and torch.equal(a[~real], b[~real])
+    assert not mask.all()  # the batch above has padding
+    assert 0.3 < (ids[mask] == WordVocab.UNK).float().mean() < 0.7  # about half of the real tokens
+    assert torch.equal(loader.dataset[3][0], ids) and not torch.equal(loader.dataset[4][0][:1], ids[:1])
+    for split in ("val", "test"):  # evaluation reads every word
+        assert torch.equal(getattr(dropped, f"{split}_dataloader")().dataset[0][0],
+                           getattr(plain, f"{split}_dataloader")().dataset[0][0])  # fmt: skip
+    with pytest.raises(ValueError, match="word_dropout=1.0 must lie in"):
+        IMDbDataModule(word_dropout=1.0)
+
+
 def test_imdb_bad_paths(tmp_path):
     with pytest.raises(DataError, match="does not exist"):
         IMDbDataModule(path=str(tmp_path / "nope.tar.gz")).prepare_data()

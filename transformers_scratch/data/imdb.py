@@ -154,6 +154,24 @@ class PaddedBatches(Dataset):
         return batch if self.texts is None else (*batch, [self.texts[j] for j in index])
 
 
+class WordDropout(Dataset):
+    """Training batches in which each real token is replaced by <unk> with probability ``prob`` (word dropout:
+    the classifier cannot lean on any one word). Batch number i's choice is a function of (seed, i), so a
+    resumed run drops the same words."""
+
+    def __init__(self, batches: PaddedBatches, prob: float, seed: int) -> None:
+        self.batches, self.prob, self.seed = batches, prob, seed
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, i: int) -> tuple[Tensor, Tensor, Tensor]:
+        ids, real, labels = self.batches[i]
+        generator = torch.Generator().manual_seed(hash((self.seed, i, 1)))  # not the masks' (seed, i)
+        dropped = (torch.rand(ids.shape, generator=generator) < self.prob) & real  # (b, t)
+        return ids.masked_fill(dropped, WordVocab.UNK), real, labels
+
+
 class IMDbDataModule(ResumableData):
     """IMDb: 25,000 training reviews (less a held-out validation set) and 25,000 test reviews.
 
@@ -176,6 +194,7 @@ class IMDbDataModule(ResumableData):
         num_workers: int = 0,
         seed: int = 1234,
         predict_path: str | None = None,
+        word_dropout: float = 0.0,
     ) -> None:
         """
         Args:
@@ -188,11 +207,15 @@ class IMDbDataModule(ResumableData):
             num_workers: DataLoader worker processes.
             seed: Seed of the validation hold-out and of batch shuffling.
             predict_path: For ``predict``: a text file with one review per line.
+            word_dropout: Training only: replace each token by <unk> with this probability (0: off).
         """
         super().__init__()
         for name, value in (("vocab_words", vocab_words), ("max_length", max_length), ("batch_size", batch_size)):
             if value < 1:
                 raise ValueError(f"data.{name}={value} must be a positive integer")
+        if not 0.0 <= word_dropout < 1.0:
+            raise ValueError(f"data.word_dropout={word_dropout} must lie in [0, 1); 0.1 drops one word in ten")
+        self.word_dropout = word_dropout
         self.path, self.data_dir, self.vocab_words, self.max_length = path, Path(data_dir), vocab_words, max_length
         self.val_size, self.batch_size, self.num_workers, self.seed = val_size, batch_size, num_workers, seed
         self.predict_path = predict_path
@@ -281,6 +304,8 @@ class IMDbDataModule(ResumableData):
 
     def train_dataloader(self) -> DataLoader:
         batches = PaddedBatches(*self.splits["train"], self.batch_size, "bucketed", self.seed)
+        if self.word_dropout:
+            batches = WordDropout(batches, self.word_dropout, self.seed)
         return self.train_loader(batches, len(batches), shuffle=True)
 
     def val_dataloader(self) -> DataLoader:
