@@ -174,11 +174,14 @@ def test_test_prints_bits_per_byte(trained):
 def test_predict_scores_a_file(trained):
     cwd, data, _ = trained
     (cwd / "score.txt").write_text("the dog sat on the mat " * 20)
+    (cwd / "config.yaml").write_text("mine\n")  # a user's own file where Lightning would write a run's config
     result = cli("predict", "--config", TINY_LM, "--data.path", str(data), "--data.vocab", "file",
                  "--data.predict_path", "score.txt", "--ckpt_path", "checkpoints/tiny_charlm/last.ckpt",
                  "--trainer.logger", "false", cwd=cwd)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert "score.txt: " in result.stdout and "bits per byte over 459 bytes" in result.stdout  # 460 - the first
+    assert (cwd / "config.yaml").read_text() == "mine\n"  # no logger, no run folder: nothing written here
+    assert not (cwd / "phases.json").exists()
 
 
 def test_sample_prints_text_that_begins_with_the_prompt(trained):

@@ -263,7 +263,7 @@ class PhaseTimes(Callback):
 
     def teardown(self, trainer, pl_module, stage: str) -> None:
         self.times["sample_s"] = sum(getattr(c, "seconds", 0.0) for c in trainer.callbacks if isinstance(c, SampleText))
-        if trainer.is_global_zero and trainer.log_dir:
+        if trainer.is_global_zero and trainer.loggers and trainer.log_dir:  # no logger: no run folder to write to
             Path(trainer.log_dir).mkdir(parents=True, exist_ok=True)
             (Path(trainer.log_dir) / "phases.json").write_text(json.dumps(self.times, indent=1) + "\n")
 

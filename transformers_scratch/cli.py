@@ -27,7 +27,7 @@ import torch
 import yaml
 from jsonargparse import ArgumentError, ArgumentParser, set_parsing_settings
 from lightning import LightningDataModule
-from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
@@ -141,6 +141,16 @@ def _get(config, key: str, default):
     return default if value is None else value
 
 
+class SaveRunConfig(SaveConfigCallback):
+    """Lightning's: the run's config.yaml in its log folder. With ``--trainer.logger false`` a run has no log
+    folder, and Lightning would write config.yaml into the working directory, over a file of that name: then
+    nothing is written."""
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if trainer.loggers:
+            super().setup(trainer, pl_module, stage)
+
+
 class CLI(LightningCLI):
     """LightningCLI with the project's shared loggers and callbacks, data-to-model links and checks."""
 
@@ -152,6 +162,7 @@ class CLI(LightningCLI):
             LightningDataModule,
             subclass_mode_model=True,
             subclass_mode_data=True,
+            save_config_callback=SaveRunConfig,
             save_config_kwargs={"overwrite": True},
             parser_kwargs={"exit_on_error": False, "description": DESCRIPTION},  # main(): a parse error, one line
             auto_configure_optimizers=False,  # the modules build their own AdamW groups and schedule
