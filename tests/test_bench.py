@@ -6,7 +6,7 @@ import subprocess
 import sys
 import textwrap
 
-from transformers_scratch.bench import format_report, run_isolated, run_job, train_job
+from transformers_scratch.bench import format_report, run_isolated, run_job, train_job, variants
 from transformers_scratch.endtoend import format_end_to_end
 
 TOY = {"vocab_size": 32, "context": 16, "emb": 16, "heads": 2, "depth": 1}
@@ -61,6 +61,14 @@ def test_nanogpt_runs_the_same_step_from_its_model_file(tmp_path):
     )
     job = train_job("cpu", TOY, batch=2, context=16, steps=1, warmup=1, precision="32-true")
     assert run_job({**job, "nanogpt": str(tmp_path / "model.py")})["tokens_per_s"] > 0
+
+
+def test_cuda_graphs_are_a_gpu_variant_of_the_compiled_step():
+    """``--model.compile reduce-overhead``'s step: compiled and replayed as CUDA graphs, measured on a GPU only."""
+    gpu = dict(variants("cuda", compile_=True))
+    assert gpu["torch.compile + CUDA graphs"] == {**gpu["torch.compile"], "cuda_graphs": True}
+    assert not any(v["cuda_graphs"] for v in dict(variants("cpu", compile_=True)).values())
+    assert not any(v["cuda_graphs"] for v in dict(variants("cuda", compile_=False)).values())
 
 
 def test_a_failed_measurement_is_reported_not_raised():

@@ -146,6 +146,31 @@ def test_compiled_training_writes_checkpoints_that_load_without_compile(tmp_path
     assert_close(plain(x), module.model(x))
 
 
+@pytest.mark.parametrize("setting, mode", [(True, None), ("reduce-overhead", "reduce-overhead")])
+def test_a_compile_mode_reaches_torch_compile(monkeypatch, setting, mode):
+    seen = []
+    monkeypatch.setattr(torch, "compile", lambda model, **kwargs: seen.append(kwargs) or model)
+    LitCharLM(TINY, compile=setting).configure_model()
+    assert seen == [{"mode": mode}]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_training_replayed_as_cuda_graphs_follows_eager_training(tmp_path):
+    """compile="reduce-overhead" (CUDA graphs, fused AdamW, the module's own clipping at bf16) takes the steps
+    that eager training takes."""
+    losses = {}
+    for setting in (False, "reduce-overhead"):
+        torch.manual_seed(0)
+        module = LitCharLM(TINY, OptimConfig(warmup_steps=1), compile=setting)
+        t = trainer(tmp_path, accelerator="gpu", devices=1, precision="bf16-mixed", max_steps=8, log_every_n_steps=1,
+                    gradient_clip_val=0.5)  # fmt: skip
+        t.fit(module, loader(64))
+        losses[setting] = t.callback_metrics["train/loss"].item()
+        if setting:
+            assert module.net is not module.model
+    assert losses["reduce-overhead"] == pytest.approx(losses[False], rel=0.02)
+
+
 def test_non_finite_weights_never_replace_a_good_checkpoint(tmp_path):
     module = LitCharLM(TINY, OptimConfig(warmup_steps=1))
     ckpt = SafeModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)

@@ -60,12 +60,15 @@ def run_job(job: dict) -> dict:
         return {"tokens_per_s": tokens_per_second(generate, job["new_tokens"], device), "load": load}
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda" or None)
-    forward = torch.compile(model) if job["compile"] else model
+    graphs = job.get("cuda_graphs", False)  # compiled, and each step replayed as CUDA graphs
+    forward = torch.compile(model, mode="reduce-overhead" if graphs else None) if job["compile"] else model
     bf16 = job["precision"] == "bf16-mixed"
     data = torch.randint(cfg.vocab_size, (b, t + 1), device=device)
     inputs, targets = data[:, :-1].contiguous(), data[:, 1:].contiguous()  # as a data loader hands them over
 
     def step() -> None:
+        if graphs:
+            torch.compiler.cudagraph_mark_step_begin()  # the last step's graph outputs are free to overwrite
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             if nanogpt:
                 loss = forward(inputs, targets)[1]  # nanoGPT computes its loss inside
@@ -166,10 +169,10 @@ def nanogpt_model(path: str, cfg: LMConfig) -> torch.nn.Module:
 
 
 def train_job(device: str, model: dict, batch: int, context: int, steps: int, warmup: int, precision: str,
-              compile_: bool = False) -> dict:  # fmt: skip
+              compile_: bool = False, cuda_graphs: bool = False) -> dict:  # fmt: skip
     """A training measurement, as :func:`run_job` reads it."""
     return {"kind": "train", "device": device, "model": model, "batch": batch, "context": context, "steps": steps,
-            "warmup": warmup, "precision": precision, "compile": compile_}  # fmt: skip
+            "warmup": warmup, "precision": precision, "compile": compile_, "cuda_graphs": cuda_graphs}  # fmt: skip
 
 
 def run_isolated(job: dict, memory_cap_gb: float | None = None, timeout: float = 900) -> dict:
@@ -200,13 +203,15 @@ def default_precision(device: str) -> str:
 
 def variants(device: str, compile_: bool) -> list[tuple[str, dict]]:
     """One change at a time from the default path (fused attention; bf16-mixed on GPU, fp32 on CPU)."""
-    base = {"attention": "sdpa", "precision": default_precision(device), "compile": False,
+    base = {"attention": "sdpa", "precision": default_precision(device), "compile": False, "cuda_graphs": False,
             "activation_checkpointing": False}  # fmt: skip
     out = [("fused (default)", base), ("reference attention", {**base, "attention": "reference"})]
     if device == "cuda":
         out.append(("fp32", {**base, "precision": "32-true"}))
     if compile_:
         out.append(("torch.compile", {**base, "compile": True}))
+    if compile_ and device == "cuda":  # --model.compile reduce-overhead
+        out.append(("torch.compile + CUDA graphs", {**base, "compile": True, "cuda_graphs": True}))
     out.append(("activation checkpointing", {**base, "activation_checkpointing": True}))
     return out
 
@@ -310,7 +315,7 @@ def main(argv: list[str] | None = None) -> None:
         for name, v in variants(device, not args.no_compile):
             kernel = {"attention": v["attention"], "activation_checkpointing": v["activation_checkpointing"]}
             job = train_job(device, {**model, **kernel}, batch, context, args.steps, args.warmup, v["precision"],
-                            v["compile"])  # fmt: skip
+                            v["compile"], v["cuda_graphs"])  # fmt: skip
             job["profile"] = args.profile and name == "fused (default)"
             print(f"  measuring {name} ...", file=sys.stderr, flush=True)
             report["train"].append({"variant": name, **v, **run_isolated(job, timeout=args.timeout)})

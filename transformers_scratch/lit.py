@@ -62,6 +62,16 @@ def as_config(value, cls):
     return cls(**value) if isinstance(value, dict) else value
 
 
+Compile = bool | Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
+"""``compile``: off, on (torch.compile's default mode), or a mode by name. "reduce-overhead" replays the
+compiled step as CUDA graphs, which pays off where a step is many short kernels (a small model on a GPU)."""
+
+
+def compile_mode(value: Compile) -> str | None:
+    """torch.compile's ``mode`` for a ``compile`` setting that is on."""
+    return None if value is True else value
+
+
 def lr_factor(step: int, cfg: OptimConfig, total: int) -> float:
     """Multiplier of the peak learning rate at optimizer step ``step``."""
     if step < cfg.warmup_steps:
@@ -97,7 +107,7 @@ class LitTransformer(L.LightningModule):
 
     model: nn.Module
     optim: OptimConfig
-    compile: bool = False
+    compile: Compile = False
     output_size: int  # width of the model's last matmul, for the FLOP count
     checkpoint_metric: tuple[str, str, str]  # (monitored metric, min or max, checkpoint file name pattern)
 
@@ -116,7 +126,7 @@ class LitTransformer(L.LightningModule):
         if self.compile and "_compiled" not in self.__dict__:
             # Kept outside the module tree: the state dict (and so every checkpoint) stays that of the plain
             # model, and loads without compile.
-            self.__dict__["_compiled"] = torch.compile(self.model)
+            self.__dict__["_compiled"] = torch.compile(self.model, mode=compile_mode(self.compile))
 
     @property
     def sharded(self) -> bool:
@@ -276,14 +286,14 @@ class LitClassifier(LitTransformer):
         self,
         model: ClassifierConfig | None = None,
         optim: OptimConfig | None = None,
-        compile: bool = False,
+        compile: Compile = False,
         pretrained: str | None = None,
     ) -> None:
         """
         Args:
             model: The transformer's sizes.
             optim: Optimiser and schedule.
-            compile: Run the model through torch.compile (checkpoints still load without it).
+            compile: Run the model through torch.compile, true or a mode (checkpoints still load without it).
             pretrained: Fine-tune: a LitMaskedLM checkpoint (``configs/imdb_mlm.yaml``) whose embeddings and
                 blocks start the classifier when fit starts (not when it resumes). Its sizes and vocabulary
                 must be this run's.
@@ -344,13 +354,13 @@ class LitMaskedLM(LitTransformer):
     checkpoint_metric = ("val/loss", "min", "step{step}-loss{val/loss:.4f}")
 
     def __init__(
-        self, model: MaskedLMConfig | None = None, optim: OptimConfig | None = None, compile: bool = False
+        self, model: MaskedLMConfig | None = None, optim: OptimConfig | None = None, compile: Compile = False
     ) -> None:
         """
         Args:
             model: The encoder's sizes: the classifier's that it will start (the data adds the [MASK] id).
             optim: Optimiser and schedule.
-            compile: Run the model through torch.compile (checkpoints still load without it).
+            compile: Run the model through torch.compile, true or a mode (checkpoints still load without it).
         """
         super().__init__()
         self.save_hyperparameters()
@@ -397,7 +407,7 @@ class LitCharLM(LitTransformer):
         self,
         model: LMConfig | None = None,
         optim: OptimConfig | None = None,
-        compile: bool = False,
+        compile: Compile = False,
         sample_length: int | None = None,
         sample_temperature: float | None = None,
         sample_seed_length: int | None = None,
@@ -406,8 +416,8 @@ class LitCharLM(LitTransformer):
         Args:
             model: The transformer's sizes.
             optim: Optimiser and schedule.
-            compile: Run the model through torch.compile for training and evaluation (checkpoints still load
-                without it; sampling runs uncompiled).
+            compile: Run the model through torch.compile for training and evaluation, true or a mode (checkpoints
+                still load without it; sampling runs uncompiled).
             sample_length: Old spelling of ``--sample.length`` (the SampleText callback); still read by the CLI.
             sample_temperature: Old spelling of ``--sample.temperature``.
             sample_seed_length: Old spelling of ``--sample.seed_length``.
@@ -464,14 +474,14 @@ class LitSeq2Seq(LitTransformer):
         self,
         model: EncoderDecoderConfig | None = None,
         optim: OptimConfig | None = None,
-        compile: bool = False,
+        compile: Compile = False,
         label_smoothing: float = 0.0,
     ) -> None:
         """
         Args:
             model: The transformer's sizes (``depth`` encoder blocks, ``decoder_depth`` decoder blocks).
             optim: Optimiser and schedule.
-            compile: Run the model through torch.compile for training (decoding runs uncompiled).
+            compile: Run the model through torch.compile for training, true or a mode (decoding runs uncompiled).
             label_smoothing: Cross-entropy label smoothing of the training loss, in [0, 1).
         """
         super().__init__()
