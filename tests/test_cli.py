@@ -219,6 +219,11 @@ def test_sample_needs_one_prompt_and_a_sane_count(trained):
     assert_fails_cleanly(many, "--num_samples 0 must lie in [1, 1,000]")
     nucleus = cli("sample", "--ckpt_path", ckpt, "--prompt", "the ", "--top_p", "0", cwd=cwd)
     assert_fails_cleanly(nucleus, "top_p 0.0 must lie in (0, 1]")
+    graph = cli("sample", "--ckpt_path", ckpt, "--prompt", "the ", "--cuda_graph", "--no_cache", cwd=cwd)
+    assert_fails_cleanly(graph, "--cuda_graph replays the cached decoding step on a GPU, and --no_cache turns")
+    if not torch.cuda.is_available():
+        graph = cli("sample", "--ckpt_path", ckpt, "--prompt", "the ", "--cuda_graph", cwd=cwd)
+        assert_fails_cleanly(graph, "and this machine has no GPU; leave --cuda_graph off")
 
 
 def test_export_writes_a_model_that_loads_without_the_project_cli(trained):

@@ -22,6 +22,7 @@ from transformers_scratch import (
     nucleus,
     sample_next,
 )
+from transformers_scratch.models import GraphedStep
 
 SMALL = dict(emb=32, heads=4, depth=2, context=24)
 
@@ -144,6 +145,45 @@ def test_cached_greedy_generation_equals_recomputation(attention, positions):
     cached = model.generate(prompt, n, temperature=0, use_cache=True)
     assert torch.equal(cached, model.generate(prompt, n, temperature=0, use_cache=False))
     assert torch.equal(cached[:, :5], prompt) and cached.shape == (3, SMALL["context"])
+
+
+@pytest.mark.parametrize("attention", ["reference", "sdpa"])
+@pytest.mark.parametrize("positions", ["learned", "sinusoidal", "rope", "alibi"])
+def test_the_static_decoding_step_equals_the_cached_step(attention, positions):
+    """The step a CUDA graph replays (position on the device, the whole cache read through a mask) gives the
+    logits of the ordinary cached step, position after position, until the cache is full."""
+    torch.manual_seed(0)
+    model = CausalLM(LMConfig(vocab_size=30, attention=attention, positions=positions, **SMALL)).eval()
+    prompt = torch.randint(0, 30, (2, 5))
+    dynamic, static = model.new_caches(2), model.new_caches(2)
+    with torch.inference_mode():
+        model(prompt, dynamic), model(prompt, static)
+        step = GraphedStep(model, static, graph=False)
+        token = prompt[:, -1:]
+        for _ in range(SMALL["context"] - 5):
+            expected = model(token, dynamic)
+            assert_close(step(token), expected)
+            token = expected[:, -1].argmax(-1, keepdim=True)
+        assert static[0].len == dynamic[0].len == SMALL["context"] and static[0].at is None
+        with pytest.raises(ValueError, match="the KV cache is full"):
+            step(token)
+
+
+def test_cuda_graph_decoding_needs_a_gpu_and_the_cache():
+    model = CausalLM(LMConfig(vocab_size=30, **SMALL))
+    with pytest.raises(ValueError, match="on a GPU; this call has the model on cpu and use_cache True"):
+        model.generate(torch.zeros(1, 3, dtype=torch.long), 4, cuda_graph=True)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.parametrize("positions", ["learned", "sinusoidal", "rope", "alibi"])
+def test_greedy_decoding_replayed_as_a_cuda_graph_equals_cached_decoding(positions):
+    torch.manual_seed(0)
+    model = CausalLM(LMConfig(vocab_size=30, positions=positions, **SMALL)).cuda()
+    prompt = torch.randint(0, 30, (2, 5), device="cuda")
+    n = 3 * SMALL["context"]  # past the context twice: the window is re-encoded into the same buffers
+    graphed = model.generate(prompt, n, temperature=0, cuda_graph=True)
+    assert torch.equal(graphed, model.generate(prompt, n, temperature=0))
 
 
 def test_generation_past_the_context_crops_and_goes_on():

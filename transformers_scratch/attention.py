@@ -123,18 +123,29 @@ def fused_attention(
     return out.masked_fill(~has_key, 0.0)
 
 
+def decode_attention(q: Tensor, k: Tensor, v: Tensor, seen: Tensor, bias: Tensor | None = None) -> Tensor:
+    """One new query per sequence, q (b, h, 1, s), over a whole cache buffer k, v (b, h, u, s) of which the keys
+    ``seen`` (u,) are written: the written-out product. For a single query it beats the fused kernels, which
+    work on tiles of 64 queries; no row can be empty, since the query's own key is always written."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (b, h, 1, u)
+    if bias is not None:
+        scores = scores + bias
+    return scores.masked_fill(~seen, float("-inf")).softmax(dim=-1) @ v  # (b, h, 1, s)
+
+
 AttentionFn = Callable[..., Tensor]
 ATTENTION: dict[str, AttentionFn] = {"reference": reference_attention, "sdpa": fused_attention}
 """Attention kernels by name; ``MultiHeadAttention(impl=...)`` picks one."""
 
 
-def rotate(x: Tensor, offset: int = 0, base: float = 10000.0) -> Tensor:
+def rotate(x: Tensor, offset: int | Tensor = 0, base: float = 10000.0) -> Tensor:
     """Rotary position embedding (RoPE, Su et al. 2021) of queries or keys x (b, h, t, s), x[:, :, i] sitting
-    at position offset + i. Dimension pairs (j, j + s/2) turn by the angle p * base^(-2j/s), so the dot
-    product of a query at m and a key at n depends on m - n only: relative positions, nothing learned."""
+    at position offset + i (offset: a number, or a 0-d tensor on the device). Dimension pairs (j, j + s/2)
+    turn by the angle p * base^(-2j/s), so the dot product of a query at m and a key at n depends on m - n
+    only: relative positions, nothing learned."""
     half = x.size(-1) // 2
     freq = base ** (-torch.arange(half, device=x.device, dtype=torch.float32) / half)  # (s/2,)
-    angle = torch.arange(offset, offset + x.size(-2), device=x.device, dtype=torch.float32)[:, None] * freq
+    angle = (torch.arange(x.size(-2), device=x.device) + offset).float()[:, None] * freq
     cos, sin = angle.cos(), angle.sin()  # (t, s/2)
     x1, x2 = x.float().split(half, dim=-1)  # (b, h, t, s/2) each
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).to(x.dtype)
@@ -149,10 +160,10 @@ def alibi_slopes(heads: int) -> Tensor:
     return torch.tensor(slopes + [2 ** (-8 * (i + 1) / (2 * n)) for i in range(0, 2 * (heads - n), 2)])
 
 
-def alibi_bias(slopes: Tensor, t: int, u: int, offset: int = 0) -> Tensor:
+def alibi_bias(slopes: Tensor, t: int, u: int, offset: int | Tensor = 0) -> Tensor:
     """(1, h, t, u) bias -slope * |distance| between query offset + i and key j: attention fades linearly with
     distance, so no position has to be learned, and lengths beyond training need nothing new."""
-    query = torch.arange(offset, offset + t, device=slopes.device)[:, None]  # (t, 1)
+    query = (torch.arange(t, device=slopes.device) + offset)[:, None]  # (t, 1)
     distance = (query - torch.arange(u, device=slopes.device)).abs()  # (t, u)
     return -slopes[None, :, None, None] * distance  # (1, h, t, u)
 
@@ -172,13 +183,30 @@ class KVCache:
         self.k = torch.zeros(batch, heads, length, head_width, dtype=dtype, device=device)  # (b, h, max u, s)
         self.v = torch.zeros_like(self.k)
         self.len = 0
+        # Static mode, for a step replayed as a CUDA graph: the next position lives in this 0-d tensor on the
+        # device, and attention reads the whole buffer through ``seen`` (capacity,), True for the keys written
+        # up to it, so every step has the same shapes.
+        self.at: Tensor | None = None
+        self.seen: Tensor | None = None
 
     @property
     def capacity(self) -> int:
         return self.k.size(2)
 
+    @property
+    def offset(self) -> int | Tensor:
+        """The position of the next key: a number, or in static mode the device tensor."""
+        return self.len if self.at is None else self.at
+
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Append k, v of shape (b, h, t, s); return all keys and values so far, (b, h, len, s)."""
+        """Append k, v of shape (b, h, t, s); return all keys and values so far, (b, h, len, s). In static
+        mode: write them at the device position and return the whole buffers, (b, h, capacity, s)."""
+        if self.at is not None:
+            if k.size(2) != 1:
+                raise ValueError(f"a static KV cache takes one position a step, not {k.size(2)}")
+            self.k.index_copy_(2, self.at[None], k)
+            self.v.index_copy_(2, self.at[None], v)
+            return self.k, self.v
         end = self.len + k.size(2)
         if end > self.capacity:
             raise ValueError(f"KV cache holds {self.capacity} positions, {end} requested; reset or crop first")
@@ -252,13 +280,18 @@ class MultiHeadAttention(nn.Module):
             q = F.linear(x, self.qkv.weight[:k])  # W_q rows: (b, t, k)
             key, val = memory_kv if memory_kv is not None else self.memory_kv(memory)  # 2 x (b, h, u, s)
         q = q.view(b, t, h, s).transpose(1, 2)  # (b, h, t, s)
-        offset = 0 if cache is None else cache.len  # the position of x[:, 0]
+        offset = 0 if cache is None else cache.offset  # the position of x[:, 0]
         if self.positions == "rope":
             q, key = rotate(q, offset), rotate(key, offset)  # cached keys stay rotated by their own position
         if cache is not None:
             key, val = cache.update(key, val)  # (b, h, cached u, s)
         bias = alibi_bias(self.slopes, t, key.size(2), offset) if self.positions == "alibi" else None
         mask = None if key_mask is None else key_mask[:, None, None, :]  # (b, 1, 1, u)
+        if cache is not None and cache.at is not None:  # a static decoding step: a causal model, no padding
+            if mask is not None:
+                raise ValueError("a static decoding step reads the whole cache through its own mask: no key_mask")
+            y = decode_attention(q, key, val, cache.seen, bias)  # (b, h, 1, s)
+            return self.out(y.transpose(1, 2).reshape(b, t, k))
         dropout_p = self.dropout if self.training else 0.0
         if self.record is not None:  # attention pictures: the weights of this very forward pass
             y = reference_attention(q, key, val, mask, self.causal, dropout_p, bias=bias, keep=self.record)

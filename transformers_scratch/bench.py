@@ -55,7 +55,8 @@ def run_job(job: dict) -> dict:
     if job["kind"] == "generate":
         model.eval()
         prompt = torch.randint(cfg.vocab_size, (1, min(t, cfg.context)), device=device)
-        generate = lambda n: model.generate(prompt, n, temperature=0, use_cache=job["cache"])  # noqa: E731
+        graph = job.get("cuda_graph", False)
+        generate = lambda n: model.generate(prompt, n, temperature=0, use_cache=job["cache"], cuda_graph=graph)  # noqa: E731
         load = os.getloadavg()[0]
         return {"tokens_per_s": tokens_per_second(generate, job["new_tokens"], device), "load": load}
 
@@ -326,11 +327,13 @@ def main(argv: list[str] | None = None) -> None:
             print("  measuring nanoGPT's GPT ...", file=sys.stderr, flush=True)
             report["train"].append({"variant": "nanoGPT GPT", "precision": precision,
                                     **run_isolated(job, timeout=args.timeout)})  # fmt: skip
-        for cache in (True, False):
+        graphs = [(True, True)] if device == "cuda" else []  # the cached step replayed as a CUDA graph
+        for cache, graph in [(True, False), (False, False), *graphs]:
             job = {"kind": "generate", "device": device, "batch": 1, "context": context, "cache": cache,
-                   "new_tokens": args.new_tokens, "model": model}  # fmt: skip
-            print(f"  measuring generation {'with' if cache else 'without'} cache ...", file=sys.stderr, flush=True)
-            report["generate"].append({"cache": cache, **run_isolated(job, timeout=args.timeout)})
+                   "cuda_graph": graph, "new_tokens": args.new_tokens, "model": model}  # fmt: skip
+            how = "with cache" + (", CUDA graph" if graph else "") if cache else "without cache"
+            print(f"  measuring generation {how} ...", file=sys.stderr, flush=True)
+            report["generate"].append({"cache": cache, "cuda_graph": graph, **run_isolated(job, timeout=args.timeout)})
         for cache in (True, False) if args.seq2seq else ():
             job = {"kind": "seq2seq", "device": device, "cache": cache, "new_tokens": args.new_tokens, "model": full}
             print(f"  measuring encoder-decoder decoding {'with' if cache else 'without'} cache ...", file=sys.stderr,
@@ -382,15 +385,18 @@ def format_report(r: dict) -> str:
 
 
 def _cache_table(title: str, rows: list[dict], names: tuple[str, str], speed_up: str) -> list[str]:
-    """Lines of a with/without-cache pair of speed rows (cache first), and the speed-up when both ran."""
+    """Lines of a with/without-cache pair of speed rows (cache first, then any CUDA-graph row), and the
+    speed-ups over recomputation where both ran."""
     lines = ["", f"{title:28s} {'tokens/s':>10s}"]
     for row in rows:
-        name = names[0] if row["cache"] else names[1]
+        name = (names[0] + (", CUDA graph" if row.get("cuda_graph") else "")) if row["cache"] else names[1]
         load = f"   (load {row['load']:.2f})" if "load" in row else ""
         lines.append(f"{name:28s} " + (f"{row['tokens_per_s']:10,.0f}{load}" if "error" not in row else row["error"]))
-    with_cache, without = (row.get("tokens_per_s") for row in rows)
-    if with_cache and without:
-        lines.append(f"{speed_up}: {with_cache / without:.2f}x")
+    without = rows[1].get("tokens_per_s")
+    for row in [rows[0], *rows[2:]]:
+        if row.get("tokens_per_s") and without:
+            label = speed_up + (", CUDA graph" if row.get("cuda_graph") else "")
+            lines.append(f"{label}: {row['tokens_per_s'] / without:.2f}x")
     return lines
 
 

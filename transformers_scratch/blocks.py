@@ -32,7 +32,9 @@ class LearnedPositions(nn.Module):
         super().__init__()
         self.table = nn.Embedding(context, emb)
 
-    def forward(self, t: int, offset: int = 0) -> Tensor:
+    def forward(self, t: int, offset: int | Tensor = 0) -> Tensor:
+        if torch.is_tensor(offset):  # a position on the device (a decoding step replayed as a CUDA graph)
+            return self.table.weight[torch.arange(t, device=offset.device) + offset]  # (t, k)
         return self.table.weight[offset : offset + t]  # (t, k)
 
 
@@ -54,7 +56,9 @@ class SinusoidalPositions(nn.Module):
         super().__init__()
         self.register_buffer("table", sinusoids(0, context, emb), persistent=False)  # derived: not saved
 
-    def forward(self, t: int, offset: int = 0) -> Tensor:
+    def forward(self, t: int, offset: int | Tensor = 0) -> Tensor:
+        if torch.is_tensor(offset):  # a position on the device, inside the table (a CUDA-graph decoding step)
+            return self.table[torch.arange(t, device=offset.device) + offset]  # (t, k)
         if offset + t <= len(self.table):
             return self.table[offset : offset + t]  # (t, k)
         return sinusoids(offset, t, self.table.size(1)).to(self.table)  # (t, k)
@@ -75,14 +79,15 @@ class Embedding(nn.Module):
         self.positions = None if positions in RELATIVE else POSITIONS[positions](context, emb)
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, ids: Tensor, offset: int = 0, prefix: Tensor | None = None) -> Tensor:
+    def forward(self, ids: Tensor, offset: int | Tensor = 0, prefix: Tensor | None = None) -> Tensor:
         """``offset``: position of ids[:, 0] (for cached generation). ``prefix``: (b, p, k) vectors put in
         front of the tokens (a [CLS] vector) that take the first positions."""
         x = self.tokens(ids)  # (b, t, k)
         if prefix is not None:
             x = torch.cat([prefix, x], dim=1)  # (b, p + t, k)
         t = x.size(1)
-        if isinstance(self.positions, LearnedPositions) and offset + t > self.context:
+        beyond = not torch.is_tensor(offset) and offset + t > self.context  # a device position: checked before
+        if isinstance(self.positions, LearnedPositions) and beyond:
             raise ValueError(
                 f"sequence of {offset + t} positions > model context {self.context}: learned position embeddings "
                 "have no vector past the context; feed shorter sequences, raise model.context and train again, "

@@ -521,6 +521,7 @@ def sample(argv: list[str]) -> None:
     parser.add_argument("--top_p", type=float | None, default=None, help="Sample from the nucleus of mass p.")
     parser.add_argument("--seed", type=int | None, default=None, help="Random seed: the same seed, the same text.")
     parser.add_argument("--no_cache", action="store_true", help="Recompute the window for every character.")
+    parser.add_argument("--cuda_graph", action="store_true", help="GPU: replay each cached step as a CUDA graph.")
     args = parser.parse_args(argv)
     args.prompt = text_or_file(args.prompt, args.prompt_file, "prompt", "the text to continue", "a text file")
     if not 1 <= args.length <= MAX_SAMPLE:
@@ -530,6 +531,9 @@ def sample(argv: list[str]) -> None:
     module, vocab = load_trained(args.ckpt_path, LitCharLM)
     if vocab is None:
         raise ValueError(f"--ckpt_path {args.ckpt_path!r} holds no vocabulary; pass a checkpoint written by fit")
+    if args.cuda_graph and (args.no_cache or not torch.cuda.is_available()):
+        why = "--no_cache turns the cache off" if args.no_cache else "this machine has no GPU"
+        raise ValueError(f"--cuda_graph replays the cached decoding step on a GPU, and {why}; leave --cuda_graph off")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = module.model.to(device)
     out = vocab.encode_text(args.prompt).to(device).expand(args.num_samples, -1)  # (n, t): one row a sample
@@ -537,7 +541,8 @@ def sample(argv: list[str]) -> None:
     left = args.length
     while left:  # long generations in pieces, with progress on stderr
         n = min(left, SAMPLE_PIECE)
-        out = model.generate(out, n, args.temperature, args.top_k, not args.no_cache, generator, args.top_p)
+        out = model.generate(out, n, args.temperature, args.top_k, not args.no_cache, generator, args.top_p,
+                             args.cuda_graph)  # fmt: skip
         left -= n
         if args.length > SAMPLE_PIECE:
             print(f"sampled {args.length - left:,} of {args.length:,} characters", file=sys.stderr, flush=True)

@@ -170,7 +170,7 @@ class CausalLM(nn.Module):
 
     def forward(self, ids: Tensor, caches: list[KVCache] | None = None) -> Tensor:
         """ids: (b, t) -> next-token logits (b, t, v). With caches, ids continue the cached sequence."""
-        offset = caches[0].len if caches else 0
+        offset = caches[0].offset if caches else 0
         return self.head(self.stack(self.embed(ids, offset), caches=caches))  # (b, t, v)
 
     def new_caches(self, batch: int) -> list[KVCache]:
@@ -187,9 +187,11 @@ class CausalLM(nn.Module):
         use_cache: bool = True,
         generator: torch.Generator | None = None,
         top_p: float | None = None,
+        cuda_graph: bool = False,
     ) -> Tensor:
         """Continue prompt (b, t) by max_new_tokens; returns (b, t + max_new_tokens). Sampling as in
-        :func:`sample_next`.
+        :func:`sample_next`. ``cuda_graph`` (GPU, with the cache): each one-token step is one CUDA graph
+        replay (:class:`GraphedStep`).
 
         The model sees at most ``context`` tokens: the newest window. With ``use_cache`` each step feeds only
         the newest token and attends over cached keys and values, which gives exactly the tokens of
@@ -201,12 +203,18 @@ class CausalLM(nn.Module):
         _check_sampling(temperature, top_k, top_p)
         if prompt.numel() == 0:
             raise ValueError("empty prompt; give at least one token to condition on")
+        if cuda_graph and (prompt.device.type != "cuda" or not use_cache):
+            raise ValueError(
+                f"cuda_graph replays the cached one-token step on a GPU; this call has the model on "
+                f"{prompt.device.type} and use_cache {use_cache}: move it to a GPU with the cache on, or leave "
+                "cuda_graph off"
+            )
         context, was_training = self.cfg.context, self.training
         self.eval()
         b, t = prompt.shape
         tokens = prompt.new_empty(b, t + max_new_tokens)  # written in place: no growing concatenation
         tokens[:, :t] = prompt
-        caches = None
+        caches, step = None, None
         with decoding_threads(prompt.device, use_cache):
             for end in range(t, t + max_new_tokens):  # tokens[:, :end] are known
                 if not use_cache:
@@ -217,11 +225,68 @@ class CausalLM(nn.Module):
                     for cache in caches:
                         cache.len = 0  # the same buffers, refilled
                     logits = self(tokens[:, end - keep : end], caches)  # the newest window
+                elif cuda_graph:
+                    step = step or GraphedStep(self, caches)
+                    logits = step(tokens[:, end - 1 : end])  # one new position, one replay
                 else:
                     logits = self(tokens[:, end - 1 : end], caches)  # one new position
                 tokens[:, end] = sample_next(logits[:, -1], temperature, top_k, generator, top_p)[:, 0]
         self.train(was_training)
         return tokens
+
+
+class GraphedStep:
+    """A causal model's one-token decoding step over its caches, captured once as a CUDA graph and then
+    replayed: a step costs the host a few launches instead of one per operation (hundreds), and those
+    launches are what a batch-1 step on a GPU waits on.
+
+    A graph replays fixed kernels on fixed memory, so the step runs with the caches in static mode: the
+    position is a tensor on the device (:attr:`KVCache.at`) and attention reads the whole cache buffer
+    through a mask of the keys written so far. The same buffers stay in use when the model re-encodes its
+    window. ``graph=False`` runs the same static step without capturing it (the tests compare it on a CPU).
+    """
+
+    def __init__(self, model: CausalLM, caches: list[KVCache], graph: bool = True) -> None:
+        self.model, self.caches = model, caches
+        device = caches[0].k.device
+        self.ids = torch.zeros(caches[0].k.size(0), 1, dtype=torch.long, device=device)  # (b, 1) the input
+        self.at = torch.full((), caches[0].len, dtype=torch.long, device=device)  # its position
+        self.graph, self.logits = None, None
+        if graph:  # warm up on a side stream (lazy initialisations must not be captured), then capture
+            stream = torch.cuda.Stream(device)
+            stream.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(stream):
+                for _ in range(2):
+                    self._forward()  # writes at the next position, which the first real step overwrites
+            torch.cuda.current_stream(device).wait_stream(stream)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                self.logits = self._forward()  # (b, 1, v), rewritten by every replay
+
+    def _forward(self) -> Tensor:
+        seen = torch.arange(self.caches[0].capacity, device=self.at.device) <= self.at  # (u,) keys written
+        for cache in self.caches:
+            cache.at, cache.seen = self.at, seen
+        try:
+            return self.model(self.ids, self.caches)
+        finally:
+            for cache in self.caches:
+                cache.at = cache.seen = None
+
+    def __call__(self, ids: Tensor) -> Tensor:
+        """ids (b, 1) at the caches' next position -> logits (b, 1, v); the caches grow by one position."""
+        if self.caches[0].len >= self.caches[0].capacity:
+            raise ValueError(f"the KV cache is full ({self.caches[0].capacity} positions); re-encode the window")
+        self.ids.copy_(ids)
+        self.at.fill_(self.caches[0].len)
+        if self.graph is None:
+            logits = self._forward()
+        else:
+            self.graph.replay()
+            logits = self.logits
+        for cache in self.caches:
+            cache.len += 1
+        return logits
 
 
 @contextmanager
@@ -279,7 +344,7 @@ class EncoderDecoder(nn.Module):
     ) -> Tensor:
         """tgt: (b, t) target so far -> logits (b, t, v) for the token after each position. With caches, tgt
         continues the cached target; memory_kvs (from :meth:`memory_kvs`) stand in for the memory."""
-        x = self.tgt_embed(tgt, caches[0].len if caches else 0)  # (b, t, k)
+        x = self.tgt_embed(tgt, caches[0].offset if caches else 0)  # (b, t, k)
         h = self.decoder(x, caches, memory_kvs, key_mask=tgt_mask, memory=memory, memory_mask=src_mask)
         return self.head(h)
 
