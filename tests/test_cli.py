@@ -535,6 +535,10 @@ def test_a_fit_on_the_gpu_clips_samples_tests_and_samples_again(tmp_path):
     sample = cli("sample", "--ckpt_path", "checkpoints/tiny_charlm/last.ckpt", "--prompt", "the ", "--length", "20",
                  cwd=tmp_path)  # fmt: skip
     assert sample.returncode == 0 and sample.stdout.startswith("the "), sample.stderr[-3000:]
+    greedy = ["sample", "--ckpt_path", "checkpoints/tiny_charlm/last.ckpt", "--prompt", "the ", "--length", "300",
+              "--temperature", "0"]  # fmt: skip
+    graphed = cli(*greedy, "--cuda_graph", cwd=tmp_path)  # past the tiny model's context: the window refills
+    assert graphed.returncode == 0 and graphed.stdout == cli(*greedy, cwd=tmp_path).stdout, graphed.stderr[-3000:]
 
 
 def test_the_extrapolation_runner_trains_each_kind_and_tests_every_window(tmp_path, capsys, monkeypatch):
