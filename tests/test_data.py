@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformers_scratch.data import ByteVocab, DataError, Enwik8DataModule, IMDbDataModule
+from transformers_scratch.data import ByteVocab, DataError, Enwik8DataModule, IMDbDataModule, TextDataModule
 from transformers_scratch.data.enwik8 import ENWIK8_BYTES, ENWIK8_SHA256, RandomWindows, StridedWindows, split_bounds
 from transformers_scratch.data.files import read_bytes
 from transformers_scratch.data.imdb import WordVocab, read_aclimdb, tokenize
@@ -53,6 +53,23 @@ def test_random_windows_are_next_byte_pairs_and_a_function_of_the_batch_number()
     assert not torch.equal(a[0][0], a[1][0])  # fresh windows every batch
     assert torch.equal(RandomWindows(data, 32, 8, seed=1)[7][0], a[7][0])  # in any process, in any order
     assert not torch.equal(RandomWindows(data, 32, 8, seed=2)[0][0], a[0][0])
+
+
+def test_batches_are_the_same_with_a_worker_process_or_without(tmp_path):
+    """The CPU recipe makes its batches in the training process (``num_workers: 0``, faster on 2 cores);
+    that changes no number, because every batch is a function of its number, not of the process."""
+    text = tmp_path / "text.txt"
+    text.write_text("".join(chr(97 + (i * i) % 26) for i in range(6000)))
+
+    def batches(workers: int) -> tuple[list, list]:
+        module = TextDataModule(str(text), context=16, batch_size=4, batches_per_epoch=6, num_workers=workers)
+        module.setup("fit")
+        return list(module.train_dataloader()), list(module.val_dataloader())
+
+    (train0, val0), (train1, val1) = batches(0), batches(1)
+    assert len(train0) == 6 and len(val0) > 1
+    for a, b in zip(train0 + val0, train1 + val1, strict=True):
+        assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
 
 
 def test_training_order_shares_batches_between_ranks_and_resumes_part_way():
