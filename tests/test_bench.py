@@ -6,8 +6,8 @@ import subprocess
 import sys
 import textwrap
 
-from transformers_scratch.bench import format_report, run_isolated, run_job, train_job, variants
-from transformers_scratch.endtoend import format_end_to_end
+from transformers_scratch.experiments.bench import format_report, run_isolated, run_job, train_job, variants
+from transformers_scratch.experiments.endtoend import format_end_to_end
 
 TOY = {"vocab_size": 32, "context": 16, "emb": 16, "heads": 2, "depth": 1}
 
@@ -79,7 +79,8 @@ def test_a_failed_measurement_is_reported_not_raised():
 
 
 def test_the_command_prints_a_table_and_json(tmp_path):
-    argv = [sys.executable, "-m", "transformers_scratch.bench", "--depth", "1", "--emb", "16", "--heads", "2",
+    argv = [sys.executable, "-m", "transformers_scratch.experiments.bench", "--depth", "1", "--emb", "16",
+            "--heads", "2",
             "--context", "16", "--batch", "2", "--steps", "1", "--warmup", "0", "--no-compile", "--new-tokens", "4",
             "--seq2seq", "--json"]  # fmt: skip
     out = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=True).stdout
@@ -141,14 +142,14 @@ class GPT(nn.Module):  # nanoGPT's interface around this project's model
 
 
 def test_a_nanogpt_checkpoint_is_scored_as_cli_test_scores_the_project(tmp_path, capsys):
-    """``python -m transformers_scratch.nanogpt`` gives the number that ``cli.py test`` gives for the same
+    """``python -m transformers_scratch.experiments.nanogpt`` gives the number that ``cli.py test`` gives for the same
     model on the same file: the same windows, every test byte once. A stand-in model.py wraps this project's
     model in nanoGPT's interface, and its checkpoint is written as nanoGPT's train.py writes a compiled one."""
     import torch
 
     from transformers_scratch.data import TextDataModule
-    from transformers_scratch.lit import LitCharLM
-    from transformers_scratch.nanogpt import main
+    from transformers_scratch.experiments.nanogpt import main
+    from transformers_scratch.training.modules import LitCharLM
 
     (tmp_path / "model.py").write_text(STAND_IN_WRAPPING_OURS)
     text = tmp_path / "text.txt"
@@ -169,7 +170,7 @@ def test_a_nanogpt_checkpoint_is_scored_as_cli_test_scores_the_project(tmp_path,
 
     argv = ["--model_py", str(tmp_path / "model.py"), "--ckpt", str(tmp_path / "ckpt.pt"), "--data.path",
             str(text), "--context", "16", "--batch_size", "8", "--device", "cpu"]  # fmt: skip
-    out = subprocess.run([sys.executable, "-m", "transformers_scratch.nanogpt", *argv], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "transformers_scratch.experiments.nanogpt", *argv], capture_output=True,
                          text=True, timeout=300)  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     reported = float(out.stdout.rsplit("test/bpc", 1)[1])
@@ -233,7 +234,8 @@ def test_end_to_end_reports_every_field_for_fit_and_nanogpt(tmp_path):
     argv = ["--end-to-end", "--data.path", str(text), "--nanogpt-train", str(checkout / "train.py"),
             "--max-steps", "4", "--json", "--fit-args",
             "--data.batches_per_epoch 2 --trainer.limit_val_batches 2 --sample.length 8"]  # fmt: skip
-    out = subprocess.run([sys.executable, "-m", "transformers_scratch.bench", *argv], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "transformers_scratch.experiments.bench", *argv],
+                         capture_output=True, text=True,
                          timeout=600, cwd=tmp_path)  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout)

@@ -228,8 +228,8 @@ def test_sample_needs_one_prompt_and_a_sane_count(trained):
 
 def test_export_writes_a_model_that_loads_without_the_project_cli(trained):
     from transformers_scratch import from_pretrained
-    from transformers_scratch.checkpoints import load_trained
-    from transformers_scratch.lit import LitCharLM
+    from transformers_scratch.training.checkpoints import load_trained
+    from transformers_scratch.training.modules import LitCharLM
 
     cwd, ckpt = trained[0], "checkpoints/tiny_charlm/last.ckpt"
     result = cli("export", "--ckpt_path", ckpt, "--out", "exported", cwd=cwd)
@@ -449,34 +449,6 @@ def test_missing_imdb_with_no_network(tmp_path):
     assert_fails_cleanly(result, "pass --data.path data/aclImdb_v1.tar.gz")
 
 
-# ---- one front door, old spellings -------------------------------------------------------------------
-OLD_TINY_LM = str(ROOT / "tests" / "old_configs" / "tiny_charlm.yaml")  # configs/tiny_charlm.yaml before the
-# shared loggers and callbacks: Enwik8DataModule, model.context, sample_* on the model, its own callback list
-
-
-def test_an_old_config_and_its_checkpoint_still_load(tmp_path):
-    data = corpus(tmp_path / "text.txt")
-    old = [arg for arg in FAST if arg not in ("--sample.length", "20")] + ["--model.sample_length", "20"]
-    result = cli("fit", "--config", OLD_TINY_LM, "--data.path", str(data), "--data.vocab", "file",
-                 *old, cwd=tmp_path)  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "model.sample_length is now sample.length; using 20" in result.stderr
-    assert "--- sample at step" in result.stdout + result.stderr
-    folder = tmp_path / "checkpoints" / "tiny_charlm"
-    assert sorted(p.name for p in folder.iterdir() if not p.name.startswith("step")) == ["last.ckpt"]  # one callback
-    ckpt = torch.load(folder / "last.ckpt", weights_only=True)
-    assert "Enwik8DataModule" in ckpt and "sample_length" in ckpt["hyper_parameters"]  # the old layout
-
-    # The new config (TextDataModule, shared callbacks) tests and samples from it, with its vocabulary.
-    result = cli("test", "--config", TINY_LM, "--data.path", str(data), "--data.vocab", "file",
-                 "--ckpt_path", str(folder / "last.ckpt"), "--trainer.logger", "false", cwd=tmp_path)  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "test/bpc" in result.stdout
-    result = cli("sample", "--ckpt_path", str(folder / "last.ckpt"), "--prompt", "the dog", "--length", "5",
-                 cwd=tmp_path)  # fmt: skip
-    assert result.returncode == 0 and result.stdout.startswith("the dog"), result.stderr[-3000:]
-
-
 def test_predictions_can_go_to_a_file(trained):
     cwd, data, _ = trained
     (cwd / "score2.txt").write_text("the cat ran far away " * 20)
@@ -486,13 +458,6 @@ def test_predictions_can_go_to_a_file(trained):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "bits per byte" not in result.stdout
     assert (cwd / "out" / "bits.txt").read_text().startswith("score2.txt: ")
-
-
-def test_the_modules_read_nothing_from_a_data_module():
-    """What a module needs from the data reaches it through the CLI's links; samples and printed predictions
-    are callbacks. So lit.py never touches the trainer's data module."""
-    source = (ROOT / "transformers_scratch" / "lit.py").read_text()
-    assert "datamodule" not in source and "dm." not in source
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="copies the tracked files with git")
@@ -542,7 +507,7 @@ def test_a_fit_on_the_gpu_clips_samples_tests_and_samples_again(tmp_path):
 
 
 def test_the_extrapolation_runner_trains_each_kind_and_tests_every_window(tmp_path, capsys, monkeypatch):
-    from transformers_scratch import extrapolate
+    from transformers_scratch.experiments import extrapolate
 
     data = corpus(tmp_path / "text.txt", n=80_000)  # test split 4,000 bytes: several windows of 512
     small = tmp_path / "small.yaml"  # --config on top of the runner's configs
@@ -564,6 +529,6 @@ def test_the_extrapolation_runner_trains_each_kind_and_tests_every_window(tmp_pa
     "│         test/bpc          │     2.2418999671936035    │\n",  # with rich installed (the GPU machine's)
 ])  # fmt: skip
 def test_the_extrapolation_runner_reads_test_bpc_from_either_table(table):
-    from transformers_scratch.extrapolate import TEST_BPC
+    from transformers_scratch.experiments.extrapolate import TEST_BPC
 
     assert TEST_BPC.search(table).group(1) == "2.2418999671936035"

@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformers_scratch.data import ByteVocab, DataError, Enwik8DataModule, IMDbDataModule, TextDataModule
-from transformers_scratch.data.enwik8 import ENWIK8_BYTES, ENWIK8_SHA256, RandomWindows, StridedWindows, split_bounds
+from transformers_scratch.data import ByteVocab, DataError, IMDbDataModule, TextDataModule
+from transformers_scratch.data.enwik8 import BYTES as ENWIK8_BYTES
+from transformers_scratch.data.enwik8 import SHA256 as ENWIK8_SHA256
 from transformers_scratch.data.files import read_bytes
 from transformers_scratch.data.imdb import WordVocab, read_aclimdb, tokenize
 from transformers_scratch.data.progress import Progress, ResumableOrder
+from transformers_scratch.data.text import RandomWindows, StridedWindows, split_bounds
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 IMDB_TARBALL = SHARED / "aclImdb_v1.tar.gz"
@@ -136,7 +138,7 @@ def test_module_on_an_enwik8_shaped_zip(tmp_path):
     )
     with zipfile.ZipFile(tmp_path / "enwik8.zip", "w", zipfile.ZIP_DEFLATED) as z:
         z.writestr("enwik8", text)
-    dm = Enwik8DataModule(path=str(tmp_path / "enwik8.zip"), context=32, batch_size=4, batches_per_epoch=5)
+    dm = TextDataModule(path=str(tmp_path / "enwik8.zip"), context=32, batch_size=4, batches_per_epoch=5)
     dm.setup()
     assert sum(len(s) for s in dm.splits.values()) == len(text)
     assert len(dm.splits["val"]) == int(0.05 * len(text))
@@ -147,7 +149,7 @@ def test_module_on_an_enwik8_shaped_zip(tmp_path):
 
 def test_file_vocabulary_keeps_only_present_bytes(tmp_path):
     (tmp_path / "t.txt").write_bytes(b"abcab cab\n" * 500)
-    dm = Enwik8DataModule(path=str(tmp_path / "t.txt"), vocab="file", context=8)
+    dm = TextDataModule(path=str(tmp_path / "t.txt"), vocab="file", context=8)
     assert dm.vocab_size == 5  # \n, space, a, b, c
     dm.setup()
     assert int(dm.splits["train"].max()) == 4
@@ -169,7 +171,7 @@ def test_enwik8_download_is_verified(tmp_path):
     with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
         threading.Thread(target=server.serve_forever, daemon=True).start()
         url = f"http://127.0.0.1:{server.server_address[1]}/enwik8.zip"
-        dm = Enwik8DataModule(data_dir=str(tmp_path / "data"), url=url)
+        dm = TextDataModule(data_dir=str(tmp_path / "data"), url=url)
         with pytest.raises(DataError, match=f"its SHA-256 is [0-9a-f]{{64}}, not {ENWIK8_SHA256}; removed it"):
             dm.prepare_data()
         server.shutdown()
@@ -177,7 +179,7 @@ def test_enwik8_download_is_verified(tmp_path):
 
 
 def test_enwik8_download_failure_says_what_to_fetch(tmp_path):
-    dm = Enwik8DataModule(data_dir=str(tmp_path / "data"), url="http://127.0.0.1:9/enwik8.zip")
+    dm = TextDataModule(data_dir=str(tmp_path / "data"), url="http://127.0.0.1:9/enwik8.zip")
     with pytest.raises(DataError, match=r"put it at .*enwik8.zip, or pass --data.path"):
         dm.prepare_data()
     assert list((tmp_path / "data").iterdir()) == []  # no partial file

@@ -12,7 +12,7 @@ import torch
 from distributed_script import MODEL
 from torch.testing import assert_close
 
-from transformers_scratch.lit import LitCharLM
+from transformers_scratch.training.modules import LitCharLM
 
 SCRIPT = Path(__file__).with_name("distributed_script.py")
 pytestmark = pytest.mark.skipif(not torch.distributed.is_gloo_available(), reason="needs the gloo backend")

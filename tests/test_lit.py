@@ -20,9 +20,9 @@ from transformers_scratch import (
     LMConfig,
     SequenceClassifier,
 )
-from transformers_scratch.callbacks import SafeModelCheckpoint, SampleText, TrainingDiverged
-from transformers_scratch.lit import LitCharLM, OptimConfig, decay_groups, lr_factor
-from transformers_scratch.perf import non_embedding_params, peak_flops, train_flops_per_token
+from transformers_scratch.training.callbacks import SafeModelCheckpoint, SampleText, TrainingDiverged
+from transformers_scratch.training.modules import LitCharLM, OptimConfig, decay_groups, lr_factor
+from transformers_scratch.training.perf import non_embedding_params, peak_flops, train_flops_per_token
 
 TINY = LMConfig(vocab_size=256, context=16, emb=32, heads=4, depth=2)
 
@@ -281,7 +281,7 @@ def test_throughput_and_mfu_are_logged(tmp_path, monkeypatch):
     """tokens/s on every logging step; MFU where the device's peak is known (here a pretend 1 TFLOP/s)."""
     from lightning.pytorch.loggers import CSVLogger
 
-    monkeypatch.setattr("transformers_scratch.lit.peak_flops", lambda device: 1e12)
+    monkeypatch.setattr("transformers_scratch.training.modules.peak_flops", lambda device: 1e12)
     module = LitCharLM(TINY, OptimConfig(warmup_steps=1))
     t = trainer(tmp_path, max_steps=4, log_every_n_steps=2, logger=CSVLogger(tmp_path))
     t.fit(module, loader())
@@ -299,7 +299,7 @@ def test_every_logged_tokens_per_second_is_true_the_first_included(tmp_path, mon
     from lightning.pytorch.loggers import CSVLogger
 
     clock = [0.0]
-    monkeypatch.setattr("transformers_scratch.lit.time.perf_counter", lambda: clock[0])
+    monkeypatch.setattr("transformers_scratch.training.modules.time.perf_counter", lambda: clock[0])
 
     class Tick(L.Callback):
         def on_train_batch_end(self, *args):
@@ -336,7 +336,7 @@ def test_gradients_are_clipped_with_a_fused_optimizer_at_bf16(tmp_path, monkeypa
 def test_wandb_mode_disabled_logs_nothing(tmp_path, monkeypatch):
     """WANDB_MODE=disabled turns W&B off: no offline run is written (Lightning's offline mode would replace
     the setting with "dryrun")."""
-    from transformers_scratch.loggers import WandbLogger
+    from transformers_scratch.training.loggers import WandbLogger
 
     monkeypatch.setenv("WANDB_MODE", "disabled")
     logger = WandbLogger(save_dir=str(tmp_path / "logs"))

@@ -22,7 +22,7 @@ from transformers_scratch import (
     nucleus,
     sample_next,
 )
-from transformers_scratch.models import GraphedStep
+from transformers_scratch.model.generation import GraphedStep
 
 SMALL = dict(emb=32, heads=4, depth=2, context=24)
 

@@ -6,10 +6,10 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from transformers_scratch.attention import recording, reference_attention
-from transformers_scratch.config import ClassifierConfig, LMConfig
-from transformers_scratch.models import CausalLM, SequenceClassifier
-from transformers_scratch.pictures import attention_maps, draw_attention, draw_curves, learning_curves
+from transformers_scratch.model.attention import recording, reference_attention
+from transformers_scratch.model.config import ClassifierConfig, LMConfig
+from transformers_scratch.model.models import CausalLM, SequenceClassifier
+from transformers_scratch.training.pictures import attention_maps, draw_attention, draw_curves, learning_curves
 
 pytest.importorskip("matplotlib")
 

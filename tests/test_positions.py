@@ -13,7 +13,8 @@ from transformers_scratch import (
     LMConfig,
     SequenceClassifier,
 )
-from transformers_scratch.attention import MultiHeadAttention, alibi_bias, alibi_slopes, rotate
+from transformers_scratch.model.attention import MultiHeadAttention
+from transformers_scratch.model.positions import alibi_bias, alibi_slopes, rotate
 
 KINDS = ["learned", "sinusoidal", "rope", "alibi"]
 SMALL = dict(vocab_size=30, context=16, emb=32, heads=4, depth=2)

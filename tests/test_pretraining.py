@@ -7,10 +7,10 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from transformers_scratch.config import ClassifierConfig, MaskedLMConfig
 from transformers_scratch.data import IMDbMLMDataModule
 from transformers_scratch.data.imdb import MaskedBatches, PaddedBatches, mask_tokens
-from transformers_scratch.models import MaskedLM, SequenceClassifier, encoder_state
+from transformers_scratch.model.config import ClassifierConfig, MaskedLMConfig
+from transformers_scratch.model.models import MaskedLM, SequenceClassifier, encoder_state
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_cli import assert_fails_cleanly, cli  # noqa: E402

@@ -26,7 +26,7 @@ def commands(prefix: str) -> list[list[str]]:
 
 
 CLI_LINES = commands("python cli.py")
-BENCH_LINES = commands("python -m transformers_scratch.bench")
+BENCH_LINES = commands("python -m transformers_scratch.experiments.bench")
 
 
 def test_readme_has_the_commands():

@@ -24,12 +24,12 @@ from test_data import make_aclimdb
 from torch.utils.data import DataLoader, TensorDataset
 
 from transformers_scratch import ClassifierConfig, LMConfig
-from transformers_scratch.callbacks import SafeModelCheckpoint, SampleText, TrainingDiverged
 from transformers_scratch.cli import LOCK, build_cli, claim_run_folder, main, release_run_folder
 from transformers_scratch.data import DataError, IMDbDataModule, TextDataModule, WordVocab, files
 from transformers_scratch.data.imdb import read_aclimdb
 from transformers_scratch.data.vocab import ByteVocab
-from transformers_scratch.lit import LitCharLM, LitClassifier, OptimConfig, as_config, lr_factor
+from transformers_scratch.training.callbacks import SafeModelCheckpoint, SampleText, TrainingDiverged
+from transformers_scratch.training.modules import LitCharLM, LitClassifier, OptimConfig, as_config, lr_factor
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_LM = str(ROOT / "configs" / "tiny_charlm.yaml")
@@ -371,7 +371,7 @@ def test_resuming_last_with_nothing_to_resume_says_so(capsys, text):
 
 def test_a_checkpoint_of_another_kind_of_model_is_refused(capsys, text, tmp_path):
     module = LitClassifier(ClassifierConfig(vocab_size=50, context=8, emb=16, heads=2, depth=1))
-    hparams = {"_class_path": "transformers_scratch.lit.LitClassifier", **dict(module.hparams)}
+    hparams = {"_class_path": "transformers_scratch.training.modules.LitClassifier", **dict(module.hparams)}
     torch.save({"state_dict": module.state_dict(), "hyper_parameters": hparams}, tmp_path / "imdb.ckpt")
     fails(capsys, "test", "--config", TINY_LM, "--data.path", str(text), "--ckpt_path", str(tmp_path / "imdb.ckpt"),
           message="holds a LitClassifier and this config runs a LitCharLM")  # fmt: skip
@@ -390,7 +390,7 @@ class Touch:
 
 def write_checkpoint(path: Path, module, vocab: dict) -> Path:
     """A checkpoint as fit writes one: weights, hyper-parameters (with the class), the data module's state."""
-    hparams = {"_class_path": f"transformers_scratch.lit.{type(module).__name__}", **dict(module.hparams)}
+    hparams = {"_class_path": f"transformers_scratch.training.modules.{type(module).__name__}", **dict(module.hparams)}
     owner = "TextDataModule" if isinstance(module, LitCharLM) else "IMDbDataModule"
     torch.save({"state_dict": module.state_dict(), "hyper_parameters": hparams, owner: vocab,
                 "pytorch-lightning_version": L.__version__}, path)  # fmt: skip

@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from transformers_scratch import EncoderDecoder, EncoderDecoderConfig, from_pretrained
+from transformers_scratch.data import IGNORE_INDEX as IGNORE
 from transformers_scratch.data import TransductionDataModule
-from transformers_scratch.data.transduction import IGNORE, TrainingBatches, collate, decode, encode, example, split_of
-from transformers_scratch.lit import LitSeq2Seq, OptimConfig
+from transformers_scratch.data.transduction import TrainingBatches, collate, decode, encode, example, split_of
+from transformers_scratch.training.modules import LitSeq2Seq, OptimConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 REVERSE = str(ROOT / "configs" / "seq2seq_reverse.yaml")

@@ -19,6 +19,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from .files import DataError, predicting
+from .ids import IGNORE_INDEX
 from .progress import ResumableData
 from .vocab import WordVocab, vocab_from_state, vocab_state
 
@@ -346,7 +347,7 @@ def mask_tokens(
     """BERT's corruption (Devlin et al. 2019, 3.1) of ids (b, t) whose real tokens are ``real`` (b, t): each real
     token is chosen with probability ``prob`` (at least one per batch); a chosen token becomes ``mask_id`` 80 %
     of the time, a random id of ``words`` 10 %, and stays itself 10 %. Returns (inputs, targets), both (b, t):
-    targets hold the original id where a token was chosen and -100 elsewhere."""
+    targets hold the original id where a token was chosen and ``IGNORE_INDEX`` elsewhere."""
     chosen = (torch.rand(ids.shape, generator=generator) < prob) & real  # (b, t)
     if not chosen.any() and real.any():  # a loss over no token is 0 / 0
         chosen.view(-1)[real.view(-1).nonzero()[0]] = True
@@ -354,7 +355,7 @@ def mask_tokens(
     randoms = torch.randint(words.start, words.stop, ids.shape, generator=generator)  # (b, t)
     inputs = torch.where(chosen & (action < 0.8), mask_id, ids)
     inputs = torch.where(chosen & (action >= 0.8) & (action < 0.9), randoms, inputs)
-    return inputs, ids.masked_fill(~chosen, -100)
+    return inputs, ids.masked_fill(~chosen, IGNORE_INDEX)
 
 
 class MaskedBatches(Dataset):

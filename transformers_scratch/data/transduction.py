@@ -24,12 +24,12 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from ..models import EncoderDecoder
+from ..model.models import EncoderDecoder
+from .ids import IGNORE_INDEX
 from .progress import ResumableData
 
 ALPHABET = "0123456789+"
 SPECIALS = 3  # padding, begin, end
-IGNORE = -100  # target id that cross_entropy skips
 SPLIT_OF = {0: "test", 1: "val"}  # hash % 20 -> split; every other value is training
 TASKS = ("reverse", "sort", "add")
 
@@ -79,13 +79,13 @@ def draw(task: str, rng: random.Random, lo: int, hi: int, split: str) -> tuple[s
 
 def collate(pairs: list[tuple[str, str]]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(source ids (b, u), source mask (b, u), decoder inputs BOS + target (b, t), targets target + EOS (b, t)),
-    padded to the longest of the batch; padded targets are ``IGNORE``."""
+    padded to the longest of the batch; padded targets are ``IGNORE_INDEX``."""
     src = [encode(s) for s, _ in pairs]
     tgt = [encode(t) for _, t in pairs]
     u, t = max(map(len, src)), max(map(len, tgt)) + 1
     ids = torch.full((len(pairs), u), EncoderDecoder.PAD)
     tgt_in = torch.full((len(pairs), t), EncoderDecoder.PAD)
-    tgt_out = torch.full((len(pairs), t), IGNORE)
+    tgt_out = torch.full((len(pairs), t), IGNORE_INDEX)
     for i, (s, y) in enumerate(zip(src, tgt, strict=True)):
         ids[i, : len(s)] = torch.tensor(s)
         tgt_in[i, : len(y) + 1] = torch.tensor([EncoderDecoder.BOS, *y])

@@ -12,6 +12,7 @@ from collections import Counter
 import torch
 from torch import Tensor
 
+from . import ids
 from .files import DataError
 
 
@@ -67,7 +68,7 @@ class ByteVocab:
 class WordVocab:
     """Word -> id: 0 is padding, 1 is unknown, then words from most to least frequent."""
 
-    PAD, UNK = 0, 1
+    PAD, UNK = ids.PAD, ids.UNK
 
     def __init__(self, words: list[str]) -> None:
         self.itos = ["<pad>", "<unk>", *words]

@@ -19,8 +19,17 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from .bench import import_model_py
-from .data import TextDataModule
+from ..data import TextDataModule
+
+
+def import_model_py(path: str):
+    """A ``model.py`` (nanoGPT's) imported from its path, as a module."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("nanogpt_model", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def load_nanogpt(model_py: str, ckpt: str, device: torch.device) -> torch.nn.Module:

@@ -31,14 +31,21 @@ from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
-from .callbacks import PhaseTimes, PredictionWriter, ProgressBar, SafeModelCheckpoint, SampleText, TrainingDiverged
-from .checkpoints import check_ckpt_path, load_trained, read_checkpoint
-from .config import TransformerConfig
-from .data import ByteVocab, DataError, WordVocab, checkpoint_vocab
-from .data.vocab import vocab_state
-from .lit import LitCharLM, LitClassifier, LitSeq2Seq, LitTransformer, read_pretrained
-from .loggers import CSVLogger, WandbLogger
-from .pretrained import save_pretrained
+from ..data import ByteVocab, DataError, WordVocab, checkpoint_vocab
+from ..data.vocab import vocab_state
+from ..model.config import TransformerConfig
+from ..model.pretrained import save_pretrained
+from ..training.callbacks import (
+    PhaseTimes,
+    PredictionWriter,
+    ProgressBar,
+    SafeModelCheckpoint,
+    SampleText,
+    TrainingDiverged,
+)
+from ..training.checkpoints import check_ckpt_path, load_trained, read_checkpoint
+from ..training.loggers import CSVLogger, WandbLogger
+from ..training.modules import LitCharLM, LitClassifier, LitSeq2Seq, LitTransformer, read_pretrained
 
 # A config names classes and callables by import path; only these packages may be named (checked by jsonargparse
 # before it imports anything), so a config cannot run os.system, eval or an arbitrary module's import-time code.
@@ -554,7 +561,7 @@ MAX_INPUTS = 100_000  # --input_file lines
 
 def decode(argv: list[str]) -> None:
     """Decode inputs with a trained encoder-decoder (greedy, with the decoder's caches): one output a line."""
-    from .data import transduction
+    from ..data import transduction
 
     parser = ArgumentParser(prog="cli.py decode", description=decode.__doc__)
     parser.add_argument("--ckpt_path", type=str, required=True, help="A LitSeq2Seq checkpoint written by fit.")
@@ -600,7 +607,7 @@ def export(argv: list[str]) -> None:
     written_by = module_class.__name__
     module, vocab = load_trained(args.ckpt_path, module_class)
     if module_class is LitSeq2Seq:
-        from .data.transduction import ALPHABET, SPECIALS
+        from ..data.transduction import ALPHABET, SPECIALS
 
         extra = {"vocab": {"specials": ["<pad>", "<bos>", "<eos>"][:SPECIALS], "alphabet": ALPHABET}}
     elif isinstance(vocab, WordVocab):
@@ -630,8 +637,8 @@ def _shown_token(token: str) -> str:
 def attention(argv: list[str]) -> None:
     """Draw the attention weights of every layer and head of a trained classifier (words) or character model
     (characters) for one text, as one PNG grid with the tokens on the axes."""
-    from .data.imdb import tokenize
-    from .pictures import attention_maps, draw_attention
+    from ..data.imdb import tokenize
+    from ..training.pictures import attention_maps, draw_attention
 
     parser = ArgumentParser(prog="cli.py attention", description=attention.__doc__)
     parser.add_argument("--ckpt_path", type=str, required=True, help="A LitClassifier or LitCharLM checkpoint.")
@@ -678,7 +685,7 @@ MAX_PICTURED = 256  # --max_tokens
 
 def plot(argv: list[str]) -> None:
     """Draw a run's learning curves (training loss, validation metrics, learning rate) from its metrics.csv."""
-    from .pictures import draw_curves, learning_curves
+    from ..training.pictures import draw_curves, learning_curves
 
     parser = ArgumentParser(prog="cli.py plot", description=plot.__doc__)
     parser.add_argument("run", type=str, help="A run's log folder (logs/<name>/version_N) or its metrics.csv.")

@@ -5,15 +5,16 @@ Shapes: b batch, t sequence length, k width (see attention.py for the full legen
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from .attention import RELATIVE, KVCache, MultiHeadAttention
+from .attention import MultiHeadAttention
+from .cache import KVCache
 from .config import TransformerConfig
+from .positions import POSITIONS, RELATIVE, LearnedPositions
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "gelu": nn.GELU}
 
@@ -23,49 +24,6 @@ class FeedForward(nn.Sequential):
 
     def __init__(self, emb: int, mult: int = 4, activation: str = "relu") -> None:
         super().__init__(nn.Linear(emb, mult * emb), ACTIVATIONS[activation](), nn.Linear(mult * emb, emb))
-
-
-class LearnedPositions(nn.Module):
-    """A trained vector per position (the tutorial's position embedding)."""
-
-    def __init__(self, context: int, emb: int) -> None:
-        super().__init__()
-        self.table = nn.Embedding(context, emb)
-
-    def forward(self, t: int, offset: int | Tensor = 0) -> Tensor:
-        if torch.is_tensor(offset):  # a position on the device (a decoding step replayed as a CUDA graph)
-            return self.table.weight[torch.arange(t, device=offset.device) + offset]  # (t, k)
-        return self.table.weight[offset : offset + t]  # (t, k)
-
-
-def sinusoids(start: int, t: int, emb: int) -> Tensor:
-    """PE(p, 2i) = sin(p / 10000^(2i/k)), PE(p, 2i+1) = cos(...) for positions start .. start + t - 1: (t, k)."""
-    position = torch.arange(start, start + t, dtype=torch.float32)[:, None]  # (t, 1)
-    freq = torch.exp(torch.arange(0, emb, 2, dtype=torch.float32) * (-math.log(10000.0) / emb))  # (ceil(k/2),)
-    table = torch.zeros(t, emb)
-    table[:, 0::2] = torch.sin(position * freq)
-    table[:, 1::2] = torch.cos(position * freq[: emb // 2])
-    return table
-
-
-class SinusoidalPositions(nn.Module):
-    """Fixed encodings (Vaswani et al. 3.5), a table for the context; positions past it are computed when
-    asked for, since a formula has no last position."""
-
-    def __init__(self, context: int, emb: int) -> None:
-        super().__init__()
-        self.register_buffer("table", sinusoids(0, context, emb), persistent=False)  # derived: not saved
-
-    def forward(self, t: int, offset: int | Tensor = 0) -> Tensor:
-        if torch.is_tensor(offset):  # a position on the device, inside the table (a CUDA-graph decoding step)
-            return self.table[torch.arange(t, device=offset.device) + offset]  # (t, k)
-        if offset + t <= len(self.table):
-            return self.table[offset : offset + t]  # (t, k)
-        return sinusoids(offset, t, self.table.size(1)).to(self.table)  # (t, k)
-
-
-POSITIONS: dict[str, type[nn.Module]] = {"learned": LearnedPositions, "sinusoidal": SinusoidalPositions}
-"""Position vectors added to the token embeddings; ``rope`` and ``alibi`` act inside attention instead."""
 
 
 class Embedding(nn.Module):

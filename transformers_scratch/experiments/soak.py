@@ -19,7 +19,7 @@ from pathlib import Path
 
 from lightning.pytorch.callbacks import Callback
 
-CONFIG = Path(__file__).resolve().parents[1] / "configs" / "tiny_charlm.yaml"
+CONFIG = Path(__file__).resolve().parents[2] / "configs" / "tiny_charlm.yaml"
 
 
 def rss_mb() -> float:
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.argv = sys.argv[:1]  # the run below gets its arguments from here, not from the command line
     os.environ.setdefault("WANDB_MODE", "offline")
 
-    from .cli import build_cli
+    from ..cli import build_cli
 
     work = Path(tempfile.mkdtemp(prefix="soak-"))
     os.chdir(work)  # its logs and checkpoints go to a scratch folder

@@ -24,9 +24,9 @@ from lightning.pytorch.strategies import FSDPStrategy
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
-from .blocks import TransformerBlock
-from .config import ClassifierConfig, EncoderDecoderConfig, LMConfig, MaskedLMConfig
-from .models import CausalLM, EncoderDecoder, MaskedLM, SequenceClassifier, encoder_state
+from ..model.blocks import TransformerBlock
+from ..model.config import ClassifierConfig, EncoderDecoderConfig, LMConfig, MaskedLMConfig
+from ..model.models import CausalLM, EncoderDecoder, MaskedLM, SequenceClassifier, encoder_state
 from .perf import peak_flops, train_flops_per_token
 
 LN2 = math.log(2)

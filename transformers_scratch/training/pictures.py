@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from .attention import recording
+from ..model.attention import recording
 
 
 def attention_maps(model: nn.Module, ids: Tensor, mask: Tensor | None = None) -> Tensor:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .config import TransformerConfig
+from ..model.config import TransformerConfig
 
 # Dense bf16 tensor-core peaks (no sparsity), FLOP/s, from the vendors' data sheets. The first key found in
 # the device's name wins, so variants come before their family.

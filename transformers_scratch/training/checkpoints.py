@@ -8,9 +8,9 @@ from pathlib import Path
 
 import torch
 
-from .data import checkpoint_vocab
-from .data.vocab import Vocab
-from .lit import LitTransformer
+from ..data import checkpoint_vocab
+from ..data.vocab import Vocab
+from .modules import LitTransformer
 
 CKPT_ALIASES = {"last", "best", "hpc", "registry"}  # names Lightning resolves itself
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ("configs/shakespeare_char.yaml", "configs/shakespeare_char_cpu.yaml")
 NANOGPT_FLAGS = ["config/train_shakespeare_char.py", "--device=cpu", "--compile=False", "--eval_iters=20",
                  "--log_interval=1", "--block_size=64", "--batch_size=12", "--n_layer=4", "--n_head=4",
@@ -142,7 +142,7 @@ def run_nanogpt(copy: Path, steps: int, tag: str, threads: int | None) -> dict:
 @torch.no_grad()
 def heldout(row: dict, data: str, model_py: Path | None) -> float:
     """The final model's nats per byte on the test split (every byte once, windows of the recipe's 64)."""
-    from .data import TextDataModule
+    from ..data import TextDataModule
     from .nanogpt import heldout_nats, load_nanogpt, nanogpt_logits
 
     windows = TextDataModule(data, context=64, batch_size=64, vocab="file")
@@ -150,8 +150,8 @@ def heldout(row: dict, data: str, model_py: Path | None) -> float:
         with contextlib.redirect_stdout(sys.stderr):  # GPT() prints its size
             model = load_nanogpt(str(model_py), row["ckpt"], torch.device("cpu"))
         return heldout_nats(nanogpt_logits(model), windows, torch.device("cpu"), bf16=False)
-    from .checkpoints import load_trained
-    from .lit import LitCharLM
+    from ..training.checkpoints import load_trained
+    from ..training.modules import LitCharLM
 
     model = load_trained(row["ckpt"], LitCharLM)[0].model
     return heldout_nats(lambda x, y: model(x), windows, torch.device("cpu"), bf16=False)

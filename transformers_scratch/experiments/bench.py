@@ -30,9 +30,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .config import EncoderDecoderConfig, LMConfig
-from .models import CausalLM, EncoderDecoder
-from .perf import peak_flops, train_flops_per_token
+from ..model.config import EncoderDecoderConfig, LMConfig
+from ..model.models import CausalLM, EncoderDecoder
+from ..training.perf import peak_flops, train_flops_per_token
+from .nanogpt import import_model_py
 
 
 def _sync(device: torch.device) -> None:
@@ -148,16 +149,6 @@ def tokens_per_second(generate, n: int, device: torch.device) -> float:
     generate(n)
     _sync(device)
     return n / (time.perf_counter() - start)
-
-
-def import_model_py(path: str):
-    """A ``model.py`` (nanoGPT's) imported from its path, as a module."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("nanogpt_model", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def nanogpt_model(path: str, cfg: LMConfig) -> torch.nn.Module:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = [ROOT / "configs" / "tiny_charlm.yaml", ROOT / "configs" / "extrapolate.yaml"]
 KINDS = ["learned", "sinusoidal", "rope", "alibi"]
 TEST_BPC = re.compile(r"test/bpc[\s│|]+([0-9]+\.[0-9]+)")  # Lightning's table: plain, or boxed where rich is installed

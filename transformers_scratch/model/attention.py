@@ -22,6 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .cache import KVCache
+from .positions import RELATIVE, alibi_bias, alibi_slopes, rotate
+
 
 def basic_self_attention(x: Tensor) -> Tensor:
     """The tutorial's parameter-free self-attention: y_i = sum_j softmax_j(x_i . x_j) x_j.
@@ -136,84 +139,6 @@ def decode_attention(q: Tensor, k: Tensor, v: Tensor, seen: Tensor, bias: Tensor
 AttentionFn = Callable[..., Tensor]
 ATTENTION: dict[str, AttentionFn] = {"reference": reference_attention, "sdpa": fused_attention}
 """Attention kernels by name; ``MultiHeadAttention(impl=...)`` picks one."""
-
-
-def rotate(x: Tensor, offset: int | Tensor = 0, base: float = 10000.0) -> Tensor:
-    """Rotary position embedding (RoPE, Su et al. 2021) of queries or keys x (b, h, t, s), x[:, :, i] sitting
-    at position offset + i (offset: a number, or a 0-d tensor on the device). Dimension pairs (j, j + s/2)
-    turn by the angle p * base^(-2j/s), so the dot product of a query at m and a key at n depends on m - n
-    only: relative positions, nothing learned."""
-    half = x.size(-1) // 2
-    freq = base ** (-torch.arange(half, device=x.device, dtype=torch.float32) / half)  # (s/2,)
-    angle = (torch.arange(x.size(-2), device=x.device) + offset).float()[:, None] * freq
-    cos, sin = angle.cos(), angle.sin()  # (t, s/2)
-    x1, x2 = x.float().split(half, dim=-1)  # (b, h, t, s/2) each
-    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).to(x.dtype)
-
-
-def alibi_slopes(heads: int) -> Tensor:
-    """ALiBi's per-head slopes (Press et al. 2022): the geometric sequence 2^(-8/n), 2^(-16/n), ... for n
-    heads when n is a power of two; otherwise those of the power of two below, then every other slope of
-    the power of two above."""
-    n = 2 ** math.floor(math.log2(heads))
-    slopes = [2 ** (-8 * (i + 1) / n) for i in range(n)]
-    return torch.tensor(slopes + [2 ** (-8 * (i + 1) / (2 * n)) for i in range(0, 2 * (heads - n), 2)])
-
-
-def alibi_bias(slopes: Tensor, t: int, u: int, offset: int | Tensor = 0) -> Tensor:
-    """(1, h, t, u) bias -slope * |distance| between query offset + i and key j: attention fades linearly with
-    distance, so no position has to be learned, and lengths beyond training need nothing new."""
-    query = (torch.arange(t, device=slopes.device) + offset)[:, None]  # (t, 1)
-    distance = (query - torch.arange(u, device=slopes.device)).abs()  # (t, u)
-    return -slopes[None, :, None, None] * distance  # (1, h, t, u)
-
-
-RELATIVE = ("rope", "alibi")
-"""Position kinds applied inside self-attention instead of added to the embeddings."""
-
-
-class KVCache:
-    """Keys and values of the positions seen so far, for one attention layer, preallocated.
-
-    Used by generation: each new token computes its own key and value once, and attends over the cache
-    instead of recomputing the whole window.
-    """
-
-    def __init__(self, batch: int, heads: int, length: int, head_width: int, dtype: torch.dtype, device) -> None:
-        self.k = torch.zeros(batch, heads, length, head_width, dtype=dtype, device=device)  # (b, h, max u, s)
-        self.v = torch.zeros_like(self.k)
-        self.len = 0
-        # Static mode, for a step replayed as a CUDA graph: the next position lives in this 0-d tensor on the
-        # device, and attention reads the whole buffer through ``seen`` (capacity,), True for the keys written
-        # up to it, so every step has the same shapes.
-        self.at: Tensor | None = None
-        self.seen: Tensor | None = None
-
-    @property
-    def capacity(self) -> int:
-        return self.k.size(2)
-
-    @property
-    def offset(self) -> int | Tensor:
-        """The position of the next key: a number, or in static mode the device tensor."""
-        return self.len if self.at is None else self.at
-
-    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Append k, v of shape (b, h, t, s); return all keys and values so far, (b, h, len, s). In static
-        mode: write them at the device position and return the whole buffers, (b, h, capacity, s)."""
-        if self.at is not None:
-            if k.size(2) != 1:
-                raise ValueError(f"a static KV cache takes one position a step, not {k.size(2)}")
-            self.k.index_copy_(2, self.at[None], k)
-            self.v.index_copy_(2, self.at[None], v)
-            return self.k, self.v
-        end = self.len + k.size(2)
-        if end > self.capacity:
-            raise ValueError(f"KV cache holds {self.capacity} positions, {end} requested; reset or crop first")
-        self.k[:, :, self.len : end] = k
-        self.v[:, :, self.len : end] = v
-        self.len = end
-        return self.k[:, :, :end], self.v[:, :, :end]
 
 
 class MultiHeadAttention(nn.Module):

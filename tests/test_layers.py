@@ -1,0 +1,76 @@
+"""The package's imports run one way: cli -> experiments -> training -> data -> model. A module may import its
+own layer and the layers below it, never one above, so each layer reads without the ones above it."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "transformers_scratch"
+LAYERS = ["model", "data", "training", "experiments", "cli"]  # bottom to top
+
+
+def layer_of(module: str) -> str | None:
+    """The layer of a dotted module name inside the package (None: the package's own __init__)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else None
+
+
+def project_imports(path: Path, root: Path) -> list[tuple[int, str]]:
+    """(line, module) for every import of the package in a file, lazy ones inside functions included."""
+    module = ".".join(path.relative_to(root.parent).with_suffix("").parts).removesuffix(".__init__")
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("transformers_scratch")]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolve against this file's package
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.startswith("transformers_scratch"):
+                names = [f"{target}.{a.name}" for a in node.names] if layer_of(target) is None else [target]
+                found += [(node.lineno, name) for name in names]
+    return found
+
+
+def upward_imports(root: Path = PACKAGE) -> list[str]:
+    """Every import that reaches a layer above the importing file's, as 'file:line imports module'."""
+    bad = []
+    for path in sorted(root.rglob("*.py")):
+        own = layer_of(".".join(path.relative_to(root.parent).with_suffix("").parts))
+        if own is None:
+            continue
+        for line, target in project_imports(path, root):
+            other = layer_of(target)
+            if other is not None and LAYERS.index(other) > LAYERS.index(own):
+                bad.append(f"{path.relative_to(root.parent)}:{line} imports {target}")
+    return bad
+
+
+def test_imports_run_one_way():
+    assert upward_imports() == []
+
+
+def test_the_check_sees_an_upward_import(tmp_path):
+    """The check itself: one upward import, lazy and relative, in a copy of the package, is found."""
+    import shutil
+
+    copy = tmp_path / "transformers_scratch"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    blocks = copy / "model" / "blocks.py"
+    blocks.write_text(blocks.read_text() + "\n\ndef _up():\n    from ..training import modules  # noqa\n")
+    assert upward_imports(copy) == [f"transformers_scratch/model/blocks.py:{len(blocks.read_text().splitlines())} "
+                                    "imports transformers_scratch.training"]
+
+
+@pytest.mark.parametrize("layer", ["model"])
+def test_the_model_imports_no_lightning(layer):
+    """model/ is plain PyTorch: no Lightning, torchmetrics or W&B, not even lazily."""
+    for path in (PACKAGE / layer).rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+        names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+        assert not [n for n in names if n.split(".")[0] in ("lightning", "torchmetrics", "wandb")], path

@@ -1,0 +1,233 @@
+"""Byte-level language-modelling data: any text file, or enwik8 (the tutorial's experiment 2) by default.
+
+Training batches are random windows of context + 1 bytes (inputs and next-byte targets), drawn afresh every
+step, so there are no epochs in the usual sense: an "epoch" is ``batches_per_epoch`` batches. Validation and
+test walk their split in windows and score every byte exactly once (see :class:`StridedWindows`).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Literal
+
+import torch
+from lightning.pytorch.utilities import rank_zero_info
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset
+
+from . import enwik8
+from .files import DataError, download, predicting, read_bytes
+from .ids import IGNORE_INDEX
+from .progress import ResumableData
+from .vocab import ByteVocab, vocab_from_state, vocab_state
+
+SPLITS = (0.9, 0.05, 0.05)  # 90M / 5M / 5M bytes on enwik8, as in the tutorial and the literature
+
+
+def split_bounds(n: int) -> dict[str, tuple[int, int]]:
+    """[start, end) of train, val and test in a file of n bytes: 90/5/5 (90M/5M/5M on enwik8)."""
+    n_train, n_val = int(n * SPLITS[0]), int(n * SPLITS[1])
+    return {"train": (0, n_train), "val": (n_train, n_train + n_val), "test": (n_train + n_val, n)}
+
+
+class RandomWindows(Dataset):
+    """Item i is training batch number i: ``batch_size`` random windows drawn by a generator seeded with
+    ``(seed, i)``, so a batch is the same whichever process (rank, worker) draws it, and a resumed run
+    draws exactly the batches the interrupted one would have (see :mod:`.progress`)."""
+
+    def __init__(self, data: Tensor, context: int, batch_size: int, seed: int) -> None:
+        self.data, self.context, self.batch_size, self.seed = data, context, batch_size, seed
+
+    def __getitem__(self, i: int) -> tuple[Tensor, Tensor]:
+        generator = torch.Generator().manual_seed(hash((self.seed, i)) % 2**63)
+        starts = torch.randint(len(self.data) - self.context, (self.batch_size, 1), generator=generator)
+        windows = self.data[starts + torch.arange(self.context + 1)].long()  # (b, context + 1)
+        return windows[:, :-1], windows[:, 1:]  # inputs, next-byte targets: (b, context) each
+
+
+class StridedWindows(Dataset):
+    """Windows of context + 1 bytes starting every ``stride`` bytes, each scoring only targets that no
+    earlier window scored, so every byte after the first is predicted exactly once.
+
+    stride = context: contiguous, non-overlapping windows (a byte sees 0 to context - 1 earlier bytes).
+    stride = 1: the tutorial's exhaustive protocol (every byte sees a full context; context times slower).
+    """
+
+    def __init__(self, data: Tensor, context: int, stride: int | None = None) -> None:
+        self.data, self.context = data, context
+        stride = stride or context
+        last = len(data) - context - 1
+        self.starts = list(range(0, last + 1, stride))
+        if self.starts[-1] != last:
+            self.starts.append(last)  # the tail, scoring only what is new
+        self.first, scored_until = [], 1  # targets at absolute positions < scored_until are done
+        for p in self.starts:
+            self.first.append(max(scored_until, p + 1) - (p + 1))
+            scored_until = p + context + 1
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def __getitem__(self, i: int) -> tuple[Tensor, Tensor]:
+        p = self.starts[i]
+        window = self.data[p : p + self.context + 1].long()  # (context + 1,)
+        targets = window[1:].clone()
+        targets[: self.first[i]] = IGNORE_INDEX
+        return window[:-1], targets
+
+
+class TextDataModule(ResumableData):
+    """Byte-level text: enwik8 (downloaded into ``data_dir`` when missing) or any local text file, split
+    90/5/5.
+
+    What a model needs from it (``vocab_size``, ``context``) is linked into the model's config by the CLI;
+    ``vocab`` and ``seed_text`` serve samples, and the vocabulary travels in checkpoints (``state_dict``).
+    """
+
+    def __init__(
+        self,
+        path: str | None = None,
+        data_dir: str = "data",
+        context: int = 256,
+        batch_size: int = 32,
+        batches_per_epoch: int = 1000,
+        eval_batch_size: int | None = None,
+        eval_stride: int | None = None,
+        vocab: Literal["bytes", "file"] = "bytes",
+        num_workers: int = 0,
+        seed: int = 1234,
+        url: str = enwik8.URL,
+        predict_path: str | None = None,
+    ) -> None:
+        """
+        Args:
+            path: A raw file, ``.zip`` or ``.gz`` to use instead of enwik8 (e.g. tinyshakespeare.txt).
+            data_dir: Where enwik8.zip is downloaded when ``path`` is not given.
+            context: Window length the model sees; must not exceed the model's context.
+            batch_size: Windows per training batch (per device).
+            batches_per_epoch: Training batches that make one "epoch" (windows are random; there is no pass).
+            eval_batch_size: Windows per validation/test batch; default: batch_size.
+            eval_stride: Bytes between evaluation windows. None: context (contiguous windows);
+                1: the tutorial's exhaustive evaluation, every byte predicted from a full context.
+            vocab: ``bytes``: all 256 byte values; ``file``: only the byte values in the file.
+            num_workers: DataLoader worker processes.
+            seed: Seed of the training windows (batch i is drawn with seed and i).
+            url: Where enwik8.zip is downloaded from (a mirror, if the original is unreachable).
+            predict_path: For ``predict``: a file to score in bits per byte, with this module's windows.
+        """
+        super().__init__()
+        for name, value in (("context", context), ("batch_size", batch_size), ("batches_per_epoch", batches_per_epoch)):
+            if value < 1:
+                raise ValueError(f"data.{name}={value} must be a positive integer")
+        if eval_stride is not None and not 1 <= eval_stride <= context:
+            raise ValueError(f"data.eval_stride={eval_stride} must lie in [1, context={context}], or be None")
+        self.path, self.data_dir, self.context, self.batch_size = path, Path(data_dir), context, batch_size
+        self.batches_per_epoch, self.eval_stride, self.vocab_kind = batches_per_epoch, eval_stride, vocab
+        self.eval_batch_size = eval_batch_size or batch_size
+        self.num_workers, self.seed, self.url, self.predict_path = num_workers, seed, url, predict_path
+        self._raw: bytes | None = None
+        self._vocab: ByteVocab | None = None
+        self.splits: dict[str, Tensor] = {}
+
+    # ---- the file -------------------------------------------------------------------------------
+    @property
+    def source(self) -> Path:
+        return Path(self.path) if self.path is not None else self.data_dir / "enwik8.zip"
+
+    def prepare_data(self) -> None:
+        """Download enwik8 when it is needed and missing (Lightning calls this on one process per node)."""
+        if self.path is None and not self.source.exists() and not predicting(self):
+            hint = (
+                f"Fetch {enwik8.URL} yourself and put it at {self.source}, or pass --data.path with a local "
+                "enwik8, enwik8.zip or enwik8.gz (or any other text file)."
+            )
+            download(self.url, self.source, "enwik8", hint, sha256=enwik8.SHA256)
+
+    def raw(self) -> bytes:
+        if self._raw is None:
+            if self.path is None and not self.source.exists():
+                self.prepare_data()  # the vocabulary is wanted before Lightning would call prepare_data
+            self._raw = read_bytes(self.source)
+            if not self._raw:
+                raise DataError(f"{str(self.source)!r} is empty; pass a text file (data.path) with something in it")
+        return self._raw
+
+    @property
+    def vocab(self) -> ByteVocab:
+        if self._vocab is None:
+            self._vocab = ByteVocab(None if self.vocab_kind == "bytes" else bytes(sorted(set(self.raw()))))
+        return self._vocab
+
+    @property
+    def vocab_size(self) -> int:
+        """Linked to model.vocab_size by the CLI."""
+        return 256 if self.vocab_kind == "bytes" else self.vocab.size
+
+    # ---- splits and loaders ---------------------------------------------------------------------
+    def setup(self, stage: str | None = None) -> None:
+        if stage in ("fit", "validate", "test"):
+            rank_zero_info(f"val/bpc and test/bpc: {self.protocol}")
+        if self.splits or stage == "predict":
+            return
+        data = self.vocab.encode(self.raw())
+        for name, (lo, hi) in split_bounds(len(data)).items():
+            if hi - lo < self.context + 1:
+                raise DataError(
+                    f"the {name} split of {str(self.source)!r} holds {hi - lo:,} bytes (the file has {len(data):,}, "
+                    f"split 90/5/5), fewer than one window of data.context + 1 = {self.context + 1}; "
+                    f"use a file of at least {math.ceil((self.context + 1) / SPLITS[1]):,} bytes or lower data.context"
+                )
+            self.splits[name] = data[lo:hi]
+
+    def train_dataloader(self) -> DataLoader:
+        windows = RandomWindows(self.splits["train"], self.context, self.batch_size, self.seed)
+        return self.train_loader(windows, self.batches_per_epoch, shuffle=False)  # batch numbers are random enough
+
+    def _eval_loader(self, split: str) -> DataLoader:
+        dataset = StridedWindows(self.splits[split], self.context, self.eval_stride)
+        return DataLoader(dataset, batch_size=self.eval_batch_size, num_workers=self.num_workers)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._eval_loader("val")
+
+    def test_dataloader(self) -> DataLoader:
+        return self._eval_loader("test")
+
+    def predict_dataloader(self) -> DataLoader:
+        """``predict_path`` in evaluation windows, encoded with the (checkpoint's) vocabulary."""
+        if self.predict_path is None:
+            raise ValueError("predict scores a file: pass --data.predict_path FILE")
+        data = read_bytes(self.predict_path)
+        if len(data) < self.context + 1:
+            raise DataError(
+                f"data.predict_path {self.predict_path!r} holds {len(data)} bytes, fewer than one window "
+                f"of data.context + 1 = {self.context + 1}"
+            )
+        try:
+            ids = self.vocab.encode(data)
+        except DataError as e:
+            raise DataError(f"data.predict_path {self.predict_path!r}: {e}") from e
+        dataset = StridedWindows(ids, self.context, self.eval_stride)
+        return DataLoader(dataset, batch_size=self.eval_batch_size, num_workers=self.num_workers)
+
+    @property
+    def protocol(self) -> str:
+        """How val/bpc and test/bpc are measured, in words (logged beside them)."""
+        if self.eval_stride in (None, self.context):
+            return f"contiguous windows of {self.context} bytes (each byte sees 0..{self.context - 1} earlier bytes)"
+        return f"windows every {self.eval_stride} bytes (each byte sees at least {self.context - self.eval_stride})"
+
+    def seed_text(self, length: int, generator: torch.Generator | None = None) -> Tensor:
+        """A random slice of the validation split, (1, length) ids, to seed samples."""
+        val = self.splits["val"]
+        start = torch.randint(max(1, len(val) - length), (1,), generator=generator).item()
+        return val[start : start + length].long()[None]
+
+    # ---- checkpoint state: the vocabulary ---------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {**vocab_state(self.vocab), **self.progress_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._vocab = vocab_from_state(state) or self._vocab
+        self.load_progress(state)

@@ -1,0 +1,59 @@
+"""The transformer in plain PyTorch, read bottom-up:
+
+    config.py      the typed sizes and choices of every model
+    positions.py   learned and sinusoidal position vectors, RoPE and ALiBi
+    attention.py   self-attention from scratch, the kernels, MultiHeadAttention
+    cache.py       the key/value cache of decoding
+    blocks.py      embeddings, feed-forward, the block (pre- and post-norm), the stack
+    models.py      the classifier, the masked LM, the causal LM, the encoder-decoder
+    generation.py  sampling, cached decoding loops, the CUDA-graph step
+    pretrained.py  the safetensors export and import
+
+Nothing here imports Lightning, the data, training or the command line (tests/test_layers.py holds it).
+"""
+
+from .attention import (
+    ATTENTION,
+    MultiHeadAttention,
+    basic_self_attention,
+    causal_mask,
+    fused_attention,
+    reference_attention,
+)
+from .blocks import Embedding, FeedForward, Stack, TransformerBlock
+from .cache import KVCache
+from .config import ClassifierConfig, EncoderDecoderConfig, LMConfig, MaskedLMConfig, TransformerConfig
+from .generation import nucleus, sample_next
+from .models import CausalLM, EncoderDecoder, MaskedLM, SequenceClassifier, count_parameters
+from .positions import LearnedPositions, SinusoidalPositions
+from .pretrained import from_pretrained, save_pretrained
+
+__all__ = [
+    "ATTENTION",
+    "CausalLM",
+    "ClassifierConfig",
+    "Embedding",
+    "EncoderDecoder",
+    "EncoderDecoderConfig",
+    "FeedForward",
+    "KVCache",
+    "LMConfig",
+    "LearnedPositions",
+    "MaskedLM",
+    "MaskedLMConfig",
+    "MultiHeadAttention",
+    "SequenceClassifier",
+    "SinusoidalPositions",
+    "Stack",
+    "TransformerBlock",
+    "TransformerConfig",
+    "basic_self_attention",
+    "causal_mask",
+    "count_parameters",
+    "from_pretrained",
+    "fused_attention",
+    "nucleus",
+    "reference_attention",
+    "sample_next",
+    "save_pretrained",
+]

@@ -1,0 +1,228 @@
+"""Generation: sampling a token (temperature, top-k, top-p), decoding loops with and without the key/value
+cache, and the CUDA-graph decoding step. The models call these from their ``generate`` methods.
+
+Shapes: b batch, t length, v vocabulary.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+from torch import Tensor, nn
+
+from .cache import KVCache
+
+
+def sample_next(
+    logits: Tensor,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+    top_p: float | None = None,
+) -> Tensor:
+    """Draw one token per row from logits (b, v): temperature 0 is greedy, top_k keeps the k likeliest, top_p
+    the nucleus (see :func:`nucleus`); ``generator``: draw from it instead of the global random stream."""
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)  # (b, 1)
+    logits = logits / temperature
+    if top_k is not None:
+        kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]  # (b, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1:
+        logits = logits.masked_fill(~nucleus(logits, top_p), float("-inf"))
+    return torch.multinomial(logits.softmax(dim=-1), num_samples=1, generator=generator)  # (b, 1)
+
+
+def nucleus(logits: Tensor, p: float) -> Tensor:
+    """Nucleus (top-p) sampling's set, Holtzman et al. 2020: per row of logits (b, v), the fewest likeliest
+    tokens whose probabilities sum to at least p; returned as a mask (b, v). The likeliest token is always in."""
+    probs, order = logits.softmax(dim=-1).sort(dim=-1, descending=True)
+    keep = probs.cumsum(dim=-1) - probs < p  # the mass of the likelier tokens has not reached p yet
+    return torch.zeros_like(keep).scatter(-1, order, keep)
+
+
+def _check_sampling(temperature: float, top_k: int | None, top_p: float | None = None) -> None:
+    if temperature < 0:
+        raise ValueError(f"temperature {temperature} < 0; use 0 for greedy decoding or a positive value")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k {top_k} < 1; use a positive count or None for no cut-off")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"top_p {top_p} must lie in (0, 1]; 0.9 keeps the likeliest tokens that make up 90 %")
+
+
+@torch.inference_mode()
+def generate(
+    model,
+    prompt: Tensor,
+    max_new_tokens: int,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    use_cache: bool = True,
+    generator: torch.Generator | None = None,
+    top_p: float | None = None,
+    cuda_graph: bool = False,
+) -> Tensor:
+    """A causal model (:class:`~.models.CausalLM`) continues prompt (b, t) by max_new_tokens; returns
+    (b, t + max_new_tokens). Sampling as in :func:`sample_next`. ``cuda_graph`` (GPU, with the cache): each
+    one-token step is one CUDA graph replay (:class:`GraphedStep`).
+
+    The model sees at most ``context`` tokens: the newest window. With ``use_cache`` each step feeds only
+    the newest token and attends over cached keys and values, which gives exactly the tokens of
+    recomputing the window while the sequence fits the context. Once the cache is full, the newest half
+    context is re-encoded and caching goes on from there (positions are absolute, so a cache cannot
+    slide); the model then sees between half and all of the context, where recomputation would always
+    see all of it.
+    """
+    _check_sampling(temperature, top_k, top_p)
+    if prompt.numel() == 0:
+        raise ValueError("empty prompt; give at least one token to condition on")
+    if cuda_graph and (prompt.device.type != "cuda" or not use_cache):
+        raise ValueError(
+            f"cuda_graph replays the cached one-token step on a GPU; this call has the model on "
+            f"{prompt.device.type} and use_cache {use_cache}: move it to a GPU with the cache on, or leave "
+            "cuda_graph off"
+        )
+    context, was_training = model.cfg.context, model.training
+    model.eval()
+    b, t = prompt.shape
+    tokens = prompt.new_empty(b, t + max_new_tokens)  # written in place: no growing concatenation
+    tokens[:, :t] = prompt
+    caches, step = None, None
+    with decoding_threads(prompt.device, use_cache):
+        for end in range(t, t + max_new_tokens):  # tokens[:, :end] are known
+            if not use_cache:
+                logits = model(tokens[:, max(0, end - context) : end])
+            elif caches is None or caches[0].len == context:
+                keep = min(end, context if caches is None else max(1, context // 2))
+                caches = caches or model.new_caches(b)
+                for cache in caches:
+                    cache.len = 0  # the same buffers, refilled
+                logits = model(tokens[:, end - keep : end], caches)  # the newest window
+            elif cuda_graph:
+                step = step or GraphedStep(model, caches)
+                logits = step(tokens[:, end - 1 : end])  # one new position, one replay
+            else:
+                logits = model(tokens[:, end - 1 : end], caches)  # one new position
+            tokens[:, end] = sample_next(logits[:, -1], temperature, top_k, generator, top_p)[:, 0]
+    model.train(was_training)
+    return tokens
+
+
+class GraphedStep:
+    """A causal model's one-token decoding step over its caches, captured once as a CUDA graph and then
+    replayed: a step costs the host a few launches instead of one per operation (hundreds), and those
+    launches are what a batch-1 step on a GPU waits on.
+
+    A graph replays fixed kernels on fixed memory, so the step runs with the caches in static mode: the
+    position is a tensor on the device (:attr:`KVCache.at`) and attention reads the whole cache buffer
+    through a mask of the keys written so far. The same buffers stay in use when the model re-encodes its
+    window. ``graph=False`` runs the same static step without capturing it (the tests compare it on a CPU).
+    """
+
+    def __init__(self, model: nn.Module, caches: list[KVCache], graph: bool = True) -> None:
+        self.model, self.caches = model, caches
+        device = caches[0].k.device
+        self.ids = torch.zeros(caches[0].k.size(0), 1, dtype=torch.long, device=device)  # (b, 1) the input
+        self.at = torch.full((), caches[0].len, dtype=torch.long, device=device)  # its position
+        self.graph, self.logits = None, None
+        if graph:  # warm up on a side stream (lazy initialisations must not be captured), then capture
+            stream = torch.cuda.Stream(device)
+            stream.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(stream):
+                for _ in range(2):
+                    self._forward()  # writes at the next position, which the first real step overwrites
+            torch.cuda.current_stream(device).wait_stream(stream)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                self.logits = self._forward()  # (b, 1, v), rewritten by every replay
+
+    def _forward(self) -> Tensor:
+        seen = torch.arange(self.caches[0].capacity, device=self.at.device) <= self.at  # (u,) keys written
+        for cache in self.caches:
+            cache.at, cache.seen = self.at, seen
+        try:
+            return self.model(self.ids, self.caches)
+        finally:
+            for cache in self.caches:
+                cache.at = cache.seen = None
+
+    def __call__(self, ids: Tensor) -> Tensor:
+        """ids (b, 1) at the caches' next position -> logits (b, 1, v); the caches grow by one position."""
+        if self.caches[0].len >= self.caches[0].capacity:
+            raise ValueError(f"the KV cache is full ({self.caches[0].capacity} positions); re-encode the window")
+        self.ids.copy_(ids)
+        self.at.fill_(self.caches[0].len)
+        if self.graph is None:
+            logits = self._forward()
+        else:
+            self.graph.replay()
+            logits = self.logits
+        for cache in self.caches:
+            cache.len += 1
+        return logits
+
+
+@contextmanager
+def decoding_threads(device: torch.device, cached: bool):
+    """Cached decoding on a CPU runs on one thread. A one-token step is a chain of tiny operations: sharing
+    each between threads costs more in synchronisation than it saves, and when the machine is busy every
+    step waits for the slowest thread. Training and recomputation keep all threads."""
+    if device.type != "cpu" or not cached or torch.get_num_threads() == 1:
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+@torch.inference_mode()
+def generate_seq2seq(
+    model,
+    src: Tensor,
+    *,
+    bos_id: int,
+    max_new_tokens: int,
+    src_mask: Tensor | None = None,
+    eos_id: int | None = None,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    use_cache: bool = True,
+) -> Tensor:
+    """An encoder-decoder (:class:`~.models.EncoderDecoder`) decodes token by token from BOS: greedy by
+    default, sampled with temperature > 0 (top_k, top_p as in :func:`sample_next`).
+
+    The source is encoded once. With ``use_cache`` each step feeds only the newest token: the decoder's
+    self-attention reads its keys and values from a cache, and cross-attention reads keys and values of
+    the memory projected once per source; without it, every step decodes the whole target so far.
+
+    Returns (b, n) generated ids without BOS; n < max_new_tokens when every row has emitted eos_id.
+    """
+    _check_sampling(temperature, top_k, top_p)
+    was_training = model.training
+    model.eval()
+    memory = model.encode(src, src_mask)  # (b, u, k): encoded once, read at every step
+    out = torch.full((src.size(0), 1 + max_new_tokens), bos_id, dtype=torch.long, device=src.device)
+    done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+    caches = model.new_caches(src.size(0), max_new_tokens) if use_cache else None
+    kvs = model.memory_kvs(memory) if use_cache else None
+    end = 1  # out[:, :end] is decoded (BOS first); written in place
+    while end <= max_new_tokens:
+        if use_cache:
+            logits = model.decode(out[:, end - 1 : end], None, src_mask, caches=caches, memory_kvs=kvs)[:, -1]
+        else:
+            logits = model.decode(out[:, :end], memory, src_mask)[:, -1]  # (b, v)
+        nxt = sample_next(logits, temperature, top_k, top_p=top_p)[:, 0]  # (b,)
+        out[:, end] = nxt
+        end += 1
+        if eos_id is not None:
+            done |= nxt == eos_id
+            if done.all():
+                break
+    model.train(was_training)
+    return out[:, 1:end]
