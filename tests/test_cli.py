@@ -219,10 +219,10 @@ def test_sample_needs_one_prompt_and_a_sane_count(trained):
     assert_fails_cleanly(many, "--num_samples 0 must lie in [1, 1,000]")
     nucleus = cli("sample", "--ckpt_path", ckpt, "--prompt", "the ", "--top_p", "0", cwd=cwd)
     assert_fails_cleanly(nucleus, "top_p 0.0 must lie in (0, 1]")
-    graph = cli("sample", "--ckpt_path", ckpt, "--prompt", "the ", "--cuda_graph", "--no_cache", cwd=cwd)
-    assert_fails_cleanly(graph, "--cuda_graph replays the cached decoding step on a GPU, and --no_cache turns")
+    graph = cli("sample", "--ckpt_path", ckpt, "--prompt", "the ", "--cuda_graph", "true", "--cache", "false", cwd=cwd)
+    assert_fails_cleanly(graph, "--cuda_graph replays the cached decoding step on a GPU, and --cache false turns")
     if not torch.cuda.is_available():
-        graph = cli("sample", "--ckpt_path", ckpt, "--prompt", "the ", "--cuda_graph", cwd=cwd)
+        graph = cli("sample", "--ckpt_path", ckpt, "--prompt", "the ", "--cuda_graph", "true", cwd=cwd)
         assert_fails_cleanly(graph, "and this machine has no GPU; leave --cuda_graph off")
 
 
@@ -301,7 +301,7 @@ def test_the_help_names_the_sample_and_export_commands(tmp_path):
 
 def test_only_the_subcommand_being_run_is_built():
     """Each subcommand's parser costs start-up time; a fit builds the fit parser alone."""
-    from transformers_scratch.cli import CLI
+    from transformers_scratch.cli.lightning import CLI
 
     assert set(CLI.subcommands(CLI.__new__(CLI))) == {"fit", "validate", "test", "predict"}  # no argv: all
     cli = CLI.__new__(CLI)
@@ -502,7 +502,7 @@ def test_a_fit_on_the_gpu_clips_samples_tests_and_samples_again(tmp_path):
     assert sample.returncode == 0 and sample.stdout.startswith("the "), sample.stderr[-3000:]
     greedy = ["sample", "--ckpt_path", "checkpoints/tiny_charlm/last.ckpt", "--prompt", "the ", "--length", "300",
               "--temperature", "0"]  # fmt: skip
-    graphed = cli(*greedy, "--cuda_graph", cwd=tmp_path)  # past the tiny model's context: the window refills
+    graphed = cli(*greedy, "--cuda_graph", "true", cwd=tmp_path)  # past the tiny model's context: the window refills
     assert graphed.returncode == 0 and graphed.stdout == cli(*greedy, cwd=tmp_path).stdout, graphed.stderr[-3000:]
 
 

@@ -24,11 +24,12 @@ from test_data import make_aclimdb
 from torch.utils.data import DataLoader, TensorDataset
 
 from transformers_scratch import ClassifierConfig, LMConfig
-from transformers_scratch.cli import LOCK, build_cli, claim_run_folder, main, release_run_folder
+from transformers_scratch.cli import build_cli, main
 from transformers_scratch.data import DataError, IMDbDataModule, TextDataModule, WordVocab, files
 from transformers_scratch.data.imdb import read_aclimdb
 from transformers_scratch.data.vocab import ByteVocab
 from transformers_scratch.training.callbacks import SafeModelCheckpoint, SampleText, TrainingDiverged
+from transformers_scratch.training.checkpoints import LOCK, claim_run_folder, release_run_folder
 from transformers_scratch.training.modules import LitCharLM, LitClassifier, OptimConfig, as_config, lr_factor
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,7 +19,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from ..data import TextDataModule
+from ..data import IGNORE_INDEX, TextDataModule
 
 
 def import_model_py(path: str):
@@ -57,8 +57,9 @@ def heldout_nats(logits_of, data: TextDataModule, device: torch.device, bf16: bo
         x, y = x.to(device).long(), y.to(device).long()
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             logits = logits_of(x, y)
-        total += F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum", ignore_index=-100).item()
-        count += (y != -100).sum().item()
+        nats = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum", ignore_index=IGNORE_INDEX)
+        total += nats.item()
+        count += (y != IGNORE_INDEX).sum().item()
     return total / count
 
 

@@ -1,6 +1,6 @@
 """Soak test: does a long run's memory stay flat? A benchmark-style script, not a timed test.
 
-    python -m transformers_scratch.soak --data.path ../shared/data/tinyshakespeare.txt
+    python cli.py soak --data.path tinyshakespeare.txt
 
 Runs the real ``fit`` (shared loggers and callbacks, CSV and W&B offline, validation and samples) on a tiny
 character model for 2,000 steps, logging every step, and reads the process's resident memory (RSS) every
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -37,21 +36,19 @@ class Memory(Callback):
             self.readings.append((trainer.global_step, rss_mb()))
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str], build) -> int:
+    """``build``: the command line's run builder (``cli.build_cli``), which the CLI hands in."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data.path", dest="path", required=True, help="A text file (e.g. tinyshakespeare.txt).")
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--warmup", type=int, default=300, help="Steps before the reference reading.")
     parser.add_argument("--bound_mb", type=float, default=20.0, help="Allowed RSS growth after the warm-up.")
     args = parser.parse_args(argv)
-    sys.argv = sys.argv[:1]  # the run below gets its arguments from here, not from the command line
     os.environ.setdefault("WANDB_MODE", "offline")
-
-    from ..cli import build_cli
 
     work = Path(tempfile.mkdtemp(prefix="soak-"))
     os.chdir(work)  # its logs and checkpoints go to a scratch folder
-    run = build_cli(
+    run = build(
         ["--config", str(CONFIG), "--data.path", str(Path(args.path).resolve()), "--trainer.max_steps",
          str(args.steps), "--trainer.log_every_n_steps", "1", "--data.batches_per_epoch", "250",
          "--trainer.limit_val_batches", "5", "--trainer.enable_progress_bar", "false"],
@@ -75,6 +72,3 @@ def main(argv: list[str] | None = None) -> int:
     )
     return 0 if growth <= args.bound_mb else 1
 
-
-if __name__ == "__main__":
-    sys.exit(main())

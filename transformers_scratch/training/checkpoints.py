@@ -1,15 +1,16 @@
-"""Reading what ``fit`` wrote, one way for every command: the module through Lightning's
-``load_from_checkpoint``, the vocabulary through :func:`~transformers_scratch.data.checkpoint_vocab`."""
+"""Reading what ``fit`` wrote, one way for every command (the module and its vocabulary, from one read of the
+file), and the run-folder lock: one run, one place."""
 
 from __future__ import annotations
 
+import atexit
+import os
 import pickle
 from pathlib import Path
 
 import torch
 
 from ..data import checkpoint_vocab
-from ..data.vocab import Vocab
 from .modules import LitTransformer
 
 CKPT_ALIASES = {"last", "best", "hpc", "registry"}  # names Lightning resolves itself
@@ -40,14 +41,80 @@ def read_checkpoint(ckpt_path: str) -> dict:
     return checkpoint
 
 
-def load_trained(ckpt_path: str, module_class: type[LitTransformer]) -> tuple[LitTransformer, Vocab | None]:
-    """The trained module (on the CPU, in eval mode) and the vocabulary it was trained with."""
+def load_trained(ckpt_path: str, *takes: type[LitTransformer], command: str = "this command"):
+    """The trained module (on the CPU, in eval mode) and the vocabulary it was trained with, from one read of the
+    file. ``takes``: the module classes the command can use; a checkpoint of another refuses in one line."""
     checkpoint = read_checkpoint(ckpt_path)
-    written_by = checkpoint.get("hyper_parameters", {}).get("_class_path", module_class.__name__)
-    if written_by.rsplit(".", 1)[-1] != module_class.__name__:
+    hparams = {k: v for k, v in (checkpoint.get("hyper_parameters") or {}).items() if not k.startswith("_")}
+    written_by = str((checkpoint.get("hyper_parameters") or {}).get("_class_path", "?")).rsplit(".", 1)[-1]
+    module_class = next((cls for cls in takes if cls.__name__ == written_by), None)
+    if module_class is None:
+        names = ", ".join(cls.__name__ for cls in takes)
+        raise ValueError(f"--ckpt_path {ckpt_path!r} holds a {written_by}; {command} takes {names}")
+    try:
+        module = module_class(**hparams)
+        module.load_state_dict(checkpoint["state_dict"])
+    except (TypeError, RuntimeError, KeyError) as e:
+        reason = (str(e).splitlines() or [type(e).__name__])[0][:200]
         raise ValueError(
-            f"--ckpt_path {ckpt_path!r} was written by {written_by}, and this command needs a {module_class.__name__} "
-            "checkpoint"
-        )
-    module = module_class.load_from_checkpoint(ckpt_path, map_location="cpu", weights_only=True)
+            f"--ckpt_path {ckpt_path!r} does not fit this version's {written_by} ({reason}); it predates the "
+            "package's layout or comes from another version: train it again with this one"
+        ) from e
     return module.eval(), checkpoint_vocab(checkpoint)
+
+
+LOCK = ".fit.lock"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def claim_run_folder(folder: Path, resuming: bool) -> None:
+    """One run, one place: a fit holds its checkpoint folder (a lock file with its process id) until it ends,
+    and a fresh fit never starts in a folder that holds another run's checkpoints. A lock left by a killed
+    run is taken over, as are temporary files its interrupted writes left."""
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = folder / LOCK
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                pid = int(lock.read_text() or 0)
+            except (OSError, ValueError):
+                pid = 0
+            if pid and pid != os.getpid() and _alive(pid):
+                raise ValueError(
+                    f"{folder}/ is in use by another fit (process {pid}); wait for it to end, or give this run "
+                    "its own --name"
+                ) from None
+            lock.unlink(missing_ok=True)  # a killed run's
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(str(os.getpid()))
+        atexit.register(release_run_folder, folder)
+        break
+    if not resuming and (found := sorted(p.name for p in folder.glob("*.ckpt"))):
+        release_run_folder(folder)
+        raise ValueError(
+            f"{folder}/ already holds a run ({', '.join(found[:3])}{', ...' if len(found) > 3 else ''}); resume it "
+            "with --ckpt_path last, start another with --name NAME, or move that folder away"
+        )
+    for stale in folder.glob(".*.tmp"):  # an interrupted checkpoint write (the folder is ours now)
+        stale.unlink(missing_ok=True)
+
+
+def release_run_folder(folder: Path) -> None:
+    lock = folder / LOCK
+    try:
+        if int(lock.read_text() or 0) == os.getpid():
+            lock.unlink()
+    except (OSError, ValueError):
+        pass

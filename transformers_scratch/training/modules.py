@@ -24,6 +24,7 @@ from lightning.pytorch.strategies import FSDPStrategy
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
+from ..data.ids import IGNORE_INDEX
 from ..model.blocks import TransformerBlock
 from ..model.config import ClassifierConfig, EncoderDecoderConfig, LMConfig, MaskedLMConfig
 from ..model.models import CausalLM, EncoderDecoder, MaskedLM, SequenceClassifier, encoder_state
@@ -368,7 +369,7 @@ class LitMaskedLM(LitTransformer):
         self.optim, self.compile = as_config(optim, OptimConfig), compile
         self.model = MaskedLM(model)
         self.output_size = model.vocab_size
-        acc = lambda: torchmetrics.Accuracy(task="multiclass", num_classes=model.vocab_size, ignore_index=-100)  # noqa: E731
+        acc = lambda: torchmetrics.Accuracy(task="multiclass", num_classes=model.vocab_size, ignore_index=IGNORE_INDEX)  # noqa: E731
         self.train_acc, self.val_acc = acc(), acc()
 
     def forward(self, ids: Tensor, mask: Tensor | None = None, chosen: Tensor | None = None) -> Tensor:
@@ -376,9 +377,9 @@ class LitMaskedLM(LitTransformer):
 
     def _step(self, batch, acc: torchmetrics.Metric) -> Tensor:
         """batch: masked ids (b, t), real-token mask (b, t), targets (b, t): the original id where a position
-        was chosen, -100 elsewhere. Only chosen positions go through the output layer."""
+        was chosen, IGNORE_INDEX elsewhere. Only chosen positions go through the output layer."""
         ids, mask, targets = batch
-        chosen = targets != -100  # (b, t)
+        chosen = targets != IGNORE_INDEX  # (b, t)
         logits = self(ids, mask, chosen)  # (n chosen, v)
         loss = F.cross_entropy(logits.float(), targets[chosen])
         acc.update(logits, targets[chosen])
@@ -394,7 +395,7 @@ class LitMaskedLM(LitTransformer):
 
     def validation_step(self, batch, batch_idx: int) -> None:
         loss = self._step(batch, self.val_acc)
-        self.log("val/loss", loss, prog_bar=True, batch_size=int((batch[2] != -100).sum()), sync_dist=True)
+        self.log("val/loss", loss, prog_bar=True, batch_size=int((batch[2] != IGNORE_INDEX).sum()), sync_dist=True)
         self.log("val/acc", self.val_acc, prog_bar=True)
 
 
@@ -408,9 +409,6 @@ class LitCharLM(LitTransformer):
         model: LMConfig | None = None,
         optim: OptimConfig | None = None,
         compile: Compile = False,
-        sample_length: int | None = None,
-        sample_temperature: float | None = None,
-        sample_seed_length: int | None = None,
     ) -> None:
         """
         Args:
@@ -418,9 +416,6 @@ class LitCharLM(LitTransformer):
             optim: Optimiser and schedule.
             compile: Run the model through torch.compile for training and evaluation, true or a mode (checkpoints
                 still load without it; sampling runs uncompiled).
-            sample_length: Old spelling of ``--sample.length`` (the SampleText callback); still read by the CLI.
-            sample_temperature: Old spelling of ``--sample.temperature``.
-            sample_seed_length: Old spelling of ``--sample.seed_length``.
         """
         super().__init__()
         self.save_hyperparameters()
@@ -442,11 +437,11 @@ class LitCharLM(LitTransformer):
         return loss
 
     def scored_bits(self, batch) -> tuple[Tensor, Tensor]:
-        """Total bits over the bytes this batch scores, and how many it scores (targets of -100 are scored
+        """Total bits over the bytes this batch scores, and how many it scores (targets of IGNORE_INDEX are scored
         by another window)."""
         x, y = batch
-        nats = F.cross_entropy(self(x).flatten(0, 1).float(), y.flatten(), reduction="sum", ignore_index=-100)
-        return nats / LN2, (y != -100).sum()
+        nats = F.cross_entropy(self(x).flatten(0, 1).float(), y.flatten(), reduction="sum", ignore_index=IGNORE_INDEX)
+        return nats / LN2, (y != IGNORE_INDEX).sum()
 
     def _eval_step(self, batch, metric: torchmetrics.MeanMetric) -> None:
         bits, count = self.scored_bits(batch)
@@ -492,7 +487,8 @@ class LitSeq2Seq(LitTransformer):
         self.optim, self.compile, self.label_smoothing = as_config(optim, OptimConfig), compile, label_smoothing
         self.model = EncoderDecoder(model)
         self.output_size = model.tgt_vocab_size
-        acc = lambda: torchmetrics.Accuracy(task="multiclass", num_classes=model.tgt_vocab_size, ignore_index=-100)  # noqa: E731
+        classes = model.tgt_vocab_size
+        acc = lambda: torchmetrics.Accuracy(task="multiclass", num_classes=classes, ignore_index=IGNORE_INDEX)  # noqa: E731
         self.train_acc, self.val_acc, self.test_acc = acc(), acc(), acc()
         self.val_exact, self.test_exact = torchmetrics.MeanMetric(), torchmetrics.MeanMetric()
 
@@ -529,11 +525,11 @@ class LitSeq2Seq(LitTransformer):
     @staticmethod
     def exact_match(decoded: Tensor, tgt_out: Tensor) -> Tensor:
         """Per row, 1.0 where decoding produced the whole target and then the end id, else 0.0. ``decoded`` is
-        (b, n) without BOS; ``tgt_out`` (b, t) is target + EOS, padded with -100."""
+        (b, n) without BOS; ``tgt_out`` (b, t) is target + EOS, padded with IGNORE_INDEX."""
         n = tgt_out.size(1)
         if decoded.size(1) < n:  # every row ended early: pad with ids that never match
             decoded = F.pad(decoded, (0, n - decoded.size(1)), value=-1)
-        scored = tgt_out != -100
+        scored = tgt_out != IGNORE_INDEX
         return ((decoded[:, :n] == tgt_out) | ~scored).all(dim=1).float()
 
     def validation_step(self, batch, batch_idx: int) -> None:

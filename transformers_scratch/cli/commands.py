@@ -1,0 +1,229 @@
+"""The commands beside Lightning's: typed functions whose signatures and docstrings jsonargparse turns into
+options and ``--help``. Each reads its checkpoint once, prints its output on stdout and its notes on stderr."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+from ..data import WordVocab
+from ..model.pretrained import save_pretrained
+from ..training.checkpoints import load_trained
+from ..training.modules import LitCharLM, LitClassifier, LitSeq2Seq
+
+MAX_SAMPLE = 1_000_000  # characters per sample call (about half an hour on 2 CPU cores)
+SAMPLE_PIECE = 2_000  # longer samples are generated in pieces of this length, with progress
+MAX_SAMPLES = 1_000  # --num_samples
+MAX_INPUTS = 100_000  # --input_file lines
+MAX_PICTURED = 256  # --max_tokens
+
+
+def text_or_file(text: str | None, path: str | None, flag: str, what: str, kind: str) -> str:
+    """The text of ``--FLAG TEXT`` or of the file ``--FLAG_file FILE``: exactly one of the two is given."""
+    if (text is None) == (path is None):
+        raise ValueError(f"give {what} with --{flag} TEXT or --{flag}_file FILE (one of the two)")
+    if path is None:
+        return text
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"--{flag}_file {path!r} does not exist; pass {kind}")
+    return Path(path).read_text(encoding="utf-8")
+
+
+def shown(path: str) -> str:
+    """A path as the user would type it: relative to the working folder when it is inside it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def sample(
+    ckpt_path: str,
+    prompt: str | None = None,
+    prompt_file: str | None = None,
+    length: int = 600,
+    num_samples: int = 1,
+    temperature: float = 0.5,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int | None = None,
+    cache: bool = True,
+    cuda_graph: bool = False,
+) -> None:
+    """Continue a prompt with a trained character model; prints prompt + continuation, once per sample.
+
+    Args:
+        ckpt_path: A LitCharLM checkpoint written by fit.
+        prompt: Text to continue.
+        prompt_file: Continue this file's text instead.
+        length: Characters (bytes) to generate.
+        num_samples: Samples of the same prompt, drawn together.
+        temperature: 0 is greedy; the tutorial samples at 0.5.
+        top_k: Sample only from the k likeliest.
+        top_p: Sample from the nucleus of mass p.
+        seed: Random seed: the same seed gives the same text.
+        cache: Decode with the key/value cache (false: recompute the window for every character).
+        cuda_graph: On a GPU, replay each cached step as a CUDA graph.
+    """
+    prompt = text_or_file(prompt, prompt_file, "prompt", "the text to continue", "a text file")
+    if not 1 <= length <= MAX_SAMPLE:
+        raise ValueError(f"--length {length} must lie in [1, {MAX_SAMPLE:,}] characters")
+    if not 1 <= num_samples <= MAX_SAMPLES:
+        raise ValueError(f"--num_samples {num_samples} must lie in [1, {MAX_SAMPLES:,}]")
+    if cuda_graph and (not cache or not torch.cuda.is_available()):
+        why = "--cache false turns the cache off" if not cache else "this machine has no GPU"
+        raise ValueError(f"--cuda_graph replays the cached decoding step on a GPU, and {why}; leave --cuda_graph off")
+    module, vocab = load_trained(ckpt_path, LitCharLM, command="sample")
+    if vocab is None:
+        raise ValueError(f"--ckpt_path {ckpt_path!r} holds no vocabulary; pass a checkpoint written by fit")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = module.model.to(device)
+    out = vocab.encode_text(prompt).to(device).expand(num_samples, -1)  # (n, t): one row a sample
+    generator = None if seed is None else torch.Generator(device).manual_seed(seed)
+    left = length
+    while left:  # long generations in pieces, with progress on stderr
+        n = min(left, SAMPLE_PIECE)
+        out = model.generate(out, n, temperature=temperature, top_k=top_k, top_p=top_p, use_cache=cache,
+                             generator=generator, cuda_graph=cuda_graph)  # fmt: skip
+        left -= n
+        if length > SAMPLE_PIECE:
+            print(f"sampled {length - left:,} of {length:,} characters", file=sys.stderr, flush=True)
+    print("\n---\n".join(vocab.decode(row.cpu()) for row in out))
+
+
+def decode(ckpt_path: str, input: str | None = None, input_file: str | None = None, batch_size: int = 256) -> None:
+    """Decode sources with a trained encoder-decoder (greedy, with the decoder's caches): one output a line.
+
+    Args:
+        ckpt_path: A LitSeq2Seq checkpoint written by fit.
+        input: One source, e.g. '31415' or '315+4096'.
+        input_file: A file of sources, one a line.
+        batch_size: Sources decoded together.
+    """
+    from ..data import transduction
+
+    text = text_or_file(input, input_file, "input", "the source", "a file, one source a line")
+    sources = [line.strip() for line in text.splitlines() if line.strip()] if input_file else [text.strip()]
+    if not sources or not all(sources):
+        raise ValueError("nothing to decode: give at least one non-empty source")
+    if len(sources) > MAX_INPUTS:
+        raise ValueError(f"--input_file holds {len(sources):,} sources, more than {MAX_INPUTS:,}; split the file")
+    if batch_size < 1:
+        raise ValueError(f"--batch_size {batch_size} must be a positive integer")
+    module, _ = load_trained(ckpt_path, LitSeq2Seq, command="decode")
+    context = module.model.cfg.context
+    for source in sources:
+        transduction.encode(source)  # every character known, or one line naming the first that is not
+        if len(source) > context:
+            raise ValueError(
+                f"source {source[:40]!r} has {len(source)} characters, more than the model's context {context}; "
+                "pass shorter sources, or train with a larger data.max_length"
+            )
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    module = module.to(device)
+    for i in range(0, len(sources), batch_size):
+        src, mask, _, _ = transduction.collate([(s, "") for s in sources[i : i + batch_size]])
+        out = module.greedy(src.to(device), mask.to(device), context)
+        print("\n".join(transduction.decode(row.tolist()) for row in out.cpu()))
+
+
+def export(ckpt_path: str, out: str) -> None:
+    """Write a checkpoint's model as model.safetensors + config.json, for transformers_scratch.from_pretrained.
+
+    Args:
+        ckpt_path: A LitCharLM, LitClassifier or LitSeq2Seq checkpoint written by fit.
+        out: A new or empty folder.
+    """
+    module, vocab = load_trained(ckpt_path, LitCharLM, LitClassifier, LitSeq2Seq, command="export")
+    if isinstance(module, LitSeq2Seq):
+        from ..data.transduction import ALPHABET, SPECIALS
+
+        extra = {"vocab": {"specials": ["<pad>", "<bos>", "<eos>"][:SPECIALS], "alphabet": ALPHABET}}
+    elif isinstance(vocab, WordVocab):
+        extra = {"vocab": {"words": vocab.itos[2:]}}
+    else:
+        extra = {"vocab": {"bytes": None if vocab is None or vocab.symbols is None else list(vocab.symbols)}}
+    folder = save_pretrained(module.model, out, extra)
+    print(f"exported {type(module).__name__}'s model to {folder}/ (model.safetensors, config.json)")
+
+
+def _shown_token(token: str) -> str:
+    return {" ": "␣", "\n": "⏎", "\t": "⇥"}.get(token, token)
+
+
+def attention(
+    ckpt_path: str,
+    text: str | None = None,
+    text_file: str | None = None,
+    out: str = "attention.png",
+    max_tokens: int = 32,
+    dpi: int = 100,
+) -> None:
+    """Draw the attention weights of every layer and head of a trained classifier (words) or character model
+    (characters) for one text, as one PNG grid with the tokens on the axes.
+
+    Args:
+        ckpt_path: A LitClassifier or LitCharLM checkpoint written by fit.
+        text: The text to read.
+        text_file: Read this file's text instead.
+        out: The PNG to write.
+        max_tokens: Draw the first N tokens (words or characters).
+        dpi: Resolution of the PNG.
+    """
+    from ..data.imdb import tokenize
+    from ..training.pictures import attention_maps, draw_attention
+
+    text = text_or_file(text, text_file, "text", "the text to read", "a text file")
+    if not 1 <= max_tokens <= MAX_PICTURED:
+        raise ValueError(f"--max_tokens {max_tokens} must lie in [1, {MAX_PICTURED}]: a panel holds that many")
+    module, vocab = load_trained(ckpt_path, LitClassifier, LitCharLM, command="attention")
+    model = module.model
+    if vocab is None:
+        raise ValueError(f"--ckpt_path {ckpt_path!r} holds no vocabulary; pass a checkpoint written by fit")
+    limit = min(max_tokens, model.cfg.context)
+    if isinstance(vocab, WordVocab):
+        words = tokenize(text)
+        ids = torch.tensor([vocab.encode(words[:limit])])  # (1, t); a word marked * is unknown (<unk>)
+        tokens = [w if i != WordVocab.UNK else f"{w}*" for w, i in zip(words[:limit], ids[0].tolist(), strict=True)]
+        total = len(words)
+    else:
+        encoded = vocab.encode_text(text)  # (1, all)
+        ids, total = encoded[:, :limit], encoded.size(1)
+        tokens = [_shown_token(vocab.decode(i[None])) for i in ids[0]]
+    if ids.size(1) == 0:
+        raise ValueError("the text holds no tokens to read; give some words")
+    if total > ids.size(1):
+        print(f"note: drawing the first {ids.size(1)} of {total} tokens (--max_tokens {max_tokens})", file=sys.stderr)
+    if getattr(model.cfg, "pool", None) == "cls":
+        tokens = ["[CLS]", *tokens]
+    weights = attention_maps(model, ids)[:, 0]  # (l, h, t, t)
+    kind = "words" if isinstance(vocab, WordVocab) else "characters"
+    title = f"{type(module).__name__} attention over {len(tokens)} {kind}: queries down, keys across"
+    draw_attention(weights, tokens, out, title, dpi)
+    print(f"wrote {out}: {weights.size(0)} layers x {weights.size(1)} heads over {len(tokens)} {kind}")
+
+
+def plot(run: str, out: str | None = None, dpi: int = 100) -> None:
+    """Draw a run's learning curves (training loss, validation metrics, learning rate) from its metrics.csv.
+
+    Args:
+        run: A run's log folder (logs/<name>/version_N) or its metrics.csv.
+        out: The PNG to write (default: RUN/curves.png).
+        dpi: Resolution of the PNG.
+    """
+    from ..training.pictures import draw_curves, learning_curves
+
+    metrics = Path(run) if Path(run).suffix == ".csv" else Path(run) / "metrics.csv"
+    if not metrics.is_file():
+        raise FileNotFoundError(
+            f"{str(metrics)!r} does not exist; pass a run's log folder such as logs/imdb/version_0 (fit writes "
+            "metrics.csv there)"
+        )
+    curves = learning_curves(metrics)
+    if not curves:
+        raise ValueError(f"{str(metrics)!r} holds no training loss, validation metric or learning rate to draw yet")
+    target = Path(out) if out else metrics.parent / "curves.png"
+    draw_curves(curves, target, shown(str(metrics.parent)), dpi)
+    print(f"wrote {target}: {', '.join(curves)}")

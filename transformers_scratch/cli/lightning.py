@@ -1,0 +1,393 @@
+"""Lightning's commands (fit, validate, test, predict) through LightningCLI, with what every run shares set in one
+place: the loggers (CSV and W&B), the callbacks (progress bar, checkpoints as ``--checkpoint.*``, learning-rate
+monitor, samples as ``--sample.*``, predictions as ``--predictions.*``), and the links that carry sizes from the
+data into the model's config (vocabulary, classes, context), so that none is typed twice. A run's name is its
+config file's (``--name`` overrides it): it logs to ``logs/<name>/`` and checkpoints to ``checkpoints/<name>/``.
+
+Hand-written pieces, and why Lightning's own do not do: :func:`run_name` reads the config before parsing, since
+the loggers' defaults depend on it; :func:`brief` cuts jsonargparse's nested union report to one line;
+``_parse_ckpt_path`` overrides a private LightningCLI method (no public hook), because Lightning's puts every
+hyper-parameter of a checkpoint over the command line and a resumed run would silently keep its old settings.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import torch
+import yaml
+from jsonargparse import set_parsing_settings
+from lightning import LightningDataModule
+from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
+
+from ..data import ByteVocab, WordVocab, checkpoint_vocab
+from ..data.vocab import vocab_state
+from ..model.config import TransformerConfig
+from ..training.callbacks import (
+    PhaseTimes,
+    PredictionWriter,
+    ProgressBar,
+    SafeModelCheckpoint,
+    SampleText,
+)
+from ..training.checkpoints import check_ckpt_path, claim_run_folder, read_checkpoint, release_run_folder
+from ..training.loggers import CSVLogger, WandbLogger
+from ..training.modules import LitTransformer, read_pretrained
+from .commands import shown
+
+# A config names classes and callables by import path; only these packages may be named (checked by jsonargparse
+# before it imports anything), so a config cannot run os.system, eval or an arbitrary module's import-time code.
+ALLOWED_IMPORTS = ["transformers_scratch", "torch", "lightning"]
+set_parsing_settings(import_path_denylist=["*"], import_path_allowlist=ALLOWED_IMPORTS)
+
+
+def _values(flag: str, argv: list[str]) -> list[str]:
+    """Every value given to ``flag`` in argv, as ``--flag value`` or ``--flag=value``."""
+    found = []
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            found.append(argv[i + 1])
+        elif arg.startswith(flag + "="):
+            found.append(arg.split("=", 1)[1])
+    return found
+
+
+def run_name(argv: list[str]) -> str:
+    """``--name``, else a ``name:`` in a config file, else the first config file's stem, else ``run``."""
+    if names := _values("--name", argv):
+        return names[-1]
+    configs = _values("--config", argv)
+    for config in reversed(configs):
+        try:
+            name = (yaml.safe_load(Path(config).read_text()) or {}).get("name")
+        except (OSError, yaml.YAMLError, AttributeError):
+            name = None  # jsonargparse reports an unreadable config itself
+        if name:
+            return str(name)
+    return Path(configs[0]).stem if configs else "run"
+
+
+def refuse_optimizer_flags(argv: list[str]) -> None:
+    """LightningCLI's ``--optimizer``/``--lr_scheduler`` would replace the modules' two weight-decay groups and
+    warm-up schedule with one plain group; the settings live under ``model.optim`` instead."""
+    for flag in ("--optimizer", "--lr_scheduler"):
+        if any(arg == flag or arg.startswith(flag + "=") or arg.startswith(flag + ".") for arg in argv):
+            raise ValueError(
+                f"{flag} is not used here: the modules build AdamW with weight decay on matrices only and a warm-up "
+                "then cosine schedule; set them with --model.optim.lr, .weight_decay, .beta1, .beta2, .warmup_steps, "
+                ".schedule (cosine or constant), .min_lr_ratio and .total_steps"
+            )
+
+
+SCAFFOLDING = (
+    "Parser key", "Does not validate", "Subtypes:", "Errors:", "Given value", "Expected a <class 'NoneType'>",
+    "Not a valid subclass", "Subclass types expect", "a class path", "a dict", "Problem with given class_path",
+)  # fmt: skip
+
+
+def brief(message: str) -> str:
+    """One line from jsonargparse's nested "does not validate against any of the Union subtypes" report: the
+    innermost key and the first real reason (the project's own message, when a config refused the value)."""
+    lines = [line.strip().removeprefix("- ") for line in message.splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return message
+    keys = [line.split('"')[1] for line in lines if line.startswith('Parser key "')]
+    reasons = [line for line in lines if not line.startswith(SCAFFOLDING)]
+    if not reasons:
+        return lines[0]
+    reason = reasons[0].split("callable class: ")[-1]
+    if "import path denylist" in reason:
+        path = reason.split("'")[1]
+        reason = (
+            f"{path!r} is refused: a config may name classes and functions from {', '.join(ALLOWED_IMPORTS)} only "
+            "(nothing else is imported)"
+        )
+    return f"{'.'.join(keys)}: {reason}" if keys else reason
+
+
+DESCRIPTION = "Train and evaluate the project's models. The other commands: cli.py --help."
+
+
+def _class_name(item) -> str:
+    return str(getattr(item, "class_path", "")).rsplit(".", 1)[-1]
+
+
+def _get(config, key: str, default):
+    """A field of a model config saved as a dataclass or as a plain dict."""
+    value = config.get(key) if isinstance(config, dict) else getattr(config, key, None)
+    return default if value is None else value
+
+
+class SaveRunConfig(SaveConfigCallback):
+    """Lightning's: the run's config.yaml in its log folder. With ``--trainer.logger false`` a run has no log
+    folder, and Lightning would write config.yaml into the working directory, over a file of that name: then
+    nothing is written."""
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if trainer.loggers:
+            super().setup(trainer, pl_module, stage)
+
+
+class CLI(LightningCLI):
+    """LightningCLI with the project's shared loggers and callbacks, data-to-model links and checks."""
+
+    def __init__(self, args: list[str] | None = None, run: bool = True) -> None:
+        self.argv = sys.argv[1:] if args is None else list(args)
+        refuse_optimizer_flags(self.argv)
+        super().__init__(
+            LitTransformer,
+            LightningDataModule,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            save_config_callback=SaveRunConfig,
+            save_config_kwargs={"overwrite": True},
+            parser_kwargs={"exit_on_error": False, "description": DESCRIPTION},  # main(): a parse error, one line
+            auto_configure_optimizers=False,  # the modules build their own AdamW groups and schedule
+            args=args,  # None: read sys.argv
+            run=run,
+        )
+
+    def subcommands(self) -> dict[str, set[str]]:
+        """Lightning builds a parser for every subcommand at start-up; only the one being run is built here
+        (``cli.py --help`` still lists them all)."""
+        every = LightningCLI.subcommands()
+        asked = self.argv[0] if getattr(self, "argv", None) else None
+        return {asked: every[asked]} if asked in every else every
+
+    def add_arguments_to_parser(self, parser) -> None:
+        # Sizes that come from the data are never typed twice.
+        parser.link_arguments("data.vocab_size", "model.init_args.model.vocab_size", apply_on="instantiate")
+        parser.link_arguments("data.num_classes", "model.init_args.model.num_classes", apply_on="instantiate")
+        parser.link_arguments("data.context", "model.init_args.model.context", apply_on="instantiate")
+        # What every run shares; a config changes only what differs (e.g. `checkpoint: {save_top_k: 3}`).
+        parser.add_argument(
+            "--name",
+            type=str | None,
+            default=None,
+            help="Run name: logs/<name>/, checkpoints/<name>/ (default: the config's).",
+        )
+        parser.add_lightning_class_args(SafeModelCheckpoint, "checkpoint")
+        parser.add_lightning_class_args(SampleText, "sample")
+        parser.add_argument(
+            "--final_validation",
+            type=bool,
+            default=True,
+            help="After fit, score the whole validation split once when trainer.limit_val_batches scored part of it.",
+        )
+        parser.add_lightning_class_args(PredictionWriter, "predictions")
+        name = run_name(self.argv)
+        parser.set_defaults({
+            "trainer.logger": [
+                {"class_path": f"{CSVLogger.__module__}.CSVLogger", "init_args": {"save_dir": "logs", "name": name}},
+                {"class_path": f"{WandbLogger.__module__}.WandbLogger",
+                 "init_args": {"save_dir": "logs", "name": name}},
+            ],
+            "trainer.callbacks": [
+                {"class_path": f"{ProgressBar.__module__}.ProgressBar"},
+                {"class_path": "lightning.pytorch.callbacks.LearningRateMonitor",
+                 "init_args": {"logging_interval": "step"}},
+                {"class_path": f"{PhaseTimes.__module__}.PhaseTimes"},
+            ],
+            "checkpoint.dirpath": f"checkpoints/{name}",
+            "checkpoint.save_last": True,
+            "checkpoint.auto_insert_metric_name": False,
+        })  # fmt: skip
+
+    def parse_arguments(self, parser, args) -> None:
+        super().parse_arguments(parser, args)
+        sub = self.config.get("subcommand")
+        self.ckpt_vocab, self.ckpt_hparams, self.ckpt_run = None, {}, {}
+        if not sub or not self.config[sub].get("ckpt_path"):
+            return
+        cfg = self.config[sub]
+        if cfg.ckpt_path == "last":  # this run's own folder: one run, one place
+            last = Path(cfg.checkpoint.dirpath or "checkpoints") / "last.ckpt"
+            if not last.is_file():
+                raise FileNotFoundError(
+                    f"--ckpt_path last: there is no {last} to resume (the run is named {run_name(self.argv)!r}); "
+                    "start it without --ckpt_path, or name another run with --name"
+                )
+            cfg.ckpt_path = str(last)
+        check_ckpt_path(cfg.ckpt_path)
+        if Path(cfg.ckpt_path).is_file():  # read once: one clear line for a truncated or foreign file
+            checkpoint = read_checkpoint(cfg.ckpt_path)
+            self.ckpt_vocab = checkpoint_vocab(checkpoint)
+            self.ckpt_hparams = dict(checkpoint.get("hyper_parameters") or {})
+            self.ckpt_run = checkpoint.get("run") or {}
+
+    def _parse_ckpt_path(self) -> None:
+        """Lightning's version puts *every* hyper-parameter of the checkpoint over the command line, so a resumed
+        run silently kept its old learning rate. Here the checkpoint decides the architecture (its weights fit
+        nothing else) and the command line decides training: a changed ``model.optim`` is applied, with a note
+        (``LitTransformer.on_train_start``). A checkpoint of another kind of model is refused.
+        (Overrides a private LightningCLI method: no public hook parses checkpoint hyper-parameters;
+        tests/test_reliability.py pins the behaviour.)"""
+        hparams = {k: v for k, v in self.ckpt_hparams.items() if k != "_instantiator"}
+        if not hparams:
+            return
+        sub = self.config.subcommand
+        given, written = self.config[sub].model.class_path, hparams.pop("_class_path", None)
+        if written and written.rsplit(".", 1)[-1] != given.rsplit(".", 1)[-1]:
+            raise ValueError(
+                f"--ckpt_path {self.config[sub].ckpt_path!r} holds a {written.rsplit('.', 1)[-1]} and this config "
+                f"runs a {given.rsplit('.', 1)[-1]}; pass the config the checkpoint was trained with"
+            )
+        if "model" in hparams:
+            architecture = {sub: {"model": {"class_path": given, "dict_kwargs": {"model": hparams["model"]}}}}
+            self.config = self.parser.parse_object(architecture, self.config)
+
+    def before_instantiate_classes(self) -> None:
+        cfg = self.config[self.subcommand] if self.subcommand else self.config
+        if self.subcommand == "fit" and self.ckpt_run:
+            self._continue_logs(cfg)
+        self._check_vocab(cfg)
+        if self.ckpt_hparams.get("model"):  # the checkpoint set model.context: windows are checked against it
+            self._check_context_past_training(cfg)
+        else:
+            self._check_linked_context(cfg)
+        model_class = self.model_class_of(cfg)
+        if cfg.checkpoint.monitor is None and hasattr(model_class, "checkpoint_metric"):
+            cfg.checkpoint.monitor, cfg.checkpoint.mode, pattern = model_class.checkpoint_metric
+            cfg.checkpoint.filename = cfg.checkpoint.filename or pattern
+        if cfg.trainer.precision == "bf16-mixed" and not (torch.cuda.is_available() and torch.cuda.is_bf16_supported()):
+            print("note: no GPU with bf16 here, so trainer.precision bf16-mixed runs as 32-true", file=sys.stderr)
+            cfg.trainer.precision = "32-true"
+        callbacks = cfg.trainer.get("callbacks") or []
+        if cfg.trainer.get("logger") is False and any(_class_name(c) == "LearningRateMonitor" for c in callbacks):
+            # Lightning refuses a LearningRateMonitor without a logger; with logging off it has nothing to do.
+            print("note: --trainer.logger false, so the LearningRateMonitor callback is left out", file=sys.stderr)
+            callbacks = [c for c in callbacks if _class_name(c) != "LearningRateMonitor"]
+        if cfg.trainer.get("enable_progress_bar") is False:  # Lightning refuses a progress bar it may not show
+            callbacks = [c for c in callbacks if _class_name(c) != "ProgressBar"]
+        cfg.trainer.callbacks = callbacks
+
+    @staticmethod
+    def model_class_of(cfg) -> type:
+        module, _, name = cfg.model.class_path.rpartition(".")
+        return getattr(importlib.import_module(module), name)
+
+    @staticmethod
+    def _check_linked_context(cfg) -> None:
+        """``model.context`` comes from the data; a different value typed by hand would be silently replaced.
+        (The parsed config cannot tell a typed value from the default, so the default itself passes.)"""
+        model = (cfg.model.get("init_args") or {}).get("model") or {}
+        data = cfg.data.get("init_args") or {}
+        given, linked = model.get("context"), data.get("context", data.get("max_length"))
+        if given is None or linked is None or given in (linked, TransformerConfig.context):
+            return
+        key = "data.context" if "context" in data else "data.max_length"
+        raise ValueError(
+            f"model.context {given} is set from {key} ({linked}), so it cannot differ; "
+            f"set --{key} {given} instead and leave model.context out"
+        )
+
+    def _check_context_past_training(self, cfg) -> None:
+        """Windows longer than a checkpoint was trained on: fine for positions that go past it (said once),
+        refused for learned embeddings, which have no vector there."""
+        trained, data = self.ckpt_hparams.get("model"), cfg.data.get("init_args") or {}
+        key = "context" if "context" in data else "max_length"
+        window, context = data.get(key), _get(trained, "context", None)
+        if window is None or context is None or window <= context:
+            return
+        positions = _get(trained, "positions", "learned")
+        if positions == "learned":
+            raise ValueError(
+                f"--data.{key} {window} > {context}, the context --ckpt_path {cfg.ckpt_path!r} was trained at: its "
+                f"learned position embeddings have no vector past {context}; pass --data.{key} {context} or less, "
+                "or train with model.positions sinusoidal, rope or alibi"
+            )
+        print(
+            f"note: data.{key} {window}, past the training context {context} ({positions} positions)", file=sys.stderr
+        )
+
+    def _check_vocab(self, cfg) -> None:
+        """The data must encode text the way the checkpoint's model reads it."""
+        vocab, data = self.ckpt_vocab, cfg.data.get("init_args") or {}
+        if isinstance(vocab, ByteVocab) and "vocab" in data:
+            kind = "bytes" if vocab.symbols is None else "file"
+            if data["vocab"] != kind:
+                raise ValueError(
+                    f"--ckpt_path {cfg.ckpt_path!r} was trained with data.vocab {kind} ({vocab.size} symbols), and "
+                    f"this run has data.vocab {data['vocab']}; pass --data.vocab {kind}"
+                )
+        if isinstance(vocab, WordVocab):
+            # data.vocab_words is a cap: the model was sized for the cap, and a small corpus may fill less of it
+            words = _get(self.ckpt_hparams.get("model"), "vocab_size", len(vocab)) - 2
+            if data.get("vocab_words") not in (None, words):
+                raise ValueError(
+                    f"--ckpt_path {cfg.ckpt_path!r} was trained with a vocabulary of {words} words, and this "
+                    f"run has data.vocab_words {data['vocab_words']}; pass --data.vocab_words {words}"
+                )
+
+    def _continue_logs(self, cfg) -> None:
+        """A resumed run logs into the CSV version and the W&B run it started (the checkpoint names them)."""
+        for logger in cfg.trainer.get("logger") or []:
+            name, version = _class_name(logger), self.ckpt_run.get(_class_name(logger))
+            if version is None or not hasattr(logger, "init_args"):
+                continue
+            logger.init_args["id" if name == "WandbLogger" else "version"] = version
+
+    def before_fit(self) -> None:
+        self._restore_vocab()
+        self._check_pretrained()
+        if rank_zero_only.rank == 0:  # DDP's other processes run this CLI too
+            claim_run_folder(Path(self.checkpoint_dir), resuming=bool(self.config.fit.get("ckpt_path")))
+
+    @property
+    def checkpoint_dir(self) -> str:
+        return next(c.dirpath for c in self.trainer.checkpoint_callbacks if c.dirpath)
+
+    def after_fit(self) -> None:
+        release_run_folder(Path(self.checkpoint_dir))
+        self._validate_in_full()
+        best = self.trainer.checkpoint_callback.best_model_path if self.trainer.checkpoint_callback else ""
+        log = next((lg.log_dir for lg in self.trainer.loggers if isinstance(lg, CSVLogger)), None)
+        rank_zero_info(
+            f"this run: checkpoints in {shown(self.checkpoint_dir)}/ (newest: last.ckpt"
+            + (f", best: {shown(best)}" if best else "")
+            + ")"
+            + (f", logs in {log}/" if log else "")
+            + "; continue it with --ckpt_path last, or start another with --name"
+        )
+
+    def _validate_in_full(self) -> None:
+        """Frequent validations may score part of the validation split (``trainer.limit_val_batches``, cheap);
+        the trained model is scored on all of it, once, as litgpt's final validation and nanoGPT's last eval."""
+        trainer = self.trainer
+        if not self.config.fit.final_validation or trainer.interrupted or not trainer.num_val_batches:
+            return
+        whole = len(self.datamodule.val_dataloader())
+        if sum(trainer.num_val_batches) >= whole:
+            return
+        rank_zero_info(f"final validation: the whole validation split ({whole} batches)")
+        limit, trainer.limit_val_batches = trainer.limit_val_batches, 1.0
+        try:
+            trainer.validate(self.model, datamodule=self.datamodule, verbose=trainer.is_global_zero)
+        finally:
+            trainer.limit_val_batches = limit
+
+    def _check_pretrained(self) -> None:
+        """Fine-tuning (``model.pretrained``): the encoder must fit the classifier, which is checked now, before the
+        data is read; and the data must give the ids it was pretrained on, so it gets that vocabulary to check."""
+        path = getattr(self.model, "pretrained", None)
+        if not path or self.config.fit.get("ckpt_path"):  # a resumed run's weights are its own
+            return
+        read_pretrained(path, self.model.model.cfg)
+        if (vocab := checkpoint_vocab(read_checkpoint(path))) is not None:
+            self.datamodule.load_state_dict(vocab_state(vocab))
+
+    def _restore_vocab(self) -> None:
+        """Give the data module the vocabulary of the checkpoint it will serve, whatever class wrote it (read
+        once, when the arguments were checked)."""
+        if self.ckpt_vocab is not None:
+            self.datamodule.load_state_dict(vocab_state(self.ckpt_vocab))
+
+    before_validate = before_test = before_predict = _restore_vocab
+
+
+def build_cli(args: list[str] | None = None, run: bool = True) -> CLI:
+    """The one way to build the CLI, for ``main`` and the tests alike."""
+    return CLI(args=args, run=run)
