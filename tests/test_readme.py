@@ -1,4 +1,5 @@
-"""The README's commands parse: every `python cli.py ...` and benchmark line names real configs and flags."""
+"""The README's commands, and those of its pages in .readme/, parse: every `python cli.py ...` and benchmark line
+names real configs and flags. The README stays short and says nothing of how the project was made."""
 
 import re
 import shlex
@@ -6,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from transformers_scratch.cli import attention, build_cli, decode, export, plot, sample
+from transformers_scratch.cli import EXPERIMENTS, FUNCTIONS, build_cli, run_function
 
 ROOT = Path(__file__).resolve().parents[1]
-README = (ROOT / "README.md").read_text()
+PAGES = [ROOT / "README.md", *sorted((ROOT / ".readme").glob("*.md"))]
+README = "\n".join(page.read_text() for page in PAGES)
 
 
 def commands(prefix: str) -> list[list[str]]:
@@ -31,15 +33,23 @@ BENCH_LINES = commands("python -m transformers_scratch.experiments.bench")
 
 def test_readme_has_the_commands():
     subcommands = {line[0] for line in CLI_LINES}
-    assert {"fit", "test", "predict", "sample", "export", "attention", "plot"} <= subcommands
+    assert {"fit", "test", "predict", *FUNCTIONS, *EXPERIMENTS} <= subcommands
     assert ["fit", "--config", "configs/enwik8.yaml"] in CLI_LINES  # the main job
     assert len(BENCH_LINES) >= 3
 
 
-OWN = {"sample": sample, "export": export, "decode": decode, "attention": attention}  # beside LightningCLI's
+def test_the_readme_is_short_and_about_the_project():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 250
+    for page in PAGES:
+        words = page.read_text().lower()
+        assert not [w for w in ("session", "issue #", "closing note") if w in words], page.name
 
 
-@pytest.mark.parametrize("argv", [a for a in CLI_LINES if a[0] not in (*OWN, "plot")], ids=" ".join)
+OWN = {name for name in FUNCTIONS if name != "plot"}  # beside LightningCLI's; each takes --ckpt_path
+
+
+@pytest.mark.parametrize("argv", [a for a in CLI_LINES if a[0] not in (*FUNCTIONS, *EXPERIMENTS)], ids=" ".join)
 def test_cli_lines_parse(argv, monkeypatch, capsys):
     monkeypatch.chdir(ROOT)
     with pytest.raises(SystemExit) as done:
@@ -53,19 +63,19 @@ def test_sample_and_export_lines_parse(argv, monkeypatch, capsys):
     monkeypatch.chdir(ROOT)
     ckpt = argv.index("--ckpt_path") + 1
     with pytest.raises(FileNotFoundError, match="does not exist"):  # flags parsed; no trained model here
-        OWN[argv[0]]([*argv[1:ckpt], "no/such.ckpt", *argv[ckpt + 1 :]])
+        run_function(argv[0], [*argv[1:ckpt], "no/such.ckpt", *argv[ckpt + 1 :]])
 
 
 @pytest.mark.parametrize("argv", [a for a in CLI_LINES if a[0] == "plot"], ids=" ".join)
 def test_plot_lines_parse(argv, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)  # no run here: the flags parse, and the missing log is named
     with pytest.raises(FileNotFoundError, match="metrics.csv' does not exist"):
-        plot(argv[1:])
+        run_function("plot", argv[1:])
 
 
 @pytest.mark.parametrize("argv", BENCH_LINES, ids=" ".join)
 def test_bench_lines_parse(argv):
-    from transformers_scratch.bench import build_parser
+    from transformers_scratch.experiments.bench import build_parser
 
     args = build_parser().parse_args(argv)
     if args.config:

@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
         elif args[0] in EXPERIMENTS:
             sys.exit(EXPERIMENTS[args[0]](args[1:], build_cli))
         else:
-            build_cli(args)
+            build_cli(argv)  # None: LightningCLI reads sys.argv itself
     except (ValueError, OSError, TrainingDiverged, DataError, ArgumentError, MisconfigurationException) as e:
         # The user's input or files: one line.
         if os.environ.get("TS_DEBUG"):

@@ -72,12 +72,12 @@ def sample(
         raise ValueError(f"--length {length} must lie in [1, {MAX_SAMPLE:,}] characters")
     if not 1 <= num_samples <= MAX_SAMPLES:
         raise ValueError(f"--num_samples {num_samples} must lie in [1, {MAX_SAMPLES:,}]")
-    if cuda_graph and (not cache or not torch.cuda.is_available()):
-        why = "--cache false turns the cache off" if not cache else "this machine has no GPU"
-        raise ValueError(f"--cuda_graph replays the cached decoding step on a GPU, and {why}; leave --cuda_graph off")
     module, vocab = load_trained(ckpt_path, LitCharLM, command="sample")
     if vocab is None:
         raise ValueError(f"--ckpt_path {ckpt_path!r} holds no vocabulary; pass a checkpoint written by fit")
+    if cuda_graph and (not cache or not torch.cuda.is_available()):
+        why = "--cache false turns the cache off" if not cache else "this machine has no GPU"
+        raise ValueError(f"--cuda_graph replays the cached decoding step on a GPU, and {why}; leave --cuda_graph off")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = module.model.to(device)
     out = vocab.encode_text(prompt).to(device).expand(num_samples, -1)  # (n, t): one row a sample
