@@ -24,7 +24,8 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from transformers_scratch.model.config import LMConfig  # noqa: E402
 from transformers_scratch.training.callbacks import SafeModelCheckpoint  # noqa: E402
-from transformers_scratch.training.modules import LitCharLM, OptimConfig  # noqa: E402
+from transformers_scratch.training.modules import LitCharLM  # noqa: E402
+from transformers_scratch.training.optim import OptimConfig  # noqa: E402
 
 GLOBAL_BATCH, CONTEXT, STEPS = 8, 16, 5
 MODEL = LMConfig(vocab_size=256, context=CONTEXT, emb=32, heads=4, depth=2)

@@ -30,7 +30,8 @@ from transformers_scratch.data.imdb import read_aclimdb
 from transformers_scratch.data.vocab import ByteVocab
 from transformers_scratch.training.callbacks import SafeModelCheckpoint, SampleText, TrainingDiverged
 from transformers_scratch.training.checkpoints import LOCK, claim_run_folder, release_run_folder
-from transformers_scratch.training.modules import LitCharLM, LitClassifier, OptimConfig, as_config, lr_factor
+from transformers_scratch.training.modules import LitCharLM, LitClassifier, as_config
+from transformers_scratch.training.optim import OptimConfig, lr_factor
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_LM = str(ROOT / "configs" / "tiny_charlm.yaml")

@@ -32,6 +32,7 @@ from ..training.callbacks import (
     ProgressBar,
     SafeModelCheckpoint,
     SampleText,
+    Throughput,
 )
 from ..training.checkpoints import check_ckpt_path, claim_run_folder, read_checkpoint, release_run_folder
 from ..training.loggers import CSVLogger, WandbLogger
@@ -190,6 +191,7 @@ class CLI(LightningCLI):
                 {"class_path": "lightning.pytorch.callbacks.LearningRateMonitor",
                  "init_args": {"logging_interval": "step"}},
                 {"class_path": f"{PhaseTimes.__module__}.PhaseTimes"},
+                {"class_path": f"{Throughput.__module__}.Throughput"},
             ],
             "checkpoint.dirpath": f"checkpoints/{name}",
             "checkpoint.save_last": True,

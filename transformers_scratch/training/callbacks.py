@@ -1,5 +1,5 @@
-"""Callbacks: checkpoints that are never broken, the progress bar, samples during training, and the
-printed predictions. They are the glue between a module and its data; the modules know neither."""
+"""Callbacks: checkpoints that are never broken, the progress bar, throughput, samples during training, and
+the printed predictions. They are the glue between a module and its data; the modules know neither."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from lightning.pytorch.callbacks import BasePredictionWriter, Callback, ModelChe
 from lightning.pytorch.strategies import FSDPStrategy
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
+
+from .perf import peak_flops, train_flops_per_token
 
 
 class TrainingDiverged(RuntimeError):
@@ -157,8 +159,33 @@ class ProgressBar(TQDMProgressBar):
 
     def get_metrics(self, trainer, pl_module) -> dict:
         items = super().get_metrics(trainer, pl_module)
-        items.update({k: f"{v:.4g}" for k, v in pl_module.__dict__.get("shown", {}).items()})
+        items.update({k: f"{v:.4g}" for k, v in getattr(pl_module, "shown", {}).items()})
         return items
+
+
+class Throughput(Callback):
+    """Training tokens a second over all devices and, on a GPU whose peak Lightning knows, the model FLOPs
+    utilisation, logged on the trainer's logging steps as ``train/tokens_per_s`` and ``train/mfu``.
+
+    Host-side counters only: nothing waits for the device. (Lightning's ThroughputMonitor synchronises with
+    the GPU every step.) Each figure covers the steps *completed* since the last one: the batch about to run is
+    counted after the figure, since counting it would overstate the first figure by a step."""
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.tokens, self.flops, self.clock = 0, 0.0, time.perf_counter()
+        self.peak = peak_flops(pl_module.device, trainer.precision)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
+        if pl_module.should_log() and self.tokens:
+            now = time.perf_counter()
+            seconds = now - self.clock
+            pl_module.log_train(tokens_per_s=self.tokens * trainer.world_size / seconds)
+            if self.peak:
+                pl_module.log_train(mfu=self.flops / seconds / self.peak)
+            self.tokens, self.flops, self.clock = 0, 0.0, now
+        ids = pl_module.batch_ids(batch)  # (b, t)
+        self.tokens += ids.numel()
+        self.flops += ids.numel() * train_flops_per_token(pl_module.model.cfg, ids.size(1), pl_module.output_size)
 
 
 class SampleText(Callback):

@@ -4,15 +4,13 @@ Logged names: ``train/loss`` (nats), ``train/bpc``, ``val/bpc``, ``test/bpc`` fo
 ``train/loss``, ``val/loss``, ``val/acc``, ``test/acc`` for the classifier; ``train/token_acc``,
 ``val/token_acc``, ``val/exact``, ``test/exact`` (greedy exact match) for the encoder-decoder; ``train/loss``,
 ``train/acc``, ``val/loss``, ``val/acc`` over the masked positions for masked-token pretraining;
-``train/tokens_per_s`` and, on GPU, ``train/mfu`` for all.
+``train/tokens_per_s`` and, on GPU, ``train/mfu`` for all (the ``Throughput`` callback).
 """
 
 from __future__ import annotations
 
 import math
 import pickle
-import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -28,28 +26,9 @@ from ..data.ids import IGNORE_INDEX
 from ..model.blocks import TransformerBlock
 from ..model.config import ClassifierConfig, EncoderDecoderConfig, LMConfig, MaskedLMConfig
 from ..model.models import CausalLM, EncoderDecoder, MaskedLM, SequenceClassifier, encoder_state
-from .perf import peak_flops, train_flops_per_token
+from .optim import OptimConfig, build_optimizer, continue_from, save_resume_state
 
 LN2 = math.log(2)
-
-
-@dataclass
-class OptimConfig:
-    """AdamW with linear warm-up, then cosine decay or a constant rate."""
-
-    lr: float = 3e-4
-    """Peak learning rate."""
-    weight_decay: float = 0.1
-    """Decoupled weight decay, on the weights of linear layers and embeddings only (not biases, norms, [CLS])."""
-    beta1: float = 0.9
-    beta2: float = 0.95
-    warmup_steps: int = 100
-    """Optimizer steps of linear warm-up from 0 to lr."""
-    schedule: Literal["cosine", "constant"] = "cosine"
-    """After warm-up: cosine decay to min_lr_ratio * lr by the last step, or constant."""
-    min_lr_ratio: float = 0.1
-    total_steps: int | None = None
-    """Length of the cosine; None: the trainer's max_steps (or epochs x batches)."""
 
 
 # Checkpoints hold these configs in their hyper-parameters; let torch.load(weights_only=True) rebuild them.
@@ -73,37 +52,12 @@ def compile_mode(value: Compile) -> str | None:
     return None if value is True else value
 
 
-def lr_factor(step: int, cfg: OptimConfig, total: int) -> float:
-    """Multiplier of the peak learning rate at optimizer step ``step``."""
-    if step < cfg.warmup_steps:
-        return (step + 1) / cfg.warmup_steps
-    if cfg.schedule == "constant":
-        return 1.0
-    progress = min(1.0, (step - cfg.warmup_steps) / max(1, total - cfg.warmup_steps))
-    return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
-
-
-def decay_groups(module: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
-    """Trainable parameters split into (decayed, not decayed): the weights of linear layers and embedding
-    tables are decayed; biases, layer norms and lone vectors (a [CLS] vector) are not. Decided by the owning
-    module, not by shape: under FSDP every parameter is a flat 1-D shard.
-
-    A shared tensor (tied input/output embeddings) is listed once, under its first owner: AdamW would
-    otherwise update it, and decay it, twice a step."""
-    decay, plain, seen = [], [], set()
-    for m in module.modules():
-        for name, p in m.named_parameters(recurse=False):
-            if p.requires_grad and id(p) not in seen:
-                seen.add(id(p))
-                (decay if name == "weight" and isinstance(m, (nn.Linear, nn.Embedding)) else plain).append(p)
-    return decay, plain
-
-
 class LitTransformer(L.LightningModule):
-    """What every experiment shares: AdamW groups, the schedule, compile, sharding, throughput logging.
+    """What every experiment shares: the optimizer (:mod:`.optim`), compile, sharding, training logs.
 
     A module knows its model and nothing of the data: what it needs from the data (vocabulary size,
-    classes, context) reaches the model config through the CLI's argument links.
+    classes, context) reaches the model config through the CLI's argument links. Throughput and MFU are the
+    :class:`~.callbacks.Throughput` callback's.
     """
 
     model: nn.Module
@@ -111,6 +65,14 @@ class LitTransformer(L.LightningModule):
     compile: Compile = False
     output_size: int  # width of the model's last matmul, for the FLOP count
     checkpoint_metric: tuple[str, str, str]  # (monitored metric, min or max, checkpoint file name pattern)
+    compiled: tuple[nn.Module, ...] = ()  # a tuple, so outside the module tree: checkpoints hold the plain model
+    shown: dict[str, float]  # host copies of the last logged training values, for the progress bar
+    schedule_steps: int | None = None
+    resumed: dict | None = None  # the checkpoint this fit resumes, until training starts
+
+    def batch_ids(self, batch) -> Tensor:
+        """The token ids (b, t) a training batch feeds the model: what throughput counts."""
+        return batch[0]
 
     def configure_model(self) -> None:
         """Hardware-dependent set-up, once the trainer knows the devices and before it wraps the model."""
@@ -124,10 +86,8 @@ class LitTransformer(L.LightningModule):
             from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
             self.trainer.strategy.kwargs["auto_wrap_policy"] = ModuleWrapPolicy({TransformerBlock})
-        if self.compile and "_compiled" not in self.__dict__:
-            # Kept outside the module tree: the state dict (and so every checkpoint) stays that of the plain
-            # model, and loads without compile.
-            self.__dict__["_compiled"] = torch.compile(self.model, mode=compile_mode(self.compile))
+        if self.compile and not self.compiled:
+            self.compiled = (torch.compile(self.model, mode=compile_mode(self.compile)),)
 
     @property
     def sharded(self) -> bool:
@@ -140,7 +100,7 @@ class LitTransformer(L.LightningModule):
     @property
     def net(self) -> nn.Module:
         """The model to run: compiled when ``compile`` is on, else the model itself."""
-        return self.__dict__.get("_compiled", self.model)
+        return self.compiled[0] if self.compiled else self.model
 
     def should_log(self) -> bool:
         """Whether this training step is one of the trainer's logging steps (every ``log_every_n_steps``
@@ -152,12 +112,11 @@ class LitTransformer(L.LightningModule):
 
         Lightning reads every ``prog_bar`` value back to the host after *every* batch until the epoch ends,
         which waits for the GPU each step. So training values go to the loggers only, and the progress bar
-        (:class:`~transformers_scratch.callbacks.ProgressBar`) shows host copies made here, once per
-        logging step.
+        (:class:`~.callbacks.ProgressBar`) shows host copies made here, once per logging step.
         """
         self.log_dict({f"train/{k}": v for k, v in values.items()})
         shown = {k: float(v.detach() if torch.is_tensor(v) else v) for k, v in values.items()}
-        self.__dict__.setdefault("shown", {}).update(shown)
+        self.shown = {**getattr(self, "shown", {}), **shown}
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
         """Under FSDP, clip by the norm of the whole gradient: each rank holds only a shard, so the root FSDP
@@ -177,82 +136,22 @@ class LitTransformer(L.LightningModule):
         super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def configure_optimizers(self):
-        cfg = self.optim
-        decay, plain = decay_groups(self)
-        groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": plain, "weight_decay": 0.0}]
-        scaled = self._trainer is not None and self.trainer.precision in ("16-mixed", "16")  # a GradScaler's steps
-        fused = not scaled and all(p.is_cuda for p in decay + plain)  # one kernel for the whole update on GPU
-        optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=fused or None)
-        total = cfg.total_steps or self.trainer.estimated_stepping_batches
-        if not math.isfinite(total):  # unbounded training: fine for a constant rate, not for a cosine
-            if cfg.schedule == "cosine":
-                raise ValueError("a cosine schedule needs a length: set trainer.max_steps or model.optim.total_steps")
-            total = 0
-        self.__dict__["schedule_steps"] = int(total)
-        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step, n=int(total): lr_factor(step, cfg, n))
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+        total = self.optim.total_steps or self.trainer.estimated_stepping_batches
+        scaled = self.trainer.precision in ("16-mixed", "16")  # a GradScaler steps the optimizer
+        config, self.schedule_steps = build_optimizer(self, self.optim, total, scaled)
+        return config
 
-    # ---- exact resume: the global random stream (dropout) continues where the checkpoint left it ----
+    # ---- exact resume (.optim): the random stream continues, this run's optimizer settings apply ----
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["rng"] = {"torch": torch.get_rng_state()}
-        if torch.cuda.is_available():
-            checkpoint["rng"]["cuda"] = torch.cuda.get_rng_state_all()
-        checkpoint["schedule_steps"] = self.__dict__.get("schedule_steps")
-        # Lightning adds one to its logging step when it resumes, assuming the checkpoint was written before the
-        # step's own increment; one written at the end of an epoch or of training was written after it, and the
-        # resumed run's log rows were shifted by one. Store the count as Lightning expects it. (Its loop state
-        # has no public API; tests/test_reliability.py pins the logged steps of resumed runs.)
-        loop = checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_loop.state_dict", {})
-        if "_batches_that_stepped" in loop:
-            loop["_batches_that_stepped"] = min(loop["_batches_that_stepped"], self.trainer.global_step - 1)
+        save_resume_state(checkpoint, self.trainer.global_step, self.schedule_steps)
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        # Applied when training starts: after the sanity check, and after Lightning restored the optimizer.
-        self.__dict__["_resume"] = checkpoint
+        self.resumed = checkpoint  # applied when training starts: after Lightning restored the optimizer
 
     def on_train_start(self) -> None:
-        if resumed := self.__dict__.pop("_resume", None):
-            self._continue_from(resumed)
-        # Throughput: host-side counters only, no device sync in the loop.
-        self._tokens, self._flops, self._clock = 0, 0.0, time.perf_counter()
-        self._peak = peak_flops(self.device)
-
-    def _continue_from(self, checkpoint: dict) -> None:
-        """Continue a checkpoint's random stream, and apply the optimiser settings of *this* run: restoring the
-        optimizer brought back the old learning rate, betas and weight decay, which would silently win."""
-        if rng := checkpoint.get("rng"):
-            torch.set_rng_state(rng["torch"])
-            if "cuda" in rng and torch.cuda.is_available():
-                torch.cuda.set_rng_state_all(rng["cuda"])
-        cfg, old = self.optim, checkpoint.get("hyper_parameters", {}).get("optim")
-        old = vars(as_config(old, OptimConfig)) if old is not None else {}
-        changed = [f"model.optim.{k} {getattr(cfg, k)} (was {v})" for k, v in old.items() if getattr(cfg, k) != v]
-        steps, was = self.__dict__.get("schedule_steps"), checkpoint.get("schedule_steps")
-        if was is not None and steps != was:
-            changed.append(f"schedule length {steps} steps (was {was})")
-        for config in self.trainer.lr_scheduler_configs:
-            schedule, groups = config.scheduler, config.scheduler.optimizer.param_groups
-            schedule.base_lrs = [cfg.lr] * len(groups)
-            for i, group in enumerate(groups):
-                group["initial_lr"], group["betas"] = cfg.lr, (cfg.beta1, cfg.beta2)
-                group["weight_decay"] = cfg.weight_decay if i == 0 else 0.0
-                group["lr"] = cfg.lr * schedule.lr_lambdas[i](schedule.last_epoch)
-        if changed:
-            rank_zero_info(f"note: resuming with {', '.join(changed)}: applied from this step on")
-
-    def count_tokens(self, ids: Tensor) -> None:
-        """Count this batch's tokens (b, t); on logging steps log tokens/s over all devices and, on a GPU with a
-        known peak, the model FLOPs utilisation, over the steps *completed* since the last log (this one has
-        not run yet: counting it would overstate the first figure by a step)."""
-        if self.should_log() and self._tokens:
-            now = time.perf_counter()
-            seconds = now - self._clock
-            self.log_train(tokens_per_s=self._tokens * self.trainer.world_size / seconds)
-            if self._peak:
-                self.log_train(mfu=self._flops / seconds / self._peak)
-            self._tokens, self._flops, self._clock = 0, 0.0, now
-        self._tokens += ids.numel()
-        self._flops += ids.numel() * train_flops_per_token(self.model.cfg, ids.size(1), self.output_size)
+        if self.resumed is not None:
+            continue_from(self.resumed, self.optim, self.schedule_steps, self.trainer.lr_scheduler_configs)
+            self.resumed = None
 
 
 def read_pretrained(path: str, cfg: ClassifierConfig) -> dict[str, Tensor]:
@@ -335,7 +234,6 @@ class LitClassifier(LitTransformer):
         return loss
 
     def training_step(self, batch, batch_idx: int) -> Tensor:
-        self.count_tokens(batch[0])
         return self._step(batch, "train", self.train_acc)
 
     def validation_step(self, batch, batch_idx: int) -> None:
@@ -386,7 +284,6 @@ class LitMaskedLM(LitTransformer):
         return loss
 
     def training_step(self, batch, batch_idx: int) -> Tensor:
-        self.count_tokens(batch[0])
         loss = self._step(batch, self.train_acc)
         if self.should_log():
             self.log_train(loss=loss, acc=self.train_acc.compute())  # over the steps since the last log
@@ -430,7 +327,6 @@ class LitCharLM(LitTransformer):
 
     def training_step(self, batch, batch_idx: int) -> Tensor:
         x, y = batch
-        self.count_tokens(x)
         loss = F.cross_entropy(self(x).flatten(0, 1).float(), y.flatten())
         if self.should_log():
             self.log_train(loss=loss, bpc=loss / LN2)
@@ -492,13 +388,15 @@ class LitSeq2Seq(LitTransformer):
         self.train_acc, self.val_acc, self.test_acc = acc(), acc(), acc()
         self.val_exact, self.test_exact = torchmetrics.MeanMetric(), torchmetrics.MeanMetric()
 
+    def batch_ids(self, batch) -> Tensor:
+        return batch[2]  # the decoder's inputs
+
     def forward(self, src: Tensor, src_mask: Tensor, tgt_in: Tensor) -> Tensor:
         """Teacher forcing: logits (b, t, v) for every target position, in one decoder pass."""
         return self.net(src, tgt_in, src_mask, tgt_in != EncoderDecoder.PAD)
 
     def training_step(self, batch, batch_idx: int) -> Tensor:
         src, src_mask, tgt_in, tgt_out = batch
-        self.count_tokens(tgt_in)
         logits = self(src, src_mask, tgt_in)
         loss = F.cross_entropy(logits.flatten(0, 1).float(), tgt_out.flatten(), label_smoothing=self.label_smoothing)
         self.train_acc.update(logits.flatten(0, 1), tgt_out.flatten())

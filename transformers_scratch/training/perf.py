@@ -1,25 +1,12 @@
-"""Performance arithmetic: model FLOPs per token and device peaks, for MFU (Chowdhery et al. 2022, app. B)."""
+"""Performance arithmetic: model FLOPs per token, and the device peaks that Lightning keeps, for MFU (Chowdhery
+et al. 2022, app. B)."""
 
 from __future__ import annotations
 
 import torch
+from lightning.fabric.utilities.throughput import get_available_flops
 
 from ..model.config import TransformerConfig
-
-# Dense bf16 tensor-core peaks (no sparsity), FLOP/s, from the vendors' data sheets. The first key found in
-# the device's name wins, so variants come before their family.
-PEAK_BF16_FLOPS = {
-    "H200": 989e12,
-    "H100 PCIe": 756e12,
-    "H100 NVL": 835e12,
-    "H100": 989e12,  # SXM
-    "A100": 312e12,
-    "L40S": 362e12,
-    "A10G": 70e12,
-    "L4": 121e12,
-    "RTX 4090": 165e12,
-    "RTX 3090": 71e12,
-}
 
 
 def non_embedding_params(cfg: TransformerConfig) -> int:
@@ -37,10 +24,11 @@ def train_flops_per_token(cfg: TransformerConfig, context: int, output_size: int
     return 6 * n + 12 * cfg.depth * context * cfg.emb
 
 
-def peak_flops(device: torch.device | str | None = None) -> float | None:
-    """The device's dense bf16 peak, or None where unknown (CPU, unlisted GPUs: no MFU is reported)."""
+def peak_flops(device: torch.device | str | None = None, precision: str = "bf16-mixed") -> float | None:
+    """The device's dense peak at the training precision, from Lightning's table of GPUs; None on a CPU or a
+    GPU Lightning does not know (then no MFU is reported)."""
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type != "cuda":
         return None
-    name = torch.cuda.get_device_name(device)
-    return next((flops for key, flops in PEAK_BF16_FLOPS.items() if key in name), None)
+    dtype = torch.bfloat16 if "bf16" in str(precision) else torch.float16 if "16" in str(precision) else torch.float32
+    return get_available_flops(device, dtype)
