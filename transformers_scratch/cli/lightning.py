@@ -4,10 +4,12 @@ monitor, samples as ``--sample.*``, predictions as ``--predictions.*``), and the
 data into the model's config (vocabulary, classes, context), so that none is typed twice. A run's name is its
 config file's (``--name`` overrides it): it logs to ``logs/<name>/`` and checkpoints to ``checkpoints/<name>/``.
 
-Hand-written pieces, and why Lightning's own do not do: :func:`run_name` reads the config before parsing, since
-the loggers' defaults depend on it; :func:`brief` cuts jsonargparse's nested union report to one line;
-``_parse_ckpt_path`` overrides a private LightningCLI method (no public hook), because Lightning's puts every
-hyper-parameter of a checkpoint over the command line and a resumed run would silently keep its old settings.
+Hand-written pieces, and why Lightning's own do not do:
+- :func:`name_run` puts the run's name into the shared defaults once the config is parsed (jsonargparse has no
+  default that depends on another value);
+- :func:`brief` cuts jsonargparse's nested union report to one line;
+- ``_parse_ckpt_path`` overrides a private LightningCLI method (no public hook), because Lightning's puts every
+  hyper-parameter of a checkpoint over the command line, and a resumed run would silently keep its old settings.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import sys
 from pathlib import Path
 
 import torch
-import yaml
 from jsonargparse import set_parsing_settings
 from lightning import LightningDataModule
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
@@ -45,30 +46,26 @@ ALLOWED_IMPORTS = ["transformers_scratch", "torch", "lightning"]
 set_parsing_settings(import_path_denylist=["*"], import_path_allowlist=ALLOWED_IMPORTS)
 
 
-def _values(flag: str, argv: list[str]) -> list[str]:
-    """Every value given to ``flag`` in argv, as ``--flag value`` or ``--flag=value``."""
-    found = []
-    for i, arg in enumerate(argv):
-        if arg == flag and i + 1 < len(argv):
-            found.append(argv[i + 1])
-        elif arg.startswith(flag + "="):
-            found.append(arg.split("=", 1)[1])
-    return found
+RUN = "{run}"  # stands for the run's name in the shared defaults until the parsed config gives it
 
 
-def run_name(argv: list[str]) -> str:
-    """``--name``, else a ``name:`` in a config file, else the first config file's stem, else ``run``."""
-    if names := _values("--name", argv):
-        return names[-1]
-    configs = _values("--config", argv)
-    for config in reversed(configs):
-        try:
-            name = (yaml.safe_load(Path(config).read_text()) or {}).get("name")
-        except (OSError, yaml.YAMLError, AttributeError):
-            name = None  # jsonargparse reports an unreadable config itself
-        if name:
-            return str(name)
-    return Path(configs[0]).stem if configs else "run"
+def run_name(cfg) -> str:
+    """``--name`` (or a config's ``name:``), else the first config file's stem, else ``run``."""
+    configs = cfg.get("config") or []
+    return cfg.get("name") or (Path(str(configs[0])).stem if configs else "run")
+
+
+def name_run(cfg) -> str:
+    """Put the run's name where the shared defaults hold :data:`RUN`: the loggers' names, the checkpoint folder."""
+    name = run_name(cfg)
+    loggers = cfg.trainer.get("logger")
+    for logger in loggers if isinstance(loggers, list) else [loggers]:
+        init = getattr(logger, "init_args", None)
+        if init is not None and init.get("name") == RUN:
+            init.name = name
+    if cfg.get("checkpoint") and cfg.checkpoint.dirpath == f"checkpoints/{RUN}":
+        cfg.checkpoint.dirpath = f"checkpoints/{name}"
+    return name
 
 
 def refuse_optimizer_flags(argv: list[str]) -> None:
@@ -179,7 +176,7 @@ class CLI(LightningCLI):
             help="After fit, score the whole validation split once when trainer.limit_val_batches scored part of it.",
         )
         parser.add_lightning_class_args(PredictionWriter, "predictions")
-        name = run_name(self.argv)
+        name = RUN
         parser.set_defaults({
             "trainer.logger": [
                 {"class_path": f"{CSVLogger.__module__}.CSVLogger", "init_args": {"save_dir": "logs", "name": name}},
@@ -202,6 +199,7 @@ class CLI(LightningCLI):
         super().parse_arguments(parser, args)
         sub = self.config.get("subcommand")
         self.ckpt_vocab, self.ckpt_hparams, self.ckpt_run = None, {}, {}
+        self.name = name_run(self.config[sub] if sub else self.config)
         if not sub or not self.config[sub].get("ckpt_path"):
             return
         cfg = self.config[sub]
@@ -209,7 +207,7 @@ class CLI(LightningCLI):
             last = Path(cfg.checkpoint.dirpath or "checkpoints") / "last.ckpt"
             if not last.is_file():
                 raise FileNotFoundError(
-                    f"--ckpt_path last: there is no {last} to resume (the run is named {run_name(self.argv)!r}); "
+                    f"--ckpt_path last: there is no {last} to resume (the run is named {self.name!r}); "
                     "start it without --ckpt_path, or name another run with --name"
                 )
             cfg.ckpt_path = str(last)

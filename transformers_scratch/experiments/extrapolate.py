@@ -87,4 +87,3 @@ def main(argv: list[str], build) -> int:
     for kind in args.kinds:
         print(f"| {kind} | " + " | ".join(table[kind, w] for w in args.windows) + " |")
     return 0
-

@@ -71,4 +71,3 @@ def main(argv: list[str], build) -> int:
         f"largest growth since: {growth:+.1f} MiB (bound {args.bound_mb:g} MiB): {verdict}; logs in {work}"
     )
     return 0 if growth <= args.bound_mb else 1
-
