@@ -11,10 +11,10 @@ import torch
 from ..data import WordVocab
 from ..model.pretrained import save_pretrained
 from ..training.checkpoints import load_trained
+from ..training.inference import continue_text, decode_sources, export_vocab
 from ..training.modules import LitCharLM, LitClassifier, LitSeq2Seq
 
 MAX_SAMPLE = 1_000_000  # characters per sample call (about half an hour on 2 CPU cores)
-SAMPLE_PIECE = 2_000  # longer samples are generated in pieces of this length, with progress
 MAX_SAMPLES = 1_000  # --num_samples
 MAX_INPUTS = 100_000  # --input_file lines
 MAX_PICTURED = 256  # --max_tokens
@@ -78,19 +78,8 @@ def sample(
     if cuda_graph and (not cache or not torch.cuda.is_available()):
         why = "--cache false turns the cache off" if not cache else "this machine has no GPU"
         raise ValueError(f"--cuda_graph replays the cached decoding step on a GPU, and {why}; leave --cuda_graph off")
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = module.model.to(device)
-    out = vocab.encode_text(prompt).to(device).expand(num_samples, -1)  # (n, t): one row a sample
-    generator = None if seed is None else torch.Generator(device).manual_seed(seed)
-    left = length
-    while left:  # long generations in pieces, with progress on stderr
-        n = min(left, SAMPLE_PIECE)
-        out = model.generate(out, n, temperature=temperature, top_k=top_k, top_p=top_p, use_cache=cache,
-                             generator=generator, cuda_graph=cuda_graph)  # fmt: skip
-        left -= n
-        if length > SAMPLE_PIECE:
-            print(f"sampled {length - left:,} of {length:,} characters", file=sys.stderr, flush=True)
-    print("\n---\n".join(vocab.decode(row.cpu()) for row in out))
+    options = dict(temperature=temperature, top_k=top_k, top_p=top_p, use_cache=cache, cuda_graph=cuda_graph)
+    print("\n---\n".join(continue_text(module, vocab, prompt, length, num_samples, seed, **options)))
 
 
 def decode(ckpt_path: str, input: str | None = None, input_file: str | None = None, batch_size: int = 256) -> None:
@@ -102,8 +91,6 @@ def decode(ckpt_path: str, input: str | None = None, input_file: str | None = No
         input_file: A file of sources, one a line.
         batch_size: Sources decoded together.
     """
-    from ..data import transduction
-
     text = text_or_file(input, input_file, "input", "the source", "a file, one source a line")
     sources = [line.strip() for line in text.splitlines() if line.strip()] if input_file else [text.strip()]
     if not sources or not all(sources):
@@ -113,20 +100,8 @@ def decode(ckpt_path: str, input: str | None = None, input_file: str | None = No
     if batch_size < 1:
         raise ValueError(f"--batch_size {batch_size} must be a positive integer")
     module, _ = load_trained(ckpt_path, LitSeq2Seq, command="decode")
-    context = module.model.cfg.context
-    for source in sources:
-        transduction.encode(source)  # every character known, or one line naming the first that is not
-        if len(source) > context:
-            raise ValueError(
-                f"source {source[:40]!r} has {len(source)} characters, more than the model's context {context}; "
-                "pass shorter sources, or train with a larger data.max_length"
-            )
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    module = module.to(device)
-    for i in range(0, len(sources), batch_size):
-        src, mask, _, _ = transduction.collate([(s, "") for s in sources[i : i + batch_size]])
-        out = module.greedy(src.to(device), mask.to(device), context)
-        print("\n".join(transduction.decode(row.tolist()) for row in out.cpu()))
+    for outputs in decode_sources(module, sources, batch_size):
+        print("\n".join(outputs))
 
 
 def export(ckpt_path: str, out: str) -> None:
@@ -137,20 +112,8 @@ def export(ckpt_path: str, out: str) -> None:
         out: A new or empty folder.
     """
     module, vocab = load_trained(ckpt_path, LitCharLM, LitClassifier, LitSeq2Seq, command="export")
-    if isinstance(module, LitSeq2Seq):
-        from ..data.transduction import ALPHABET, SPECIALS
-
-        extra = {"vocab": {"specials": ["<pad>", "<bos>", "<eos>"][:SPECIALS], "alphabet": ALPHABET}}
-    elif isinstance(vocab, WordVocab):
-        extra = {"vocab": {"words": vocab.itos[2:]}}
-    else:
-        extra = {"vocab": {"bytes": None if vocab is None or vocab.symbols is None else list(vocab.symbols)}}
-    folder = save_pretrained(module.model, out, extra)
+    folder = save_pretrained(module.model, out, {"vocab": export_vocab(module, vocab)})
     print(f"exported {type(module).__name__}'s model to {folder}/ (model.safetensors, config.json)")
-
-
-def _shown_token(token: str) -> str:
-    return {" ": "␣", "\n": "⏎", "\t": "⇥"}.get(token, token)
 
 
 def attention(
@@ -172,8 +135,7 @@ def attention(
         max_tokens: Draw the first N tokens (words or characters).
         dpi: Resolution of the PNG.
     """
-    from ..data.imdb import tokenize
-    from ..training.pictures import attention_maps, draw_attention
+    from ..training.pictures import attention_input, attention_maps, draw_attention
 
     text = text_or_file(text, text_file, "text", "the text to read", "a text file")
     if not 1 <= max_tokens <= MAX_PICTURED:
@@ -182,16 +144,7 @@ def attention(
     model = module.model
     if vocab is None:
         raise ValueError(f"--ckpt_path {ckpt_path!r} holds no vocabulary; pass a checkpoint written by fit")
-    limit = min(max_tokens, model.cfg.context)
-    if isinstance(vocab, WordVocab):
-        words = tokenize(text)
-        ids = torch.tensor([vocab.encode(words[:limit])])  # (1, t); a word marked * is unknown (<unk>)
-        tokens = [w if i != WordVocab.UNK else f"{w}*" for w, i in zip(words[:limit], ids[0].tolist(), strict=True)]
-        total = len(words)
-    else:
-        encoded = vocab.encode_text(text)  # (1, all)
-        ids, total = encoded[:, :limit], encoded.size(1)
-        tokens = [_shown_token(vocab.decode(i[None])) for i in ids[0]]
+    ids, tokens, total = attention_input(vocab, text, min(max_tokens, model.cfg.context))
     if ids.size(1) == 0:
         raise ValueError("the text holds no tokens to read; give some words")
     if total > ids.size(1):

@@ -24,9 +24,8 @@ from lightning import LightningDataModule
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 
-from ..data import ByteVocab, WordVocab, checkpoint_vocab
+from ..data import checkpoint_vocab
 from ..data.vocab import vocab_state
-from ..model.config import TransformerConfig
 from ..training.callbacks import (
     PhaseTimes,
     PredictionWriter,
@@ -35,7 +34,14 @@ from ..training.callbacks import (
     SampleText,
     Throughput,
 )
-from ..training.checkpoints import check_ckpt_path, claim_run_folder, read_checkpoint, release_run_folder
+from ..training.checkpoints import (
+    check_ckpt_path,
+    check_data_fits,
+    check_linked_context,
+    claim_run_folder,
+    read_checkpoint,
+    release_run_folder,
+)
 from ..training.loggers import CSVLogger, WandbLogger
 from ..training.modules import LitTransformer, read_pretrained
 from .commands import shown
@@ -111,12 +117,6 @@ DESCRIPTION = "Train and evaluate the project's models. The other commands: cli.
 
 def _class_name(item) -> str:
     return str(getattr(item, "class_path", "")).rsplit(".", 1)[-1]
-
-
-def _get(config, key: str, default):
-    """A field of a model config saved as a dataclass or as a plain dict."""
-    value = config.get(key) if isinstance(config, dict) else getattr(config, key, None)
-    return default if value is None else value
 
 
 class SaveRunConfig(SaveConfigCallback):
@@ -243,11 +243,10 @@ class CLI(LightningCLI):
         cfg = self.config[self.subcommand] if self.subcommand else self.config
         if self.subcommand == "fit" and self.ckpt_run:
             self._continue_logs(cfg)
-        self._check_vocab(cfg)
-        if self.ckpt_hparams.get("model"):  # the checkpoint set model.context: windows are checked against it
-            self._check_context_past_training(cfg)
-        else:
-            self._check_linked_context(cfg)
+        data = cfg.data.get("init_args") or {}
+        check_data_fits(cfg.get("ckpt_path"), self.ckpt_hparams.get("model") or {}, self.ckpt_vocab, data)
+        if not self.ckpt_hparams.get("model"):  # no checkpoint decides the model: its context comes from the data
+            check_linked_context((cfg.model.get("init_args") or {}).get("model") or {}, data)
         model_class = self.model_class_of(cfg)
         if cfg.checkpoint.monitor is None and hasattr(model_class, "checkpoint_metric"):
             cfg.checkpoint.monitor, cfg.checkpoint.mode, pattern = model_class.checkpoint_metric
@@ -268,59 +267,6 @@ class CLI(LightningCLI):
     def model_class_of(cfg) -> type:
         module, _, name = cfg.model.class_path.rpartition(".")
         return getattr(importlib.import_module(module), name)
-
-    @staticmethod
-    def _check_linked_context(cfg) -> None:
-        """``model.context`` comes from the data; a different value typed by hand would be silently replaced.
-        (The parsed config cannot tell a typed value from the default, so the default itself passes.)"""
-        model = (cfg.model.get("init_args") or {}).get("model") or {}
-        data = cfg.data.get("init_args") or {}
-        given, linked = model.get("context"), data.get("context", data.get("max_length"))
-        if given is None or linked is None or given in (linked, TransformerConfig.context):
-            return
-        key = "data.context" if "context" in data else "data.max_length"
-        raise ValueError(
-            f"model.context {given} is set from {key} ({linked}), so it cannot differ; "
-            f"set --{key} {given} instead and leave model.context out"
-        )
-
-    def _check_context_past_training(self, cfg) -> None:
-        """Windows longer than a checkpoint was trained on: fine for positions that go past it (said once),
-        refused for learned embeddings, which have no vector there."""
-        trained, data = self.ckpt_hparams.get("model"), cfg.data.get("init_args") or {}
-        key = "context" if "context" in data else "max_length"
-        window, context = data.get(key), _get(trained, "context", None)
-        if window is None or context is None or window <= context:
-            return
-        positions = _get(trained, "positions", "learned")
-        if positions == "learned":
-            raise ValueError(
-                f"--data.{key} {window} > {context}, the context --ckpt_path {cfg.ckpt_path!r} was trained at: its "
-                f"learned position embeddings have no vector past {context}; pass --data.{key} {context} or less, "
-                "or train with model.positions sinusoidal, rope or alibi"
-            )
-        print(
-            f"note: data.{key} {window}, past the training context {context} ({positions} positions)", file=sys.stderr
-        )
-
-    def _check_vocab(self, cfg) -> None:
-        """The data must encode text the way the checkpoint's model reads it."""
-        vocab, data = self.ckpt_vocab, cfg.data.get("init_args") or {}
-        if isinstance(vocab, ByteVocab) and "vocab" in data:
-            kind = "bytes" if vocab.symbols is None else "file"
-            if data["vocab"] != kind:
-                raise ValueError(
-                    f"--ckpt_path {cfg.ckpt_path!r} was trained with data.vocab {kind} ({vocab.size} symbols), and "
-                    f"this run has data.vocab {data['vocab']}; pass --data.vocab {kind}"
-                )
-        if isinstance(vocab, WordVocab):
-            # data.vocab_words is a cap: the model was sized for the cap, and a small corpus may fill less of it
-            words = _get(self.ckpt_hparams.get("model"), "vocab_size", len(vocab)) - 2
-            if data.get("vocab_words") not in (None, words):
-                raise ValueError(
-                    f"--ckpt_path {cfg.ckpt_path!r} was trained with a vocabulary of {words} words, and this "
-                    f"run has data.vocab_words {data['vocab_words']}; pass --data.vocab_words {words}"
-                )
 
     def _continue_logs(self, cfg) -> None:
         """A resumed run logs into the CSV version and the W&B run it started (the checkpoint names them)."""

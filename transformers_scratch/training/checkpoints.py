@@ -1,16 +1,19 @@
 """Reading what ``fit`` wrote, one way for every command (the module and its vocabulary, from one read of the
-file), and the run-folder lock: one run, one place."""
+file); whether a run's data fits a checkpoint; and the run-folder lock: one run, one place."""
 
 from __future__ import annotations
 
 import atexit
 import os
 import pickle
+import sys
 from pathlib import Path
 
 import torch
 
-from ..data import checkpoint_vocab
+from ..data import ByteVocab, WordVocab, checkpoint_vocab
+from ..data.vocab import Vocab
+from ..model.config import TransformerConfig
 from .modules import LitTransformer
 
 CKPT_ALIASES = {"last", "best", "hpc", "registry"}  # names Lightning resolves itself
@@ -61,6 +64,59 @@ def load_trained(ckpt_path: str, *takes: type[LitTransformer], command: str = "t
             "package's layout or comes from another version: train it again with this one"
         ) from e
     return module.eval(), checkpoint_vocab(checkpoint)
+
+
+def _field(config, key: str, default):
+    """A field of a model config saved as a dataclass or as a plain dict."""
+    value = config.get(key) if isinstance(config, dict) else getattr(config, key, None)
+    return default if value is None else value
+
+
+def check_linked_context(model, data) -> None:
+    """``model.context`` comes from the data (``data.context``, or ``data.max_length`` for reviews); a different
+    value typed by hand would be silently replaced. (A parsed config cannot tell a typed value from the default,
+    so the default itself passes.)"""
+    given, linked = model.get("context"), data.get("context", data.get("max_length"))
+    if given is None or linked is None or given in (linked, TransformerConfig.context):
+        return
+    key = "data.context" if "context" in data else "data.max_length"
+    raise ValueError(
+        f"model.context {given} is set from {key} ({linked}), so it cannot differ; "
+        f"set --{key} {given} instead and leave model.context out"
+    )
+
+
+def check_data_fits(ckpt_path: str, trained, vocab: Vocab | None, data) -> None:
+    """The data of a run from a checkpoint must give the ids its model reads: the same kind of vocabulary and
+    size; windows longer than it was trained on are refused for learned positions (no vector there) and noted
+    for the others. ``trained``: the checkpoint's model config; ``data``: the run's data settings."""
+    if isinstance(vocab, ByteVocab) and "vocab" in data:
+        kind = "bytes" if vocab.symbols is None else "file"
+        if data["vocab"] != kind:
+            raise ValueError(
+                f"--ckpt_path {ckpt_path!r} was trained with data.vocab {kind} ({vocab.size} symbols), and "
+                f"this run has data.vocab {data['vocab']}; pass --data.vocab {kind}"
+            )
+    if isinstance(vocab, WordVocab):
+        # data.vocab_words is a cap: the model was sized for the cap, and a small corpus may fill less of it
+        words = _field(trained, "vocab_size", len(vocab)) - 2
+        if data.get("vocab_words") not in (None, words):
+            raise ValueError(
+                f"--ckpt_path {ckpt_path!r} was trained with a vocabulary of {words} words, and this "
+                f"run has data.vocab_words {data['vocab_words']}; pass --data.vocab_words {words}"
+            )
+    key = "context" if "context" in data else "max_length"
+    window, context = data.get(key), _field(trained, "context", None)
+    if window is None or context is None or window <= context:
+        return
+    positions = _field(trained, "positions", "learned")
+    if positions == "learned":
+        raise ValueError(
+            f"--data.{key} {window} > {context}, the context --ckpt_path {ckpt_path!r} was trained at: its "
+            f"learned position embeddings have no vector past {context}; pass --data.{key} {context} or less, "
+            "or train with model.positions sinusoidal, rope or alibi"
+        )
+    print(f"note: data.{key} {window}, past the training context {context} ({positions} positions)", file=sys.stderr)
 
 
 LOCK = ".fit.lock"

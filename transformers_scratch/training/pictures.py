@@ -30,6 +30,26 @@ def attention_maps(model: nn.Module, ids: Tensor, mask: Tensor | None = None) ->
     return torch.stack([weights[0] for weights in kept]).float()  # (l, b, h, t', t')
 
 
+def _shown_token(token: str) -> str:
+    return {" ": "␣", "\n": "⏎", "\t": "⇥"}.get(token, token)
+
+
+def attention_input(vocab, text: str, limit: int) -> tuple[Tensor, list[str], int]:
+    """The first ``limit`` tokens of ``text`` for an attention picture: ids (1, t), their labels (a word unknown
+    to the vocabulary marked *, whitespace characters as visible marks), and how many tokens the text holds."""
+    from ..data import WordVocab
+    from ..data.imdb import tokenize
+
+    if isinstance(vocab, WordVocab):
+        words = tokenize(text)
+        ids = torch.tensor([vocab.encode(words[:limit])])  # (1, t)
+        tokens = [w if i != WordVocab.UNK else f"{w}*" for w, i in zip(words[:limit], ids[0].tolist(), strict=True)]
+        return ids, tokens, len(words)
+    encoded = vocab.encode_text(text)  # (1, all)
+    ids = encoded[:, :limit]
+    return ids, [_shown_token(vocab.decode(i[None])) for i in ids[0]], encoded.size(1)
+
+
 def _pyplot():
     import matplotlib
 

@@ -1,0 +1,62 @@
+"""Using what ``fit`` trained: text continued by a character model, sources decoded by an encoder-decoder, and
+the vocabulary an export carries. The command line parses, checks and prints; the work is here."""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from ..data import ByteVocab, WordVocab, transduction
+from .modules import LitCharLM, LitSeq2Seq, LitTransformer
+
+SAMPLE_PIECE = 2_000  # longer samples are generated in pieces of this length, with progress on stderr
+
+
+def device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def continue_text(module: LitCharLM, vocab: ByteVocab, prompt: str, length: int, num_samples: int = 1,
+                  seed: int | None = None, **options) -> list[str]:  # fmt: skip
+    """``num_samples`` continuations of ``prompt`` by ``length`` characters, drawn together; ``options`` go to
+    :func:`~transformers_scratch.model.generation.generate` (temperature, top_k, top_p, use_cache, cuda_graph)."""
+    model = module.model.to(device())
+    out = vocab.encode_text(prompt).to(device()).expand(num_samples, -1)  # (n, t): one row a sample
+    generator = None if seed is None else torch.Generator(device()).manual_seed(seed)
+    left = length
+    while left:
+        n = min(left, SAMPLE_PIECE)
+        out = model.generate(out, n, generator=generator, **options)
+        left -= n
+        if length > SAMPLE_PIECE:
+            print(f"sampled {length - left:,} of {length:,} characters", file=sys.stderr, flush=True)
+    return [vocab.decode(row.cpu()) for row in out]
+
+
+def decode_sources(module: LitSeq2Seq, sources: list[str], batch_size: int):
+    """Greedy outputs of an encoder-decoder for ``sources``, a batch at a time (yields lists of outputs). Every
+    source is checked first: known characters, and no longer than the model's context."""
+    context = module.model.cfg.context
+    for source in sources:
+        transduction.encode(source)  # every character known, or one line naming the first that is not
+        if len(source) > context:
+            raise ValueError(
+                f"source {source[:40]!r} has {len(source)} characters, more than the model's context {context}; "
+                "pass shorter sources, or train with a larger data.max_length"
+            )
+    module = module.to(device())
+    for i in range(0, len(sources), batch_size):
+        src, mask, _, _ = transduction.collate([(s, "") for s in sources[i : i + batch_size]])
+        out = module.greedy(src.to(device()), mask.to(device()), context)
+        yield [transduction.decode(row.tolist()) for row in out.cpu()]
+
+
+def export_vocab(module: LitTransformer, vocab) -> dict:
+    """The ``vocab`` entry of an export's config.json: bytes (null: all 256), words after <pad> and <unk>, or
+    the transduction tasks' specials and alphabet."""
+    if isinstance(module, LitSeq2Seq):
+        return {"specials": ["<pad>", "<bos>", "<eos>"][: transduction.SPECIALS], "alphabet": transduction.ALPHABET}
+    if isinstance(vocab, WordVocab):
+        return {"words": vocab.itos[2:]}
+    return {"bytes": None if vocab is None or vocab.symbols is None else list(vocab.symbols)}
