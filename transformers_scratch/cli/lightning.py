@@ -321,8 +321,8 @@ class CLI(LightningCLI):
         path = getattr(self.model, "pretrained", None)
         if not path or self.config.fit.get("ckpt_path"):  # a resumed run's weights are its own
             return
-        read_pretrained(path, self.model.model.cfg)
-        if (vocab := checkpoint_vocab(read_checkpoint(path))) is not None:
+        self.model.encoder, vocab = read_pretrained(path, self.model.model.cfg)  # read once: fit loads it
+        if vocab is not None:
             self.datamodule.load_state_dict(vocab_state(vocab))
 
     def _restore_vocab(self) -> None:

@@ -1,5 +1,12 @@
 """Callbacks: checkpoints that are never broken, the progress bar, throughput, samples during training, and
-the printed predictions. They are the glue between a module and its data; the modules know neither."""
+the printed predictions. They are the glue between a module and its data; the modules know neither.
+
+Private Lightning members used, with no public hook in their place (tests/test_reliability.py pins each):
+``SafeModelCheckpoint`` reads ``_every_n_train_steps`` and ``_defer_save_until_validation`` and calls
+``_should_skip_saving_checkpoint``, ``_should_save_on_train_epoch_end``, ``_monitor_candidates``,
+``_save_topk_checkpoint`` and ``_save_last_checkpoint``: nothing public says that a save was deferred, and
+Lightning 2.6 then drops it, so these write every checkpoint that was asked for.
+"""
 
 from __future__ import annotations
 

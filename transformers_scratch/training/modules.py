@@ -22,7 +22,9 @@ from lightning.pytorch.strategies import FSDPStrategy
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
+from ..data import checkpoint_vocab
 from ..data.ids import IGNORE_INDEX
+from ..data.vocab import Vocab
 from ..model.blocks import TransformerBlock
 from ..model.config import ClassifierConfig, EncoderDecoderConfig, LMConfig, MaskedLMConfig
 from ..model.models import CausalLM, EncoderDecoder, MaskedLM, SequenceClassifier, encoder_state
@@ -154,12 +156,13 @@ class LitTransformer(L.LightningModule):
             self.resumed = None
 
 
-def read_pretrained(path: str, cfg: ClassifierConfig) -> dict[str, Tensor]:
-    """The encoder of a :class:`LitMaskedLM` checkpoint, checked against the classifier it will start."""
+def read_pretrained(path: str, cfg: ClassifierConfig) -> tuple[dict[str, Tensor], Vocab | None]:
+    """The encoder of a :class:`LitMaskedLM` checkpoint, checked against the classifier it will start, and the
+    vocabulary it was pretrained with, from one read of the file."""
     if not Path(path).is_file():
         raise FileNotFoundError(
-            f"model.pretrained {path!r} does not exist; pass a checkpoint of `cli.py fit --config "
-            "configs/imdb_mlm.yaml` (e.g. checkpoints/imdb_mlm/last.ckpt)"
+            f"model.pretrained {path!r} does not exist; pass the last.ckpt of a masked-token pretraining run "
+            "(a LitMaskedLM fit)"
         )
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
@@ -174,13 +177,15 @@ def read_pretrained(path: str, cfg: ClassifierConfig) -> dict[str, Tensor]:
     if written_by != LitMaskedLM.__name__:
         raise ValueError(f"model.pretrained {path!r} holds a {written_by}; fine-tuning starts from a LitMaskedLM")
     state = {k.removeprefix("model."): v for k, v in checkpoint["state_dict"].items() if k.startswith("model.")}
-    return encoder_state(as_config(hparams.get("model"), MaskedLMConfig), state, cfg)
+    encoder = encoder_state(as_config(hparams.get("model"), MaskedLMConfig), state, cfg)
+    return encoder, checkpoint_vocab(checkpoint)
 
 
 class LitClassifier(LitTransformer):
     """Sequence classification with cross-entropy and accuracy (IMDb sentiment)."""
 
     checkpoint_metric = ("val/acc", "max", "epoch{epoch}-acc{val/acc:.4f}")
+    encoder: dict[str, Tensor] | None = None  # model.pretrained's encoder, when the CLI has read and checked it
 
     def __init__(
         self,
@@ -194,7 +199,7 @@ class LitClassifier(LitTransformer):
             model: The transformer's sizes.
             optim: Optimiser and schedule.
             compile: Run the model through torch.compile, true or a mode (checkpoints still load without it).
-            pretrained: Fine-tune: a LitMaskedLM checkpoint (``configs/imdb_mlm.yaml``) whose embeddings and
+            pretrained: Fine-tune: a LitMaskedLM checkpoint (masked-token pretraining) whose embeddings and
                 blocks start the classifier when fit starts (not when it resumes). Its sizes and vocabulary
                 must be this run's.
         """
@@ -211,7 +216,8 @@ class LitClassifier(LitTransformer):
         if self.pretrained and self.trainer.ckpt_path is None:  # a resumed run's weights are its own
             if self.sharded:
                 raise ValueError("model.pretrained loads a whole encoder: fine-tune without FSDP")
-            encoder = read_pretrained(self.pretrained, self.model.cfg)
+            encoder = self.encoder or read_pretrained(self.pretrained, self.model.cfg)[0]
+            self.encoder = None
             missing, unexpected = self.model.load_state_dict(encoder, strict=False)
             assert not unexpected and all(k.startswith(("head.", "cls")) for k in missing), (missing, unexpected)
             rank_zero_info(f"fine-tuning: the embeddings and blocks of {self.pretrained} start the classifier")
