@@ -531,3 +531,25 @@ def test_archive_members_that_are_links_or_leave_the_folder_are_never_read(tmp_p
             tar.addfile(member, io.BytesIO(payload))
     texts = read_aclimdb(tarball)["train"][0]
     assert len(texts) == 4 and not any("SECRET" in t for t in texts)
+
+
+def test_a_checkpoint_of_an_older_layout_loads_or_says_so(tmp_path, capsys):
+    """A checkpoint that names the module by its old path and carries a setting since dropped still loads (that
+    costs nothing); one whose weights do not fit today's module gets one line saying it predates the layout."""
+    from dataclasses import asdict
+
+    from transformers_scratch.data import ByteVocab
+    from transformers_scratch.data.vocab import vocab_state
+
+    cfg = LMConfig(vocab_size=256, context=16, emb=16, heads=2, depth=1)
+    module = LitCharLM(cfg)
+    state = module.state_dict()
+    hparams = {"model": asdict(cfg), "sample_length": 200, "_class_path": "transformers_scratch.lit.LitCharLM"}
+    old = {"state_dict": state, "TextDataModule": vocab_state(ByteVocab()), "hyper_parameters": hparams}
+    torch.save(old, tmp_path / "old.ckpt")
+    main(["sample", "--ckpt_path", str(tmp_path / "old.ckpt"), "--prompt", "the ", "--length", "4"])
+    assert capsys.readouterr().out.startswith("the ")
+    old["state_dict"] = {k.replace("stack.", "blocks."): v for k, v in state.items()}  # a renamed submodule
+    torch.save(old, tmp_path / "older.ckpt")
+    fails(capsys, "sample", "--ckpt_path", str(tmp_path / "older.ckpt"), "--prompt", "the ",
+          message="predates the package's layout")  # fmt: skip

@@ -4,6 +4,7 @@ file); whether a run's data fits a checkpoint; and the run-folder lock: one run,
 from __future__ import annotations
 
 import atexit
+import inspect
 import os
 import pickle
 import sys
@@ -54,8 +55,9 @@ def load_trained(ckpt_path: str, *takes: type[LitTransformer], command: str = "t
     if module_class is None:
         names = ", ".join(cls.__name__ for cls in takes)
         raise ValueError(f"--ckpt_path {ckpt_path!r} holds a {written_by}; {command} takes {names}")
+    takes_args = inspect.signature(module_class).parameters  # settings since dropped (older layouts) are left out
     try:
-        module = module_class(**hparams)
+        module = module_class(**{k: v for k, v in hparams.items() if k in takes_args})
         module.load_state_dict(checkpoint["state_dict"])
     except (TypeError, RuntimeError, KeyError) as e:
         reason = (str(e).splitlines() or [type(e).__name__])[0][:200]
