@@ -1,3 +1,6 @@
-from transformers_scratch.cli import main  # the command line lives in the package: `transformers-scratch`
+"""``python cli.py COMMAND ...`` in a checkout: the same command as ``transformers-scratch`` once installed."""
 
-main()
+from transformers_scratch.cli import main
+
+if __name__ == "__main__":
+    main()
