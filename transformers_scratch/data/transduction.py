@@ -106,7 +106,7 @@ class TrainingBatches(Dataset):
 
 
 class TransductionDataModule(ResumableData):
-    """Generated transduction tasks for :class:`~transformers_scratch.lit.LitSeq2Seq`.
+    """Generated transduction tasks for :class:`~transformers_scratch.training.LitSeq2Seq`.
 
     What the model needs (``vocab_size``, ``context``) is linked into its config by the CLI.
     """

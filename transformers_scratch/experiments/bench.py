@@ -1,18 +1,19 @@
 """Benchmark: training throughput, memory and MFU of the character model, and generation speed.
 
-    python -m transformers_scratch.bench                              # the CPU target: 4 x 256, ctx 256, batch 8
-    python -m transformers_scratch.bench --config configs/enwik8.yaml # the sizes of a config (GPU: bf16-mixed)
-    python -m transformers_scratch.bench --json                       # machine-readable
-    python -m transformers_scratch.bench --long-context --emb 64 --heads 2 --depth 2 --batch 1
-    python -m transformers_scratch.bench --nanogpt ../nanoGPT/model.py     # side by side with nanoGPT's GPT
-    python -m transformers_scratch.bench --end-to-end --data.path input.txt --nanogpt-train ../nanoGPT/train.py
+    python -m transformers_scratch.experiments.bench                    # the CPU target: 4 x 256, ctx 256, batch 8
+    python -m transformers_scratch.experiments.bench --config configs/enwik8.yaml  # a config's sizes (GPU: bf16)
+    python -m transformers_scratch.experiments.bench --json             # machine-readable
+    python -m transformers_scratch.experiments.bench --long-context --emb 64 --heads 2 --depth 2 --batch 1
+    python -m transformers_scratch.experiments.bench --nanogpt ../nanoGPT/model.py   # beside nanoGPT's GPT
+    python -m transformers_scratch.experiments.bench --end-to-end --data.path input.txt \
+        --nanogpt-train ../nanoGPT/train.py
 
 Every variant runs in its own process (clean memory peak, no compile cache shared). Training tokens/s is
 batch x context / the median time of timed optimizer steps (forward, backward, AdamW) after warm-up steps.
 Peak memory: on GPU the allocator's peak; on CPU the process's peak resident set (it includes the ~0.4 GB
 that PyTorch itself occupies). MFU = tokens/s x model FLOPs per token / the device's dense bf16 peak.
 Generation figures carry the machine's load (1-minute average) when they were taken. ``--end-to-end`` times
-whole ``fit`` runs instead (see :mod:`transformers_scratch.endtoend`).
+whole ``fit`` runs instead (see :mod:`transformers_scratch.experiments.endtoend`).
 """
 
 from __future__ import annotations
@@ -137,7 +138,7 @@ def decode_job(job: dict, device: torch.device) -> dict:
     model = EncoderDecoder(EncoderDecoderConfig(**fields)).to(device).eval()
     n = min(job["new_tokens"], model.cfg.context)  # a target fits the decoder's positions
     src = torch.randint(model.cfg.vocab_size, (1, max(1, model.cfg.context // 2)), device=device)
-    generate = lambda n: model.generate(src, 0, n, use_cache=job["cache"])  # noqa: E731
+    generate = lambda n: model.generate(src, bos_id=0, max_new_tokens=n, use_cache=job["cache"])  # noqa: E731
     return {"tokens_per_s": tokens_per_second(generate, n, device), "new_tokens": n}
 
 
@@ -169,7 +170,7 @@ def train_job(device: str, model: dict, batch: int, context: int, steps: int, wa
 
 def run_isolated(job: dict, memory_cap_gb: float | None = None, timeout: float = 900) -> dict:
     """Run a job in a child process; its result, or the error it died of."""
-    cmd = [sys.executable, "-m", "transformers_scratch.bench", "--job", json.dumps(job)]
+    cmd = [sys.executable, "-m", "transformers_scratch.experiments.bench", "--job", json.dumps(job)]
     limit = None
     if memory_cap_gb:  # a hard cap on the child's heap, so a search past the budget cannot swamp the machine
         cap = int(memory_cap_gb * 2**30)
@@ -243,7 +244,8 @@ def long_context(args, model: dict, device: str) -> list[dict]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m transformers_scratch.bench", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m transformers_scratch.experiments.bench",
+                                description=__doc__.split("\n\n")[0])  # fmt: skip
     p.add_argument("--config", help="a project config whose model sizes, context and batch to use")
     for name in ("depth", "emb", "heads", "context", "batch"):
         p.add_argument(f"--{name}", type=int, help=f"override the {name}")

@@ -1,6 +1,6 @@
 """End to end: the real ``fit`` on nanoGPT's CPU recipe for Tiny Shakespeare, beside nanoGPT's ``train.py``.
 
-    python -m transformers_scratch.bench --end-to-end --data.path ../shared/data/tinyshakespeare.txt \
+    python -m transformers_scratch.experiments.bench --end-to-end --data.path ../shared/data/tinyshakespeare.txt \
         --nanogpt-train path/to/nanoGPT/train.py --rounds 2
 
 Each run is a fresh process, timed from launch to exit: ``cli.py fit`` with the project's configs

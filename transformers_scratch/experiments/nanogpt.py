@@ -1,6 +1,6 @@
 """Side by side with nanoGPT: score a checkpoint of its ``train.py`` on this project's held-out bytes.
 
-    python -m transformers_scratch.nanogpt --model_py ../nanoGPT/model.py \
+    python -m transformers_scratch.experiments.nanogpt --model_py ../nanoGPT/model.py \
         --ckpt ../nanoGPT/out-shakespeare-char/ckpt.pt --data.path ../shared/data/tinyshakespeare.txt
 
 nanoGPT validates on the last 10 % of the file, this project on 5 % and tests on the last 5 %. Both train on
@@ -64,7 +64,8 @@ def heldout_nats(logits_of, data: TextDataModule, device: torch.device, bf16: bo
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m transformers_scratch.nanogpt", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m transformers_scratch.experiments.nanogpt",
+                                description=__doc__.split("\n\n")[0])  # fmt: skip
     p.add_argument("--model_py", required=True, help="nanoGPT's model.py")
     p.add_argument("--ckpt", required=True, help="a ckpt.pt written by nanoGPT's train.py")
     p.add_argument("--data.path", dest="path", required=True, help="the text file both were trained on")

@@ -414,7 +414,8 @@ class LitSeq2Seq(LitTransformer):
     @torch.no_grad()
     def greedy(self, src: Tensor, src_mask: Tensor, max_new_tokens: int) -> Tensor:
         """Greedy decoding (b, n) from BOS, with the decoder's caches, stopping when every row has ended."""
-        return self.model.generate(src, EncoderDecoder.BOS, max_new_tokens, src_mask, eos_id=EncoderDecoder.EOS)
+        return self.model.generate(src, bos_id=EncoderDecoder.BOS, max_new_tokens=max_new_tokens, src_mask=src_mask,
+                                   eos_id=EncoderDecoder.EOS)  # fmt: skip
 
     def _eval_step(self, batch, stage: str, acc: torchmetrics.Metric, exact: torchmetrics.MeanMetric) -> None:
         src, src_mask, tgt_in, tgt_out = batch
