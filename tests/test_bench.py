@@ -6,6 +6,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from transformers_scratch.experiments.bench import format_report, run_isolated, run_job, train_job, variants
 from transformers_scratch.experiments.endtoend import format_end_to_end
 
@@ -78,6 +80,7 @@ def test_a_failed_measurement_is_reported_not_raised():
     assert set(result) == {"error"} and "allocate" in result["error"]
 
 
+@pytest.mark.slow
 def test_the_command_prints_a_table_and_json(tmp_path):
     argv = [sys.executable, "-m", "transformers_scratch.experiments.bench", "--depth", "1", "--emb", "16",
             "--heads", "2",
@@ -216,6 +219,7 @@ pickle.dump({"vocab_size": len(chars)}, open(os.path.join(here, "meta.pkl"), "wb
 """
 
 
+@pytest.mark.slow
 def test_end_to_end_reports_every_field_for_fit_and_nanogpt(tmp_path):
     """--end-to-end runs the real fit and a train.py given by path, alternating, and reports wall, CPU,
     start-up, training, validation, samples, the rest and the held-out loss for each. A stand-in nanoGPT

@@ -257,6 +257,7 @@ def test_imdb_bad_paths(tmp_path):
         IMDbDataModule(path=str(tmp_path / "broken.tar.gz"), data_dir=str(tmp_path)).prepare_data()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not IMDB_TARBALL.exists(), reason="needs ../shared/data/aclImdb_v1.tar.gz")
 def test_real_imdb_tarball_has_the_official_splits():
     splits = read_aclimdb(IMDB_TARBALL)

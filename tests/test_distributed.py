@@ -31,6 +31,7 @@ def single(tmp_path_factory) -> Path:
     return run("single", tmp_path_factory.mktemp("single"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["ddp", "fsdp", "fsdp-checkpointing", "fsdp-compile"])
 def test_two_processes_match_one_and_only_rank_0_writes_checkpoints(single, mode, tmp_path):
     out = run(mode, tmp_path)

@@ -62,8 +62,10 @@ def test_the_check_sees_an_upward_import(tmp_path):
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
     blocks = copy / "model" / "blocks.py"
     blocks.write_text(blocks.read_text() + "\n\ndef _up():\n    from ..training import modules  # noqa\n")
-    assert upward_imports(copy) == [f"transformers_scratch/model/blocks.py:{len(blocks.read_text().splitlines())} "
-                                    "imports transformers_scratch.training"]
+    assert upward_imports(copy) == [
+        f"transformers_scratch/model/blocks.py:{len(blocks.read_text().splitlines())} "
+        "imports transformers_scratch.training"
+    ]
 
 
 @pytest.mark.parametrize("layer", ["model"])

@@ -307,8 +307,9 @@ def test_every_logged_tokens_per_second_is_true_the_first_included(tmp_path, mon
         def on_train_batch_end(self, *args):
             clock[0] += 1.0
 
-    t = trainer(tmp_path, max_steps=6, log_every_n_steps=1, logger=CSVLogger(tmp_path),
-                callbacks=[Throughput(), Tick()])
+    t = trainer(
+        tmp_path, max_steps=6, log_every_n_steps=1, logger=CSVLogger(tmp_path), callbacks=[Throughput(), Tick()]
+    )
     t.fit(LitCharLM(TINY, OptimConfig(warmup_steps=1)), loader(48))
     log = (tmp_path / "lightning_logs" / "version_0" / "metrics.csv").read_text().splitlines()
     rates = [float(r["train/tokens_per_s"]) for r in csv.DictReader(log) if r.get("train/tokens_per_s")]

@@ -348,6 +348,7 @@ def test_encoder_decoder_overfits_a_batch():
     assert last < 0.1 * first
 
 
+@pytest.mark.slow
 def test_encoder_decoder_learns_to_reverse():
     """Teacher-forced training, then greedy token-by-token decoding on unseen sequences."""
     torch.manual_seed(0)

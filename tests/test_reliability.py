@@ -230,6 +230,7 @@ def same_training_state(a: dict, b: dict) -> None:
     assert a["lr_schedulers"] == b["lr_schedulers"]
 
 
+@pytest.mark.slow
 def test_every_checkpoint_asked_for_is_written_before_the_first_validation_and_at_the_end(tmp_path):
     """Epochs of 4 batches validated at their end, a checkpoint every 3 steps. Lightning 2.6 defers a step's
     save until the monitored val/acc exists and then skips it, and never saves a last step that is not a
@@ -251,6 +252,7 @@ def test_every_checkpoint_asked_for_is_written_before_the_first_validation_and_a
     assert len(best) == 1 and torch.load(best[0], weights_only=True)["global_step"] == 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "kind, every, kill",
     [("charlm", 3, 7), ("charlm", 4, 9), ("imdb", 3, 7)],
@@ -306,6 +308,7 @@ def logged_rows(path: Path, after: int) -> list[dict]:
 
 
 # ---- resume with changed settings: applied, with one line saying so ----------------------------------
+@pytest.mark.slow
 def test_a_resumed_run_applies_a_changed_learning_rate_schedule_and_batch_size(tmp_path):
     args = ["--config", TINY_LM, "--data.path", str(corpus(tmp_path / "text.txt")), "--data.batches_per_epoch", "4",
             "--trainer.limit_val_batches", "1", "--sample.length", "0", "--trainer.log_every_n_steps", "1",

@@ -62,6 +62,7 @@ def test_no_validation_or_test_example_is_ever_a_training_example(task):
     assert {split_of(s) for s in trained} == {"train"}
 
 
+@pytest.mark.slow
 def test_the_splits_and_batches_are_the_same_in_every_process():
     """Python salts str hashes per process; the sets and batches must not depend on that."""
     code = (
@@ -152,6 +153,7 @@ def trained(tmp_path_factory):
     return cwd, "checkpoints/seq2seq_reverse/last.ckpt"
 
 
+@pytest.mark.slow
 def test_fit_test_decode_and_export_through_the_cli(trained):
     tmp_path, ckpt = trained
     test = cli("test", "--config", REVERSE, *TINY, "--ckpt_path", ckpt, cwd=tmp_path)
@@ -175,6 +177,7 @@ def test_fit_test_decode_and_export_through_the_cli(trained):
         assert torch.equal(model.eval()(src, tgt, mask), module.model(src, tgt, mask))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "message"),
     [
