@@ -11,11 +11,10 @@ import pytest
 import torch
 
 from transformers_scratch.data import ByteVocab, DataError, IMDbDataModule, TextDataModule
-from transformers_scratch.data.enwik8 import BYTES as ENWIK8_BYTES
-from transformers_scratch.data.enwik8 import SHA256 as ENWIK8_SHA256
 from transformers_scratch.data.files import read_bytes
 from transformers_scratch.data.imdb import WordVocab, read_aclimdb, tokenize
 from transformers_scratch.data.progress import Progress, ResumableOrder
+from transformers_scratch.data.sources import ENWIK8_BYTES, SOURCES
 from transformers_scratch.data.text import RandomWindows, StridedWindows, split_bounds
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -172,17 +171,42 @@ def test_enwik8_download_is_verified(tmp_path):
         threading.Thread(target=server.serve_forever, daemon=True).start()
         url = f"http://127.0.0.1:{server.server_address[1]}/enwik8.zip"
         dm = TextDataModule(data_dir=str(tmp_path / "data"), url=url)
-        with pytest.raises(DataError, match=f"its SHA-256 is [0-9a-f]{{64}}, not {ENWIK8_SHA256}; removed it"):
+        sha = SOURCES["enwik8"].sha256
+        with pytest.raises(DataError, match=f"its SHA-256 is [0-9a-f]{{64}}, not {sha}; removed it"):
             dm.prepare_data()
         server.shutdown()
-    assert list((tmp_path / "data").iterdir()) == []  # nothing half-right left behind, no partial file
+    assert not (tmp_path / "data").exists()  # nothing half-right left behind: no file, no partial, no empty folder
+
+
+@pytest.mark.skipif(not (SHARED / "tinyshakespeare.txt").exists(), reason="needs ../shared/data/tinyshakespeare.txt")
+def test_tiny_shakespeare_downloads_through_the_same_verified_path(tmp_path):
+    """``download: tinyshakespeare`` fetches the text by its checksum, here from a loopback server that serves
+    the real file, then trains on it; a wrong file of the same name is refused."""
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "input.txt").write_bytes((SHARED / "tinyshakespeare.txt").read_bytes())
+    (served / "other.txt").write_bytes(b"not shakespeare " * 1000)
+    handler = lambda *a, **k: _Quiet(*a, directory=str(served), **k)  # noqa: E731
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        wrong = TextDataModule(data_dir=str(tmp_path / "bad"), download="tinyshakespeare", url=f"{base}/other.txt")
+        with pytest.raises(DataError, match="its SHA-256 is"):
+            wrong.prepare_data()
+        dm = TextDataModule(data_dir=str(tmp_path / "data"), download="tinyshakespeare", url=f"{base}/input.txt",
+                            context=32, batch_size=4)  # fmt: skip
+        dm.prepare_data()
+        server.shutdown()
+    assert (tmp_path / "data" / "tinyshakespeare.txt").stat().st_size == 1_115_394
+    dm.setup("fit")
+    assert dm.vocab_size == 256 and len(dm.splits["train"]) == int(1_115_394 * 0.9)
 
 
 def test_enwik8_download_failure_says_what_to_fetch(tmp_path):
     dm = TextDataModule(data_dir=str(tmp_path / "data"), url="http://127.0.0.1:9/enwik8.zip")
     with pytest.raises(DataError, match=r"put it at .*enwik8.zip, or pass --data.path"):
         dm.prepare_data()
-    assert list((tmp_path / "data").iterdir()) == []  # no partial file
+    assert not (tmp_path / "data").exists()  # no partial file, and not the empty folder made for it
 
 
 def make_aclimdb(root: Path, per_class: int = 6) -> Path:

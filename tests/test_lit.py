@@ -236,7 +236,7 @@ def test_mfu_peak_is_lightnings_for_the_device(monkeypatch, name, peak):
     assert peak_flops("cpu") is None
 
 
-def test_no_sample_under_fsdp(caplog):
+def test_no_sample_under_fsdp(capsys):
     """A sample needs every block on one rank; under FSDP the blocks are sharded, so training says so once and
     goes on (``cli.py sample`` reads the full checkpoint)."""
     from types import SimpleNamespace
@@ -248,14 +248,14 @@ def test_no_sample_under_fsdp(caplog):
     trainer = SimpleNamespace(strategy=FSDPStrategy(), sanity_checking=False, is_global_zero=True,
                               datamodule=SimpleNamespace(seed_text=None, vocab=None))  # fmt: skip
     callback = SampleText(length=8)
-    with caplog.at_level("INFO"):
-        callback.on_validation_epoch_end(trainer, module)
-        callback.on_validation_epoch_end(trainer, module)
-    assert caplog.text.count("no samples during FSDP training") == 1
+    callback.on_validation_epoch_end(trainer, module)
+    callback.on_validation_epoch_end(trainer, module)
+    assert capsys.readouterr().err.count("no samples during FSDP training") == 1
 
 
-def test_sample_text_continues_a_validation_seed(tmp_path, caplog):
-    """The sample callback asks the data for a seed and its vocabulary, and the module's model for the rest."""
+def test_sample_text_continues_a_validation_seed(tmp_path, capsys):
+    """The sample callback asks the data for a seed and its vocabulary, and the module's model for the rest; the
+    sample is the run's output, on stdout."""
     from transformers_scratch.data import ByteVocab
 
     class Data(L.LightningDataModule):
@@ -273,9 +273,8 @@ def test_sample_text_continues_a_validation_seed(tmp_path, caplog):
     module = LitCharLM(TINY, OptimConfig(warmup_steps=1))
     t = trainer(tmp_path, max_steps=4, callbacks=[SampleText(length=12, temperature=0, seed_length=4)],
                 num_sanity_val_steps=0)  # fmt: skip
-    with caplog.at_level("INFO"):
-        t.fit(module, datamodule=Data())
-    sample = caplog.text.split("--- sample at step 4 (temperature 0) ---\n")[1].split("\n---")[0]
+    t.fit(module, datamodule=Data())
+    sample = capsys.readouterr().out.split("--- sample at step 4 (temperature 0) ---\n")[1].split("\n---")[0]
     assert sample.startswith("[seed]") and len(sample) > len("[seed]")  # the seed, cut to 4, then the model's text
 
 

@@ -22,10 +22,11 @@ import torch
 from jsonargparse import set_parsing_settings
 from lightning import LightningDataModule
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
+from lightning.pytorch.utilities import rank_zero_only
 
 from ..data import checkpoint_vocab
 from ..data.vocab import vocab_state
+from ..model.models import count_parameters
 from ..training.callbacks import (
     PhaseTimes,
     PredictionWriter,
@@ -42,6 +43,7 @@ from ..training.checkpoints import (
     read_checkpoint,
     release_run_folder,
 )
+from ..training.console import note, quiet
 from ..training.loggers import CSVLogger, WandbLogger
 from ..training.modules import LitTransformer, read_pretrained
 from .commands import shown
@@ -150,8 +152,10 @@ class CLI(LightningCLI):
 
     def subcommands(self) -> dict[str, set[str]]:
         """Lightning builds a parser for every subcommand at start-up; only the one being run is built here
-        (``cli.py --help`` still lists them all)."""
+        (``cli.py --help`` still lists them all). ``verbose`` of ``Trainer.validate`` and ``Trainer.test`` gives way
+        to the run's own ``--verbose``; they print their table of results, their output, either way."""
         every = LightningCLI.subcommands()
+        every = {name: {*skip, "verbose"} if name in ("validate", "test") else skip for name, skip in every.items()}
         asked = self.argv[0] if getattr(self, "argv", None) else None
         return {asked: every[asked]} if asked in every else every
 
@@ -176,6 +180,12 @@ class CLI(LightningCLI):
             help="After fit, score the whole validation split once when trainer.limit_val_batches scored part of it.",
         )
         parser.add_lightning_class_args(PredictionWriter, "predictions")
+        parser.add_argument(
+            "--verbose",
+            type=bool,
+            default=False,
+            help="Show Lightning's and W&B's messages, the model summary and the warnings a run leaves out.",
+        )
         name = RUN
         parser.set_defaults({
             "trainer.logger": [
@@ -198,6 +208,8 @@ class CLI(LightningCLI):
     def parse_arguments(self, parser, args) -> None:
         super().parse_arguments(parser, args)
         sub = self.config.get("subcommand")
+        if not (self.config[sub] if sub else self.config).get("verbose"):
+            quiet()
         self.ckpt_vocab, self.ckpt_hparams, self.ckpt_run = None, {}, {}
         self.name = name_run(self.config[sub] if sub else self.config)
         if not sub or not self.config[sub].get("ckpt_path"):
@@ -251,6 +263,8 @@ class CLI(LightningCLI):
         if cfg.checkpoint.monitor is None and hasattr(model_class, "checkpoint_metric"):
             cfg.checkpoint.monitor, cfg.checkpoint.mode, pattern = model_class.checkpoint_metric
             cfg.checkpoint.filename = cfg.checkpoint.filename or pattern
+        if not cfg.get("verbose") and cfg.trainer.get("enable_model_summary") is None:
+            cfg.trainer.enable_model_summary = False  # the run's header gives the model's size in one line
         if cfg.trainer.precision == "bf16-mixed" and not (torch.cuda.is_available() and torch.cuda.is_bf16_supported()):
             print("note: no GPU with bf16 here, so trainer.precision bf16-mixed runs as 32-true", file=sys.stderr)
             cfg.trainer.precision = "32-true"
@@ -281,6 +295,18 @@ class CLI(LightningCLI):
         self._check_pretrained()
         if rank_zero_only.rank == 0:  # DDP's other processes run this CLI too
             claim_run_folder(Path(self.checkpoint_dir), resuming=bool(self.config.fit.get("ckpt_path")))
+            note(self.header())
+
+    def header(self) -> str:
+        """The run in two lines, before the bar: its name and folders, and the model's size."""
+        logs = [f"{lg.log_dir}/" if isinstance(lg, CSVLogger) else f"W&B ({lg.mode})" if isinstance(lg, WandbLogger)
+                else type(lg).__name__ for lg in self.trainer.loggers]  # fmt: skip
+        model, cfg = self.model.model, self.model.model.cfg
+        return (
+            f"run {self.name}: checkpoints in {shown(self.checkpoint_dir)}/, logs in {', '.join(logs) or 'none'}\n"
+            f"model: {type(model).__name__}, {count_parameters(model) / 1e6:.2f}M parameters, {cfg.depth} blocks x "
+            f"{cfg.emb}, {cfg.heads} heads, context {cfg.context}"
+        )
 
     @property
     def checkpoint_dir(self) -> str:
@@ -291,7 +317,7 @@ class CLI(LightningCLI):
         self._validate_in_full()
         best = self.trainer.checkpoint_callback.best_model_path if self.trainer.checkpoint_callback else ""
         log = next((lg.log_dir for lg in self.trainer.loggers if isinstance(lg, CSVLogger)), None)
-        rank_zero_info(
+        note(
             f"this run: checkpoints in {shown(self.checkpoint_dir)}/ (newest: last.ckpt"
             + (f", best: {shown(best)}" if best else "")
             + ")"
@@ -308,12 +334,13 @@ class CLI(LightningCLI):
         whole = len(self.datamodule.val_dataloader())
         if sum(trainer.num_val_batches) >= whole:
             return
-        rank_zero_info(f"final validation: the whole validation split ({whole} batches)")
         limit, trainer.limit_val_batches = trainer.limit_val_batches, 1.0
         try:
-            trainer.validate(self.model, datamodule=self.datamodule, verbose=trainer.is_global_zero)
+            (scores,) = trainer.validate(self.model, datamodule=self.datamodule, verbose=False)
         finally:
             trainer.limit_val_batches = limit
+        shown_scores = ", ".join(f"{k} {v:.4f}" for k, v in scores.items())
+        note(f"final validation over the whole validation split ({whole} batches): {shown_scores}")
 
     def _check_pretrained(self) -> None:
         """Fine-tuning (``model.pretrained``): the encoder must fit the classifier, which is checked now, before the

@@ -73,7 +73,9 @@ def read_bytes(path: str | os.PathLike) -> bytes:
 
 def download(url: str, dest: Path, what: str, manual_hint: str, sha256: str | None = None) -> Path:
     """Fetch url to dest atomically: a broken transfer, or one whose SHA-256 is not ``sha256``, never leaves a
-    file at dest, and partial files that a killed download left are removed first."""
+    file at dest, and partial files that a killed download left are removed first. A folder made for it and
+    left empty by a failure is removed too."""
+    made = not dest.parent.exists()
     dest.parent.mkdir(parents=True, exist_ok=True)
     for stale in dest.parent.glob(f".{dest.name}.*.part"):
         stale.unlink(missing_ok=True)
@@ -95,4 +97,6 @@ def download(url: str, dest: Path, what: str, manual_hint: str, sha256: str | No
         raise DataError(f"could not download {what} from {url} ({e}). {manual_hint}") from e
     finally:
         Path(tmp).unlink(missing_ok=True)
+        if made and not dest.exists() and not any(dest.parent.iterdir()):
+            dest.parent.rmdir()
     return dest

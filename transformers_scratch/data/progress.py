@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 
 import lightning as L
 import torch
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 
@@ -97,8 +97,8 @@ class ResumableData(L.LightningDataModule):
     def load_progress(self, state: dict) -> None:
         was = state.get("batch_size")
         if self.trainer is not None and self.trainer.state.fn == "fit" and was not in (None, self.batch_size):
-            rank_zero_info(
-                f"note: resuming with data.batch_size {self.batch_size} (was {was}): applied; the batches from here "
+            rank_zero_warn(
+                f"resuming with data.batch_size {self.batch_size} (was {was}): applied; the batches from here "
                 "on are not those the interrupted run would have drawn"
             )
         if "progress" in state:  # in place: a loader already made holds this object

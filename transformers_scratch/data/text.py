@@ -16,10 +16,10 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from . import enwik8
 from .files import DataError, download, predicting, read_bytes
 from .ids import IGNORE_INDEX
 from .progress import ResumableData
+from .sources import SOURCES
 from .vocab import ByteVocab, vocab_from_state, vocab_state
 
 SPLITS = (0.9, 0.05, 0.05)  # 90M / 5M / 5M bytes on enwik8, as in the tutorial and the literature
@@ -78,8 +78,8 @@ class StridedWindows(Dataset):
 
 
 class TextDataModule(ResumableData):
-    """Byte-level text: enwik8 (downloaded into ``data_dir`` when missing) or any local text file, split
-    90/5/5.
+    """Byte-level text: any local text file, or a known text downloaded into ``data_dir`` when missing
+    (enwik8 by default, or Tiny Shakespeare; see :mod:`.sources`), split 90/5/5.
 
     What a model needs from it (``vocab_size``, ``context``) is linked into the model's config by the CLI;
     ``vocab`` and ``seed_text`` serve samples, and the vocabulary travels in checkpoints (``state_dict``).
@@ -97,13 +97,14 @@ class TextDataModule(ResumableData):
         vocab: Literal["bytes", "file"] = "bytes",
         num_workers: int = 0,
         seed: int = 1234,
-        url: str = enwik8.URL,
+        download: Literal["enwik8", "tinyshakespeare"] = "enwik8",
+        url: str | None = None,
         predict_path: str | None = None,
     ) -> None:
         """
         Args:
-            path: A raw file, ``.zip`` or ``.gz`` to use instead of enwik8 (e.g. tinyshakespeare.txt).
-            data_dir: Where enwik8.zip is downloaded when ``path`` is not given.
+            path: A raw text file, ``.zip`` or ``.gz``. None: the text named by ``download``.
+            data_dir: Where that text is downloaded when ``path`` is not given.
             context: Window length the model sees; must not exceed the model's context.
             batch_size: Windows per training batch (per device).
             batches_per_epoch: Training batches that make one "epoch" (windows are random; there is no pass).
@@ -113,7 +114,9 @@ class TextDataModule(ResumableData):
             vocab: ``bytes``: all 256 byte values; ``file``: only the byte values in the file.
             num_workers: DataLoader worker processes.
             seed: Seed of the training windows (batch i is drawn with seed and i).
-            url: Where enwik8.zip is downloaded from (a mirror, if the original is unreachable).
+            download: The text to download into ``data_dir`` when ``path`` is not given, checked by its SHA-256:
+                ``enwik8`` (36 MB) or ``tinyshakespeare`` (1 MB).
+            url: Download it from this address instead (a mirror of the same file).
             predict_path: For ``predict``: a file to score in bits per byte, with this module's windows.
         """
         super().__init__()
@@ -125,7 +128,8 @@ class TextDataModule(ResumableData):
         self.path, self.data_dir, self.context, self.batch_size = path, Path(data_dir), context, batch_size
         self.batches_per_epoch, self.eval_stride, self.vocab_kind = batches_per_epoch, eval_stride, vocab
         self.eval_batch_size = eval_batch_size or batch_size
-        self.num_workers, self.seed, self.url, self.predict_path = num_workers, seed, url, predict_path
+        self.num_workers, self.seed, self.predict_path = num_workers, seed, predict_path
+        self.download, self.url = SOURCES[download], url or SOURCES[download].url
         self._raw: bytes | None = None
         self._vocab: ByteVocab | None = None
         self.splits: dict[str, Tensor] = {}
@@ -133,16 +137,16 @@ class TextDataModule(ResumableData):
     # ---- the file -------------------------------------------------------------------------------
     @property
     def source(self) -> Path:
-        return Path(self.path) if self.path is not None else self.data_dir / "enwik8.zip"
+        return Path(self.path) if self.path is not None else self.data_dir / self.download.file
 
     def prepare_data(self) -> None:
-        """Download enwik8 when it is needed and missing (Lightning calls this on one process per node)."""
+        """Download the text when it is needed and missing (Lightning calls this on one process per node)."""
         if self.path is None and not self.source.exists() and not predicting(self):
             hint = (
-                f"Fetch {enwik8.URL} yourself and put it at {self.source}, or pass --data.path with a local "
-                "enwik8, enwik8.zip or enwik8.gz (or any other text file)."
+                f"Fetch {self.download.url} yourself and put it at {self.source}, or pass --data.path with a local "
+                "copy (or any other text file)."
             )
-            download(self.url, self.source, "enwik8", hint, sha256=enwik8.SHA256)
+            download(self.url, self.source, self.download.about.split(",")[0], hint, sha256=self.download.sha256)
 
     def raw(self) -> bytes:
         if self._raw is None:

@@ -10,6 +10,7 @@ Lightning 2.6 then drops it, so these write every checkpoint that was asked for.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -20,10 +21,12 @@ from pathlib import Path
 import torch
 from lightning.fabric.plugins import CheckpointIO
 from lightning.pytorch.callbacks import BasePredictionWriter, Callback, ModelCheckpoint, TQDMProgressBar
+from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 from lightning.pytorch.strategies import FSDPStrategy
-from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
+from tqdm import tqdm
 
+from .console import note
 from .perf import peak_flops, train_flops_per_token
 
 
@@ -160,12 +163,64 @@ class SafeModelCheckpoint(ModelCheckpoint):
         )
 
 
+def duration(seconds: float) -> str:
+    """3 h 05 min, 4 min 10 s, 12 s: a duration as a person reads it."""
+    seconds = round(seconds)
+    if seconds >= 86_400:
+        return f"{seconds / 86_400:.1f} days"
+    if seconds >= 3600:
+        return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+    return f"{seconds // 60} min {seconds % 60:02d} s" if seconds >= 60 else f"{seconds} s"
+
+
+def _on_stderr(init):
+    """A bar of Lightning's made on stderr: its bars write to ``sys.stdout``, read when they are made."""
+
+    def wrapped(self):
+        with contextlib.redirect_stdout(sys.stderr):
+            return init(self)
+
+    return wrapped
+
+
 class ProgressBar(TQDMProgressBar):
-    """The usual bar, plus the training loss and throughput that the module copies to the host on logging
-    steps (``LitTransformer.log_train``), so showing them costs no device sync."""
+    """Lightning's bar, on stderr (stdout holds a command's output only), with one training bar over the whole run:
+    optimizer steps out of ``trainer.max_steps``, its rate and time left counted from where this process started
+    (a resumed run included), and the training values that the module copies to the host on logging steps
+    (``LitTransformer.log_train``), so showing them costs no device sync."""
+
+    init_sanity_tqdm = _on_stderr(TQDMProgressBar.init_sanity_tqdm)
+    init_validation_tqdm = _on_stderr(TQDMProgressBar.init_validation_tqdm)
+    init_test_tqdm = _on_stderr(TQDMProgressBar.init_test_tqdm)
+    init_predict_tqdm = _on_stderr(TQDMProgressBar.init_predict_tqdm)
+
+    def init_train_tqdm(self):
+        """Optimizer steps of the whole run; ``initial``: the steps a resumed run had done, so that the rate
+        and the time left count this process's steps only."""
+        step, total = self.trainer.global_step, self.trainer.max_steps
+        return Tqdm(desc="steps", total=total if total > 0 else None, initial=step, position=2 * self.process_position,
+                    disable=self.is_disabled, leave=True, dynamic_ncols=True, file=sys.stderr, smoothing=0,
+                    bar_format=self.BAR_FORMAT)  # fmt: skip
+
+    def on_train_start(self, trainer, *_) -> None:
+        self.train_progress_bar = self.init_train_tqdm()
+
+    def on_train_epoch_start(self, trainer, *_) -> None:
+        pass  # one bar for the run: an epoch does not restart it
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        bar = self.train_progress_bar
+        if bar is not None and self._should_update(trainer.global_step, bar.total) and trainer.global_step > bar.n:
+            bar.update(trainer.global_step - bar.n)
+            bar.set_postfix(self.get_metrics(trainer, pl_module))
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        if not self.train_progress_bar.disable:
+            self.train_progress_bar.set_postfix(self.get_metrics(trainer, pl_module))
 
     def get_metrics(self, trainer, pl_module) -> dict:
         items = super().get_metrics(trainer, pl_module)
+        items.pop("v_num", None)
         items.update({k: f"{v:.4g}" for k, v in getattr(pl_module, "shown", {}).items()})
         return items
 
@@ -178,11 +233,29 @@ class Throughput(Callback):
     the GPU every step.) Each figure covers the steps *completed* since the last one: the batch about to run is
     counted after the figure, since counting it would overstate the first figure by a step."""
 
+    ESTIMATE_AFTER = (3, 23)  # the estimate of the run's time times these steps (the first few warm up)
+
     def on_train_start(self, trainer, pl_module) -> None:
         self.tokens, self.flops, self.clock = 0, 0.0, time.perf_counter()
         self.peak = peak_flops(pl_module.device, trainer.precision)
+        self.first_step, self.marks = trainer.global_step, {}
+
+    def estimate(self, trainer) -> None:
+        """Once, early: how long the whole run takes at the speed of its first steps."""
+        done = trainer.global_step - self.first_step
+        if done in self.ESTIMATE_AFTER and done not in self.marks:
+            self.marks[done] = time.perf_counter()
+        if len(self.marks) == 2 and trainer.max_steps > 0 and not getattr(self, "said", False):
+            self.said = True
+            a, b = self.ESTIMATE_AFTER
+            step = (self.marks[b] - self.marks[a]) / (b - a)
+            left = step * (trainer.max_steps - trainer.global_step)
+            tqdm.write(f"estimate: {trainer.max_steps:,} steps at {step:.3g} s a step; about {duration(left)} to go "
+                       "(validation, samples and checkpoints add to it)", file=sys.stderr)  # fmt: skip
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
+        if trainer.is_global_zero:
+            self.estimate(trainer)
         if pl_module.should_log() and self.tokens:
             now = time.perf_counter()
             seconds = now - self.clock
@@ -226,14 +299,14 @@ class SampleText(Callback):
         if isinstance(trainer.strategy, FSDPStrategy):  # one rank cannot run sharded blocks alone
             if not self.noted_fsdp:
                 self.noted_fsdp = True
-                rank_zero_info("note: no samples during FSDP training; use `cli.py sample --ckpt_path ...`")
+                note("note: no samples during FSDP training; use `cli.py sample --ckpt_path ...`")
             return
         if not trainer.is_global_zero:
             return
         if self.sampled_at == trainer.global_step:  # the full validation after fit: this step has its sample
             return
         if not all(torch.isfinite(p).all() for p in model.parameters()):  # sampling from NaN would raise
-            rank_zero_info(f"note: no sample at step {trainer.global_step}: the weights are not finite")
+            note(f"note: no sample at step {trainer.global_step}: the weights are not finite")
             return
         # A generator of its own: sampling leaves the global stream (dropout) as it was, so training's numbers
         # do not depend on whether or how much it samples, and a resumed run continues them exactly.
@@ -244,9 +317,8 @@ class SampleText(Callback):
         )
         out = model.generate(seed.to(pl_module.device), self.length, temperature=self.temperature, generator=generator)
         prompt, text = data.vocab.decode(seed[0]), data.vocab.decode(out[0, seed.size(1) :])
-        rank_zero_info(
-            f"\n--- sample at step {trainer.global_step} (temperature {self.temperature}) ---\n[{prompt}]{text}\n---"
-        )
+        print(f"--- sample at step {trainer.global_step} (temperature {self.temperature}) ---\n[{prompt}]{text}\n---",
+              flush=True)  # stdout: a run's output  # fmt: skip
         for logger in trainer.loggers:
             if hasattr(logger, "log_text"):  # W&B: a table of samples over training
                 row = [trainer.global_step, prompt, text]
@@ -344,4 +416,4 @@ class PredictionWriter(BasePredictionWriter):
         else:
             Path(self.output).parent.mkdir(parents=True, exist_ok=True)
             Path(self.output).write_text(text)
-            rank_zero_info(f"predictions written to {self.output}")
+            note(f"predictions written to {self.output}")

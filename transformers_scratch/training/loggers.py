@@ -2,7 +2,9 @@
 
 Private Lightning members used, with no public hook in their place: ``CSVLogger.experiment`` sets ``_experiment``
 through ``_fs``, and ``_AppendingWriter`` overrides ``ExperimentWriter._check_log_dir_exists``, which deletes the
-rows a resumed run must keep (tests/test_reliability.py pins them)."""
+rows a resumed run must keep (tests/test_reliability.py pins them). ``WandbLogger`` drops ``anonymous`` from
+``_wandb_init`` when it is not asked for: Lightning always passes it, and W&B warns on every run that the
+setting is deprecated."""
 
 from __future__ import annotations
 
@@ -61,7 +63,11 @@ class WandbLogger(_WandbLogger):
             Path(save_dir).mkdir(parents=True, exist_ok=True)  # wandb wants its folder to exist
         if kwargs.get("id") or kwargs.get("version"):
             kwargs.setdefault("resume", "allow")  # a resumed fit continues its run (offline too)
+        self.mode = os.environ.get("WANDB_MODE") if os.environ.get("WANDB_MODE") == "disabled" else (
+            f"offline in {save_dir}/wandb" if offline else "online")  # fmt: skip
         super().__init__(project=project, save_dir=save_dir, offline=offline, **kwargs)
+        if not kwargs.get("anonymous"):  # W&B warns that the setting is deprecated whenever it is passed at all
+            self._wandb_init.pop("anonymous", None)
 
 
 class _AppendingWriter(ExperimentWriter):

@@ -19,7 +19,6 @@ import torch
 import torch.nn.functional as F
 import torchmetrics
 from lightning.pytorch.strategies import FSDPStrategy
-from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
 from ..data import checkpoint_vocab
@@ -28,6 +27,7 @@ from ..data.vocab import Vocab
 from ..model.blocks import TransformerBlock
 from ..model.config import ClassifierConfig, EncoderDecoderConfig, LMConfig, MaskedLMConfig
 from ..model.models import CausalLM, EncoderDecoder, MaskedLM, SequenceClassifier, encoder_state
+from .console import note
 from .optim import OptimConfig, build_optimizer, continue_from, save_resume_state
 
 LN2 = math.log(2)
@@ -220,7 +220,7 @@ class LitClassifier(LitTransformer):
             self.encoder = None
             missing, unexpected = self.model.load_state_dict(encoder, strict=False)
             assert not unexpected and all(k.startswith(("head.", "cls")) for k in missing), (missing, unexpected)
-            rank_zero_info(f"fine-tuning: the embeddings and blocks of {self.pretrained} start the classifier")
+            note(f"fine-tuning: the embeddings and blocks of {self.pretrained} start the classifier")
 
     def forward(self, ids: Tensor, mask: Tensor | None = None) -> Tensor:
         return self.net(ids, mask)

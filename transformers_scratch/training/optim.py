@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
-from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
+
+from .console import note
 
 
 @dataclass
@@ -118,4 +119,4 @@ def continue_from(checkpoint: dict, cfg: OptimConfig, schedule_steps: int | None
             group["weight_decay"] = cfg.weight_decay if i == 0 else 0.0
             group["lr"] = cfg.lr * schedule.lr_lambdas[i](schedule.last_epoch)
     if changed:
-        rank_zero_info(f"note: resuming with {', '.join(changed)}: applied from this step on")
+        note(f"note: resuming with {', '.join(changed)}: applied from this step on")
