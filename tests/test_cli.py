@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -555,3 +556,25 @@ def test_the_extrapolation_runner_trains_each_kind_and_tests_every_window(tmp_pa
     assert float(rope[0]) > 0 and float(rope[1]) > 0
     state = torch.load(tmp_path / "work/checkpoints/extrapolate-rope/last.ckpt", weights_only=True)
     assert state["global_step"] == 2 and state["hyper_parameters"]["model"]["depth"] == 1
+
+
+@pytest.mark.slow
+def test_the_first_run_trains_validates_saves_and_samples_with_only_the_sample_on_stdout(tmp_path):
+    """The README's first command, in a fresh folder, through the real command line."""
+    text = IMDB_TARBALL.parent / "tinyshakespeare.txt"  # what the config downloads; no network here
+    data = text if text.exists() else corpus(tmp_path / "text.txt", n=200_000)
+    start = time.perf_counter()
+    result = cli("fit", "--config", str(ROOT / "configs" / "first_run.yaml"), "--data.path", str(data), cwd=tmp_path)
+    seconds = time.perf_counter() - start
+    assert result.returncode == 0, result.stderr[-3000:]
+    print(f"first run: {seconds:.1f} s wall")  # reported, not asserted: the machine decides
+    assert (tmp_path / "checkpoints" / "first_run" / "last.ckpt").is_file()
+    metrics = (tmp_path / "logs" / "first_run" / "version_0" / "metrics.csv").read_text()
+    assert "val/bpc" in metrics.splitlines()[0]
+    sample = result.stdout
+    assert sample.startswith("--- sample at step 300 (temperature 0.5) ---\n[") and sample.endswith("\n---\n")
+    assert sample.count("--- sample at step") == 1  # nothing else on stdout
+    header = result.stderr.splitlines()[:2]
+    assert header[0].startswith("run first_run: checkpoints in checkpoints/first_run/, logs in logs/first_run/")
+    assert header[1].startswith("model: CausalLM, 0.67M parameters")
+    assert "this run: checkpoints in checkpoints/first_run/" in result.stderr

@@ -554,3 +554,59 @@ def test_a_checkpoint_of_an_older_layout_loads_or_says_so(tmp_path, capsys):
     torch.save(old, tmp_path / "older.ckpt")
     fails(capsys, "sample", "--ckpt_path", str(tmp_path / "older.ckpt"), "--prompt", "the ",
           message="predates the package's layout")  # fmt: skip
+
+
+RESUMABLE = ["--config", TINY_LM, "--data.batches_per_epoch", "4", "--trainer.limit_val_batches", "1",
+             "--sample.length", "0", "--trainer.enable_progress_bar", "false"]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_resumed_run_writes_its_own_last_ckpt_from_a_moved_folder_and_a_new_cadence(tmp_path):
+    """A resumed run's newest state goes to its own last.ckpt, never to last-v1.ckpt beside an older one: here
+    from a project folder moved elsewhere, and with a checkpoint cadence changed from 2 steps to 1."""
+    first, moved = tmp_path / "cluster", tmp_path / "laptop"
+    first.mkdir()
+    data = corpus(first / "text.txt")
+    args = [*RESUMABLE, "--data.path", "text.txt"]
+    quiet = {"WANDB_MODE": "disabled"}
+    run = python(str(ROOT / "cli.py"), "fit", *args, "--trainer.max_steps", "4", "--checkpoint.every_n_train_steps",
+                 "2", cwd=first, env=quiet)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    first.rename(moved)
+    again = python(str(ROOT / "cli.py"), "fit", *args, "--trainer.max_steps", "7", "--checkpoint.every_n_train_steps",
+                   "1", "--ckpt_path", "last", cwd=moved, env=quiet)  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    folder = moved / "checkpoints" / "tiny_charlm"
+    assert not list(folder.glob("last-v*.ckpt")), sorted(p.name for p in folder.iterdir())
+    assert torch.load(folder / "last.ckpt", weights_only=True)["global_step"] == 7
+    assert "(newest: last.ckpt" in again.stderr
+    assert data.exists() is False  # the folder really moved
+
+
+@pytest.mark.slow
+def test_a_single_logger_resumes_like_a_list(tmp_path):
+    """``trainer.logger`` as one logger, not a list: the resume that continues its log version works too."""
+    config = tmp_path / "one_logger.yaml"
+    config.write_text("trainer:\n  logger:\n    class_path: transformers_scratch.training.loggers.CSVLogger\n"
+                      "    init_args:\n      save_dir: logs\n")  # fmt: skip
+    args = [*RESUMABLE, "--config", str(config), "--data.path", str(corpus(tmp_path / "text.txt"))]
+    quiet = {"WANDB_MODE": "disabled"}
+    run = python(str(ROOT / "cli.py"), "fit", *args, "--trainer.max_steps", "4", cwd=tmp_path, env=quiet)
+    assert run.returncode == 0, run.stderr[-3000:]
+    again = python(str(ROOT / "cli.py"), "fit", *args, "--trainer.max_steps", "6", "--ckpt_path", "last",
+                   cwd=tmp_path, env=quiet)  # fmt: skip
+    assert again.returncode == 0 and "Traceback" not in again.stderr, again.stderr[-3000:]
+    assert torch.load(tmp_path / "checkpoints/tiny_charlm/last.ckpt", weights_only=True)["global_step"] == 6
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flag, value, was", [("--model.model.depth", "2", "4"), ("--model.model.emb", "64", "128"),
+                                              ("--model.model.positions", "rope", "learned")])  # fmt: skip
+def test_an_architecture_flag_the_checkpoint_contradicts_is_refused(text, capsys, flag, value, was):
+    args = [*RESUMABLE, "--data.path", str(text), "--trainer.max_steps", "2"]
+    main(["fit", *args])
+    capsys.readouterr()
+    fails(capsys, "fit", *args, "--ckpt_path", "last", flag, value,
+          message=f"{flag} {value} differs from the checkpoint's {was}")  # fmt: skip
+    err = fails(capsys, "test", *args, "--ckpt_path", "last", flag, value, message="drop " + flag)
+    assert "or start a new run with --name" in err

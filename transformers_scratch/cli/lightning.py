@@ -55,6 +55,7 @@ set_parsing_settings(import_path_denylist=["*"], import_path_allowlist=ALLOWED_I
 
 
 RUN = "{run}"  # stands for the run's name in the shared defaults until the parsed config gives it
+LINKED = ("vocab_size", "num_classes", "context")  # model sizes that come from the data
 
 
 def run_name(cfg) -> str:
@@ -203,6 +204,9 @@ class CLI(LightningCLI):
             "checkpoint.dirpath": f"checkpoints/{name}",
             "checkpoint.save_last": True,
             "checkpoint.auto_insert_metric_name": False,
+            # last.ckpt is always the newest state: the run-folder lock keeps other runs out, and a resumed run
+            # whose folder moved, or whose cadence changed, would otherwise write last-v1.ckpt beside it
+            "checkpoint.enable_version_counter": False,
         })  # fmt: skip
 
     def parse_arguments(self, parser, args) -> None:
@@ -248,8 +252,28 @@ class CLI(LightningCLI):
                 f"runs a {given.rsplit('.', 1)[-1]}; pass the config the checkpoint was trained with"
             )
         if "model" in hparams:
+            self._refuse_changed_architecture(hparams["model"])
             architecture = {sub: {"model": {"class_path": given, "dict_kwargs": {"model": hparams["model"]}}}}
             self.config = self.parser.parse_object(architecture, self.config)
+
+    def _refuse_changed_architecture(self, trained) -> None:
+        """A model flag on the command line that the checkpoint contradicts would be silently replaced by the
+        checkpoint's value (its weights fit nothing else): refused, naming both values and the ways out."""
+        cfg = self.config[self.config.subcommand]
+        model = (cfg.model.get("init_args") or {}).get("model") or {}
+        for arg in self.argv:
+            flag = arg.split("=", 1)[0]
+            field = flag.removeprefix("--model.model.").removeprefix("--model.init_args.model.")
+            if field == flag or field in LINKED:
+                continue
+            given = model.get(field)
+            was = trained.get(field) if isinstance(trained, dict) else getattr(trained, field, None)
+            if was is not None and given is not None and given != was:
+                raise ValueError(
+                    f"{flag} {given} differs from the checkpoint's {was} (--ckpt_path {cfg.ckpt_path!r}): a run "
+                    f"keeps the architecture it was trained with; drop {flag} to continue it, or start a new run "
+                    "with --name"
+                )
 
     def before_instantiate_classes(self) -> None:
         cfg = self.config[self.subcommand] if self.subcommand else self.config
@@ -284,7 +308,8 @@ class CLI(LightningCLI):
 
     def _continue_logs(self, cfg) -> None:
         """A resumed run logs into the CSV version and the W&B run it started (the checkpoint names them)."""
-        for logger in cfg.trainer.get("logger") or []:
+        loggers = cfg.trainer.get("logger")
+        for logger in loggers if isinstance(loggers, list) else [loggers] if loggers else []:  # one, or a list
             name, version = _class_name(logger), self.ckpt_run.get(_class_name(logger))
             if version is None or not hasattr(logger, "init_args"):
                 continue
