@@ -610,3 +610,62 @@ def test_an_architecture_flag_the_checkpoint_contradicts_is_refused(text, capsys
           message=f"{flag} {value} differs from the checkpoint's {was}")  # fmt: skip
     err = fails(capsys, "test", *args, "--ckpt_path", "last", flag, value, message="drop " + flag)
     assert "or start a new run with --name" in err
+
+
+SIGNALLED_RUN = """
+import hashlib, os, signal, sys
+from lightning.pytorch.callbacks import Callback
+import transformers_scratch.cli.lightning as cli_lightning
+from transformers_scratch.cli import main
+
+class Script(Callback):  # records each training batch, and sends the signal where asked
+    def on_train_batch_start(self, trainer, module, batch, i):
+        with open("batches.txt", "a") as f:
+            f.write(f"{trainer.global_step} {hashlib.sha1(batch[0].numpy().tobytes()).hexdigest()}\\n")
+    def send(self, trainer, where):
+        if os.environ.get("WHERE") == where and trainer.global_step == int(os.environ["STEP"]):
+            os.environ["WHERE"] = "sent"
+            os.kill(os.getpid(), getattr(signal, os.environ["SIGNAL"]))
+    def on_train_batch_end(self, trainer, *args):
+        self.send(trainer, "train")
+    def on_validation_batch_start(self, trainer, *args):
+        if not trainer.sanity_checking:
+            self.send(trainer, "validation")
+
+before_fit = cli_lightning.CLI.before_fit
+def with_script(self):
+    before_fit(self)
+    self.trainer.callbacks.append(Script())
+cli_lightning.CLI.before_fit = with_script
+main(["fit", *sys.argv[1:]])
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sent, where, step, saved", [("SIGINT", "train", 5, 6), ("SIGTERM", "validation", 4, 4)],
+                         ids=["ctrl-c-mid-epoch", "sigterm-in-the-epoch-end-validation"])  # fmt: skip
+def test_a_signal_saves_the_run_and_its_resume_ends_as_the_uninterrupted_run(tmp_path, sent, where, step, saved):
+    """Ctrl-C part-way through an epoch, or SIGTERM during the validation at an epoch's end: the run stops where
+    a checkpoint is whole (the end of the step or of the validation under way), saves last.ckpt there, says how
+    to continue, and exits non-zero; ``--ckpt_path last`` then draws the batches and reaches the weights of the
+    uninterrupted run, bit for bit (dropout on)."""
+    args = [*RESUMABLE, "--data.path", str(corpus(tmp_path / "text.txt")), "--model.model.dropout", "0.1",
+            "--trainer.max_steps", "10", "--trainer.max_epochs", "-1", "--model.optim.warmup_steps", "2",
+            "--trainer.log_every_n_steps", "1", "--trainer.deterministic", "true"]  # fmt: skip
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    whole.mkdir(), cut.mkdir()
+    quiet = {"WANDB_MODE": "disabled"}
+    done = python("-c", SIGNALLED_RUN, *args, cwd=whole, env={**quiet, "WHERE": "nowhere", "STEP": "0"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    stopped = python("-c", SIGNALLED_RUN, *args, cwd=cut,
+                     env={**quiet, "WHERE": where, "STEP": str(step), "SIGNAL": sent})  # fmt: skip
+    assert stopped.returncode == 128 + getattr(signal, sent), stopped.stderr[-3000:]
+    assert f"{sent} at step {saved}: saved" in stopped.stderr and "continue with --ckpt_path last" in stopped.stderr
+    last = cut / "checkpoints" / "tiny_charlm" / "last.ckpt"
+    assert torch.load(last, weights_only=True)["global_step"] == saved
+    resumed = python("-c", SIGNALLED_RUN, *args, "--ckpt_path", "last", cwd=cut, env={**quiet, "WHERE": "nowhere",
+                     "STEP": "0"})  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    batches = [(d / "batches.txt").read_text().splitlines() for d in (whole, cut)]
+    assert len(batches[0]) == 10 and batches[0] == batches[1]  # the same batches, in order, none twice
+    same_training_state(*(torch.load(d / "checkpoints/tiny_charlm/last.ckpt", weights_only=True) for d in (whole, cut)))

@@ -11,6 +11,7 @@ import torch
 from ..data import WordVocab
 from ..model.pretrained import save_pretrained
 from ..training.checkpoints import load_trained
+from ..training.console import shown
 from ..training.inference import continue_text, decode_sources, export_vocab
 from ..training.modules import LitCharLM, LitClassifier, LitSeq2Seq
 
@@ -29,14 +30,6 @@ def text_or_file(text: str | None, path: str | None, flag: str, what: str, kind:
     if not Path(path).is_file():
         raise FileNotFoundError(f"--{flag}_file {path!r} does not exist; pass {kind}")
     return Path(path).read_text(encoding="utf-8")
-
-
-def shown(path: str) -> str:
-    """A path as the user would type it: relative to the working folder when it is inside it."""
-    try:
-        return str(Path(path).resolve().relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
 
 
 def sample(

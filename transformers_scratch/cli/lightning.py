@@ -33,6 +33,7 @@ from ..training.callbacks import (
     ProgressBar,
     SafeModelCheckpoint,
     SampleText,
+    StopOnSignal,
     Throughput,
 )
 from ..training.checkpoints import (
@@ -43,10 +44,9 @@ from ..training.checkpoints import (
     read_checkpoint,
     release_run_folder,
 )
-from ..training.console import note, quiet
+from ..training.console import note, quiet, shown, silence
 from ..training.loggers import CSVLogger, WandbLogger
 from ..training.modules import LitTransformer, read_pretrained
-from .commands import shown
 
 # A config names classes and callables by import path; only these packages may be named (checked by jsonargparse
 # before it imports anything), so a config cannot run os.system, eval or an arbitrary module's import-time code.
@@ -200,6 +200,7 @@ class CLI(LightningCLI):
                  "init_args": {"logging_interval": "step"}},
                 {"class_path": f"{PhaseTimes.__module__}.PhaseTimes"},
                 {"class_path": f"{Throughput.__module__}.Throughput"},
+                {"class_path": f"{StopOnSignal.__module__}.StopOnSignal"},
             ],
             "checkpoint.dirpath": f"checkpoints/{name}",
             "checkpoint.save_last": True,
@@ -211,6 +212,7 @@ class CLI(LightningCLI):
 
     def parse_arguments(self, parser, args) -> None:
         super().parse_arguments(parser, args)
+        silence()
         sub = self.config.get("subcommand")
         if not (self.config[sub] if sub else self.config).get("verbose"):
             quiet()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -26,7 +27,7 @@ from lightning.pytorch.strategies import FSDPStrategy
 from torch import Tensor
 from tqdm import tqdm
 
-from .console import note
+from .console import note, shown
 from .perf import peak_flops, train_flops_per_token
 
 
@@ -70,6 +71,60 @@ class SafeCheckpointIO(CheckpointIO):
 
     def teardown(self) -> None:
         self.inner.teardown()
+
+
+class Interrupted(SystemExit):
+    """A fit stopped by a signal after saving its state; the process exits with 128 + the signal's number."""
+
+
+class StopOnSignal(Callback):
+    """Ctrl-C (SIGINT) or SIGTERM (what ``kill`` and schedulers send) stops a fit where a checkpoint is whole:
+    at the end of the training step under way, or at the end of the validation under way. ``last.ckpt`` is then
+    written, the run says how to continue, and the process exits non-zero (130 or 143). ``--ckpt_path last``
+    then ends exactly as the uninterrupted run does. A second Ctrl-C stops at once, saving nothing.
+
+    Lightning's own SIGTERM handling raises a ``SystemExit`` with status 0 part-way through its loop's
+    bookkeeping; this callback's handlers replace it while training runs, and put it back afterwards."""
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.signal, self.previous = None, {}
+        for number in (signal.SIGINT, signal.SIGTERM):
+            self.previous[number] = signal.signal(number, self.request_stop)
+
+    def request_stop(self, number, frame) -> None:
+        if self.signal == signal.SIGINT and number == signal.SIGINT:  # a second Ctrl-C: now
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            raise KeyboardInterrupt
+        self.signal = signal.Signals(number)
+        note(f"\n{self.signal.name}: stopping at the end of this step, to save it (Ctrl-C again: stop at once)")
+
+    def stop_if_asked(self, trainer) -> None:
+        if self.signal is not None:
+            raise Interrupted(128 + self.signal.value)
+
+    def on_train_batch_end(self, trainer, *args) -> None:
+        self.stop_if_asked(trainer)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if not trainer.sanity_checking:
+            self.stop_if_asked(trainer)
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        if isinstance(exception, Interrupted) and trainer.checkpoint_callback is not None:
+            path = Path(trainer.checkpoint_callback.dirpath) / "last.ckpt"
+            trainer.save_checkpoint(path)
+            note(
+                f"{self.signal.name} at step {trainer.global_step}: saved {shown(path)}; continue with --ckpt_path last"
+            )
+        self.restore()
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self.restore()
+
+    def restore(self) -> None:
+        for number, handler in getattr(self, "previous", {}).items():
+            signal.signal(number, handler)
+        self.previous = {}
 
 
 class SafeModelCheckpoint(ModelCheckpoint):

@@ -1,6 +1,7 @@
 """What a run says on the terminal. stdout holds a command's output only (a sample, predictions); the run's own
 notes go to stderr through :func:`note`. By default a run is quiet: Lightning's and W&B's messages, the model
-summary and the warnings listed in :func:`quiet` are left out, and ``--verbose`` brings them back."""
+summary are left out, and ``--verbose`` brings them back. The warnings in :data:`SILENCED` are never shown:
+each contradicts what the project guarantees, or asks nothing of the user (the reasons are beside them)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import logging
 import os
 import sys
 import warnings
+from pathlib import Path
 
 from lightning.pytorch.utilities import rank_zero_only
 
@@ -23,6 +25,19 @@ SILENCED = [
 ]
 
 
+def silence() -> None:
+    for pattern in SILENCED:
+        warnings.filterwarnings("ignore", message=pattern)
+
+
+def shown(path) -> str:
+    """A path as the user would type it: relative to the working folder when it is inside it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def note(message: str) -> None:
     """One line (or a few) for the user, on stderr, from the first process only."""
     if rank_zero_only.rank == 0:
@@ -30,10 +45,8 @@ def note(message: str) -> None:
 
 
 def quiet() -> None:
-    """Leave out what a run does not need to say: Lightning's information (devices, seed, tips), W&B's
-    terminal output (the run's folder is in the run's own header) and the warnings in :data:`SILENCED`."""
+    """Leave out what a run does not need to say: Lightning's information (devices, seed, tips) and W&B's
+    terminal output (the run's folders are in the run's own header)."""
     for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
         logging.getLogger(name).setLevel(logging.WARNING)
     os.environ.setdefault("WANDB_SILENT", "true")
-    for pattern in SILENCED:
-        warnings.filterwarnings("ignore", message=pattern)
