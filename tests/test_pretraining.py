@@ -163,3 +163,7 @@ def test_fine_tuning_names_a_missing_or_foreign_checkpoint(tmp_path):
     assert lm.returncode == 0, lm.stderr[-3000:]
     foreign = cli(*args, "--model.pretrained", "checkpoints/tiny_charlm/last.ckpt", cwd=tmp_path)
     assert_fails_cleanly(foreign, "holds a LitCharLM; fine-tuning starts from a LitMaskedLM")
+    hollow = {"hyper_parameters": {"_class_path": "transformers_scratch.training.LitMaskedLM", "model": {}}}
+    torch.save(hollow, tmp_path / "hollow.ckpt")  # a LitMaskedLM's settings, no weights
+    empty = cli(*args, "--model.pretrained", "hollow.ckpt", cwd=tmp_path)
+    assert_fails_cleanly(empty, "model.pretrained 'hollow.ckpt' holds no weights")

@@ -669,3 +669,110 @@ def test_a_signal_saves_the_run_and_its_resume_ends_as_the_uninterrupted_run(tmp
     batches = [(d / "batches.txt").read_text().splitlines() for d in (whole, cut)]
     assert len(batches[0]) == 10 and batches[0] == batches[1]  # the same batches, in order, none twice
     same_training_state(*(torch.load(d / "checkpoints/tiny_charlm/last.ckpt", weights_only=True) for d in (whole, cut)))
+
+
+# ---- hostile and unlucky inputs to the newer commands: one line each ------------------------------------------
+@pytest.fixture
+def lm_ckpt(tmp_path, monkeypatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    return write_checkpoint(tmp_path / "lm.ckpt", LitCharLM(TINY), {"vocab_symbols": None})
+
+
+def odd_files(folder: Path) -> dict[str, Path]:
+    files = {"binary": b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "latin1": "caf\xe9 au lait".encode("latin-1"),
+             "empty": b""}  # fmt: skip
+    for name, content in files.items():
+        (folder / f"{name}.txt").write_bytes(content)
+    return {name: folder / f"{name}.txt" for name in files}
+
+
+@pytest.mark.parametrize("kind, message", [("binary", "holds binary data"), ("latin1", "is not UTF-8 text (byte 0xe9"),
+                                           ("empty", "is empty")])  # fmt: skip
+@pytest.mark.parametrize("command, flag", [("sample", "prompt"), ("attention", "text"), ("decode", "input")])
+def test_a_text_file_that_is_binary_latin1_or_empty_gets_one_line(lm_ckpt, capsys, kind, message, command, flag):
+    path = odd_files(lm_ckpt.parent)[kind]
+    err = fails(capsys, command, "--ckpt_path", str(lm_ckpt), f"--{flag}_file", str(path), message=message)
+    assert f"--{flag}_file '{path}'" in err  # names the flag and the file
+
+
+@pytest.mark.parametrize("command, flag", [("sample", "prompt"), ("attention", "text")])
+def test_an_empty_text_names_its_own_flag(lm_ckpt, capsys, command, flag):
+    fails(capsys, command, "--ckpt_path", str(lm_ckpt), f"--{flag}", "", message=f"--{flag} is empty")
+
+
+def test_sample_bounds_the_total_and_the_seed(lm_ckpt, capsys):
+    fails(capsys, "sample", "--ckpt_path", str(lm_ckpt), "--prompt", "a", "--num_samples", "1000", "--length",
+          "1000000", message="is 1,000,000,000 characters, more than 1,000,000 in one call")  # fmt: skip
+    fails(capsys, "sample", "--ckpt_path", str(lm_ckpt), "--prompt", "a", "--seed", str(10**23),
+          message="--seed must lie in [0, 2**63 - 1]")  # fmt: skip
+
+
+def test_a_picture_never_lands_in_a_folder_named_as_its_file(lm_ckpt, capsys, tmp_path):
+    (tmp_path / "pictures").mkdir()
+    fails(capsys, "attention", "--ckpt_path", str(lm_ckpt), "--text", "the cat", "--out", "pictures",
+          message="--out 'pictures' is a folder; pass a file name")  # fmt: skip
+    main(["attention", "--ckpt_path", str(lm_ckpt), "--text", "the cat", "--out", "a.png"])
+    main(["attention", "--ckpt_path", str(lm_ckpt), "--text", "the cat", "--out", "a.png"])
+    assert "note: replacing a.png" in capsys.readouterr().err  # an output it replaces is named
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"\x00\x01binary", "is not a CSV log (binary data)"),
+    (b"epoch,train/loss\n0,2.5\n", "has no step column"),
+    (b"step,train/loss\n0,2.5\nfour,2.4\n", "line 3: step 'four' is not a number"),
+    (b"step,train/loss\n0,2.5\n1,nan?\n", "line 3: train/loss 'nan?' is not a number"),
+    (b"step,train/loss\n0,2.5,9\n", "line 2 has 2 columns in its header and not in this row"),
+    ("step,train/loss\n0,caf\xe9\n".encode("latin-1"), "is not a CSV log (not UTF-8)"),
+])  # fmt: skip
+def test_plot_refuses_a_log_that_is_not_one_in_one_line(tmp_path, capsys, content, message):
+    (tmp_path / "metrics.csv").write_bytes(content)
+    fails(capsys, "plot", str(tmp_path), message=message)
+
+
+LAUGHS = "a: &l0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]\n" for i in range(1, 12)
+)  # 9**12 strings, expanded
+TIMER = "{class_path: lightning.pytorch.callbacks.Timer}"
+CALLBACK_LAUGHS = f"trainer:\n  callbacks:\n    - &c {TIMER}\n" + "    - *c\n" * 80
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (bytes(range(256)) * 4, "is not a YAML file in UTF-8"),
+        ("name: caf\xe9\n".encode("latin-1"), "is not a YAML file in UTF-8"),
+        (b"import os\nos.system('true')\n", "holds no mapping of settings"),
+        (b"", "holds no mapping of settings"),
+        (b"- a\n- b\n", "holds no mapping of settings"),
+        (b"model: [\n", "is not valid YAML"),
+        (LAUGHS, "more than 64 YAML aliases"),
+        (CALLBACK_LAUGHS, "more than 64 YAML aliases"),
+        (b"a: " + b"[" * 10_000 + b"]" * 10_000 + b"\n", "nests deeper than 64 levels"),
+        (b"name: " + b"x" * 2_000_000 + b"\n", "characters is longer than 1,000,000"),
+    ],
+    ids=["binary", "latin1", "python", "empty", "list", "malformed", "laughs", "laughs-in-callbacks", "deep", "huge"],
+)
+# fmt: skip
+def test_a_hostile_config_file_gets_one_line(tmp_path, capsys, monkeypatch, content, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.yaml").write_bytes(content.encode() if isinstance(content, str) else content)
+    err = fails(capsys, "fit", "--config", "bad.yaml", message=message)
+    assert len(err) < 1000  # nothing long echoed back
+
+
+def test_a_run_name_is_a_folder_name(text, capsys):
+    fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), "--name", "../elsewhere",
+          message="is not a folder name")  # fmt: skip
+    err = fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), "--name", "x" * 5000,
+                message="(5,000 characters) is not a folder name")  # fmt: skip
+    assert len(err) < 1000
+
+
+def test_a_piped_config_is_read_once(text, capsys):
+    """``--config <(...)``: a pipe can be read once, and jsonargparse alone reads it."""
+    read, write = os.pipe()
+    os.write(write, b"trainer:\n  max_steps: 1\n")
+    os.close(write)
+    with pytest.raises(SystemExit) as done:
+        main(["fit", "--config", TINY_LM, "--config", f"/dev/fd/{read}", "--data.path", str(text), "--print_config"])
+    assert done.value.code == 0 and "max_steps: 1" in capsys.readouterr().out

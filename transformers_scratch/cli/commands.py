@@ -19,17 +19,44 @@ MAX_SAMPLE = 1_000_000  # characters per sample call (about half an hour on 2 CP
 MAX_SAMPLES = 1_000  # --num_samples
 MAX_INPUTS = 100_000  # --input_file lines
 MAX_PICTURED = 256  # --max_tokens
+MAX_TEXT_FILE = 10_000_000  # bytes of a --X_file
+MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes a signed 64-bit number
 
 
 def text_or_file(text: str | None, path: str | None, flag: str, what: str, kind: str) -> str:
-    """The text of ``--FLAG TEXT`` or of the file ``--FLAG_file FILE``: exactly one of the two is given."""
+    """The text of ``--FLAG TEXT`` or of the file ``--FLAG_file FILE``: exactly one of the two is given, and it
+    is not empty. A file must be UTF-8 text of at most :data:`MAX_TEXT_FILE` bytes."""
     if (text is None) == (path is None):
         raise ValueError(f"give {what} with --{flag} TEXT or --{flag}_file FILE (one of the two)")
-    if path is None:
-        return text
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"--{flag}_file {path!r} does not exist; pass {kind}")
-    return Path(path).read_text(encoding="utf-8")
+    if path is not None:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"--{flag}_file {path!r} does not exist or is not a file; pass {kind}")
+        if (size := Path(path).stat().st_size) > MAX_TEXT_FILE:
+            raise ValueError(f"--{flag}_file {path!r} holds {size:,} bytes, more than {MAX_TEXT_FILE:,}; pass less")
+        raw = Path(path).read_bytes()
+        if b"\x00" in raw:
+            raise ValueError(f"--{flag}_file {path!r} holds binary data (a NUL byte); pass {kind}")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(
+                f"--{flag}_file {path!r} is not UTF-8 text (byte {raw[e.start]:#04x} at {e.start:,}); pass {kind} "
+                "in UTF-8, e.g. converted with `iconv -f latin1 -t utf-8`"
+            ) from None
+    if not text:
+        where = f"--{flag}_file {path!r}" if path is not None else f"--{flag}"
+        raise ValueError(f"{where} is empty (an empty prompt); give {what}")
+    return text
+
+
+def png_out(out: str) -> Path:
+    """A picture's path: never a folder, and a file it replaces is named."""
+    target = Path(out)
+    if target.is_dir():
+        raise ValueError(f"--out {out!r} is a folder; pass a file name, e.g. --out {target / 'picture.png'}")
+    if target.exists():
+        print(f"note: replacing {out}", file=sys.stderr)
+    return target
 
 
 def sample(
@@ -65,6 +92,13 @@ def sample(
         raise ValueError(f"--length {length} must lie in [1, {MAX_SAMPLE:,}] characters")
     if not 1 <= num_samples <= MAX_SAMPLES:
         raise ValueError(f"--num_samples {num_samples} must lie in [1, {MAX_SAMPLES:,}]")
+    if num_samples * length > MAX_SAMPLE:
+        raise ValueError(
+            f"--num_samples {num_samples} x --length {length:,} is {num_samples * length:,} characters, more than "
+            f"{MAX_SAMPLE:,} in one call; ask for fewer or shorter samples"
+        )
+    if seed is not None and not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"--seed must lie in [0, 2**63 - 1], and {str(seed)[:30]} does not; pass a smaller seed")
     module, vocab = load_trained(ckpt_path, LitCharLM, command="sample")
     if vocab is None:
         raise ValueError(f"--ckpt_path {ckpt_path!r} holds no vocabulary; pass a checkpoint written by fit")
@@ -147,7 +181,7 @@ def attention(
     weights = attention_maps(model, ids)[:, 0]  # (l, h, t, t)
     kind = "words" if isinstance(vocab, WordVocab) else "characters"
     title = f"{type(module).__name__} attention over {len(tokens)} {kind}: queries down, keys across"
-    draw_attention(weights, tokens, out, title, dpi)
+    draw_attention(weights, tokens, png_out(out), title, dpi)
     print(f"wrote {out}: {weights.size(0)} layers x {weights.size(1)} heads over {len(tokens)} {kind}")
 
 
@@ -170,6 +204,6 @@ def plot(run: str, out: str | None = None, dpi: int = 100) -> None:
     curves = learning_curves(metrics)
     if not curves:
         raise ValueError(f"{str(metrics)!r} holds no training loss, validation metric or learning rate to draw yet")
-    target = Path(out) if out else metrics.parent / "curves.png"
+    target = png_out(out) if out else metrics.parent / "curves.png"
     draw_curves(curves, target, shown(str(metrics.parent)), dpi)
     print(f"wrote {target}: {', '.join(curves)}")

@@ -15,11 +15,12 @@ Hand-written pieces, and why Lightning's own do not do:
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 from pathlib import Path
 
 import torch
-from jsonargparse import set_parsing_settings
+from jsonargparse import ArgumentError, set_parsing_settings
 from lightning import LightningDataModule
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities import rank_zero_only
@@ -47,6 +48,7 @@ from ..training.checkpoints import (
 from ..training.console import note, quiet, shown, silence
 from ..training.loggers import CSVLogger, WandbLogger
 from ..training.modules import LitTransformer, read_pretrained
+from .config_files import not_a_config, unreadable_config
 
 # A config names classes and callables by import path; only these packages may be named (checked by jsonargparse
 # before it imports anything), so a config cannot run os.system, eval or an arbitrary module's import-time code.
@@ -61,7 +63,13 @@ LINKED = ("vocab_size", "num_classes", "context")  # model sizes that come from 
 def run_name(cfg) -> str:
     """``--name`` (or a config's ``name:``), else the first config file's stem, else ``run``."""
     configs = cfg.get("config") or []
-    return cfg.get("name") or (Path(str(configs[0])).stem if configs else "run")
+    name = cfg.get("name") or (Path(str(configs[0])).stem if configs else "run")
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}", str(name)):
+        raise ValueError(
+            f"run name {str(name)[:40]!r}{'...' if len(str(name)) > 40 else ''} ({len(str(name)):,} characters) is "
+            "not a folder name: use up to 100 letters, digits, '_', '-' and '.', e.g. --name shakespeare_2"
+        )
+    return str(name)
 
 
 def name_run(cfg) -> str:
@@ -211,7 +219,12 @@ class CLI(LightningCLI):
         })  # fmt: skip
 
     def parse_arguments(self, parser, args) -> None:
-        super().parse_arguments(parser, args)
+        try:
+            super().parse_arguments(parser, args)
+        except UnicodeDecodeError:
+            raise ValueError(unreadable_config(self.argv) or "a config file is not UTF-8 text") from None
+        except ArgumentError as e:  # a config that is no mapping, or no YAML: named, in one line
+            raise ValueError(not_a_config(str(e), self.argv) or str(e)) from None
         silence()
         sub = self.config.get("subcommand")
         if not (self.config[sub] if sub else self.config).get("verbose"):
@@ -329,11 +342,12 @@ class CLI(LightningCLI):
         logs = [f"{lg.log_dir}/" if isinstance(lg, CSVLogger) else f"W&B ({lg.mode})" if isinstance(lg, WandbLogger)
                 else type(lg).__name__ for lg in self.trainer.loggers]  # fmt: skip
         model, cfg = self.model.model, self.model.model.cfg
-        return (
+        resuming = f"\nresuming from {shown(self.config.fit.ckpt_path)}" if self.config.fit.get("ckpt_path") else ""
+        return resuming + (
             f"run {self.name}: checkpoints in {shown(self.checkpoint_dir)}/, logs in {', '.join(logs) or 'none'}\n"
             f"model: {type(model).__name__}, {count_parameters(model) / 1e6:.2f}M parameters, {cfg.depth} blocks x "
             f"{cfg.emb}, {cfg.heads} heads, context {cfg.context}"
-        )
+        ).lstrip("\n")
 
     @property
     def checkpoint_dir(self) -> str:
@@ -351,6 +365,9 @@ class CLI(LightningCLI):
             + (f", logs in {log}/" if log else "")
             + "; continue it with --ckpt_path last, or start another with --name"
         )
+        for lg in self.trainer.loggers:
+            if isinstance(lg, WandbLogger) and lg.mode.startswith("offline"):
+                note(f"W&B logged offline: upload with `wandb sync {lg.save_dir}/wandb/offline-run-*`, once logged in")
 
     def _validate_in_full(self) -> None:
         """Frequent validations may score part of the validation split (``trainer.limit_val_batches``, cheap);

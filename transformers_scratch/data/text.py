@@ -8,11 +8,12 @@ test walk their split in windows and score every byte exactly once (see :class:`
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 from typing import Literal
 
 import torch
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_only
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
@@ -170,8 +171,8 @@ class TextDataModule(ResumableData):
 
     # ---- splits and loaders ---------------------------------------------------------------------
     def setup(self, stage: str | None = None) -> None:
-        if stage in ("fit", "validate", "test"):
-            rank_zero_info(f"val/bpc and test/bpc: {self.protocol}")
+        if stage in ("validate", "test") and rank_zero_only.rank == 0:  # how the printed figure was measured
+            print(f"{stage[:3] if stage == 'test' else 'val'}/bpc: {self.protocol}", file=sys.stderr)
         if self.splits or stage == "predict":
             return
         data = self.vocab.encode(self.raw())

@@ -86,6 +86,9 @@ class StopOnSignal(Callback):
     Lightning's own SIGTERM handling raises a ``SystemExit`` with status 0 part-way through its loop's
     bookkeeping; this callback's handlers replace it while training runs, and put it back afterwards."""
 
+    def __init__(self) -> None:
+        self.signal, self.previous = None, {}
+
     def on_train_start(self, trainer, pl_module) -> None:
         self.signal, self.previous = None, {}
         for number in (signal.SIGINT, signal.SIGTERM):
@@ -122,7 +125,7 @@ class StopOnSignal(Callback):
         self.restore()
 
     def restore(self) -> None:
-        for number, handler in getattr(self, "previous", {}).items():
+        for number, handler in self.previous.items():
             signal.signal(number, handler)
         self.previous = {}
 

@@ -176,6 +176,8 @@ def read_pretrained(path: str, cfg: ClassifierConfig) -> tuple[dict[str, Tensor]
     written_by = str(hparams.get("_class_path", "?")).rsplit(".", 1)[-1]
     if written_by != LitMaskedLM.__name__:
         raise ValueError(f"model.pretrained {path!r} holds a {written_by}; fine-tuning starts from a LitMaskedLM")
+    if not isinstance(checkpoint.get("state_dict"), dict) or not checkpoint["state_dict"]:
+        raise ValueError(f"model.pretrained {path!r} holds no weights; pass a checkpoint written by fit")
     state = {k.removeprefix("model."): v for k, v in checkpoint["state_dict"].items() if k.startswith("model.")}
     encoder = encoder_state(as_config(hparams.get("model"), MaskedLMConfig), state, cfg)
     return encoder, checkpoint_vocab(checkpoint)

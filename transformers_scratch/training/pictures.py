@@ -7,6 +7,7 @@ Shapes: l layers, b batch, h heads, t tokens (queries), u tokens (keys).
 from __future__ import annotations
 
 import csv
+import io
 import math
 from pathlib import Path
 
@@ -93,19 +94,50 @@ def draw_attention(weights: Tensor, tokens: list[str], out: str | Path, title: s
 
 def learning_curves(metrics_csv: str | Path) -> dict[str, tuple[list[int], list[float]]]:
     """From Lightning's CSV log (``metrics.csv``): the training loss, every validation metric and the learning
-    rate (of the first parameter group), each as (steps, values) over the rows that hold it, in that order."""
-    with open(metrics_csv, newline="") as f:
-        rows = list(csv.DictReader(f))
-    columns = list(rows[0]) if rows else []
+    rate (of the first parameter group), each as (steps, values) over the rows that hold it, in that order.
+    A file that is not such a log (binary, no step column, ragged rows, a value that is not a number) is refused
+    with one line that names the file and the row."""
+    path = Path(metrics_csv)
+    if path.stat().st_size > MAX_METRICS:
+        raise ValueError(f"{str(path)!r} holds {path.stat().st_size:,} bytes, more than a log of {MAX_METRICS:,}")
+    raw = path.read_bytes()
+    if b"\x00" in raw:
+        raise ValueError(f"{str(path)!r} is not a CSV log (binary data); pass the metrics.csv that fit wrote")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{str(path)!r} is not a CSV log (not UTF-8); pass the metrics.csv that fit wrote") from None
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    if "step" not in (reader.fieldnames or []):
+        raise ValueError(f"{str(path)!r} has no step column; pass the metrics.csv that fit wrote")
+    rows = list(reader)
+    for line, row in enumerate(rows, start=2):
+        if None in row or None in row.values():
+            raise ValueError(f"{str(path)!r} line {line} has {len(reader.fieldnames)} columns in its header and not "
+                             "in this row; pass the metrics.csv that fit wrote")  # fmt: skip
+    columns = list(reader.fieldnames)
     lr = [c for c in columns if c.startswith("lr-")][:1]
     chosen = [c for c in ("train/loss",) if c in columns] + sorted(c for c in columns if c.startswith("val/")) + lr
     curves = {}
     for name in chosen:
-        points = [(int(r["step"]), float(r[name])) for r in rows if r.get(name) not in (None, "")]
+        points = [(_number(r["step"], path, line, "step", int), _number(r[name], path, line, name, float))
+                  for line, r in enumerate(rows, start=2) if r.get(name) not in (None, "")]  # fmt: skip
         points = [(s, v) for s, v in points if math.isfinite(v)]
         if points:
             curves[name] = ([s for s, _ in points], [v for _, v in points])
     return curves
+
+
+MAX_METRICS = 200_000_000  # bytes: a log far longer than any run here writes
+
+
+def _number(value: str, path: Path, line: int, column: str, kind: type):
+    try:
+        return kind(value)
+    except ValueError:
+        raise ValueError(
+            f"{str(path)!r} line {line}: {column} {value[:40]!r} is not a number; pass the metrics.csv that fit wrote"
+        ) from None
 
 
 def draw_curves(curves: dict[str, tuple[list[int], list[float]]], out: str | Path, title: str = "", dpi: int = 100):
