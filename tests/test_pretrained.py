@@ -95,3 +95,30 @@ def test_export_never_overwrites_and_reading_checks_the_folder(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({**config, "model": "Mystery"}))
     with pytest.raises(ValueError, match="model 'Mystery'; this version reads format 1 of CausalLM"):
         from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"emb": 10**9}, "declares"), ({"depth": 10**6}, "declares"), ({"vocab_size": 10**10}, "declares"),
+    ({"context": 10**10}, "context at most 1,048,576"), ({"emb": -8}, "must be a positive integer"),
+    ({"emb": 64, "heads": 4}, "does not match its weights"), ({"depth": 3}, "does not fit config.json"),
+    ({"width": 3}, "unexpected keyword argument 'width'"),
+])  # fmt: skip
+def test_an_export_is_untrusted_its_sizes_checked_before_anything_is_allocated(tmp_path, change, message):
+    """A config.json that declares a model its weights cannot hold is refused in one line, before the model is
+    built (emb 10^9 would be a terabyte); one whose sizes are plausible but wrong is refused by the weights."""
+    save_pretrained(trained_a_little("lm"), tmp_path / "out")
+    path = tmp_path / "out" / "config.json"
+    config = json.loads(path.read_text())
+    config["config"].update(change)
+    path.write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=message) as refused:
+        from_pretrained(tmp_path / "out")
+    assert "\n" not in str(refused.value) and len(str(refused.value)) < 600
+
+
+@pytest.mark.parametrize("content", [b"\x00\x01\x02", b"[1, 2]", b'{"format": 1, "model": "CausalLM"}'])
+def test_an_export_whose_config_is_not_one_is_refused(tmp_path, content):
+    save_pretrained(trained_a_little("lm"), tmp_path / "out")
+    (tmp_path / "out" / "config.json").write_bytes(content)
+    with pytest.raises(ValueError, match="export the model again"):
+        from_pretrained(tmp_path / "out")

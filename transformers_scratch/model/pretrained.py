@@ -58,13 +58,28 @@ def save_pretrained(model: nn.Module, folder: str | os.PathLike, extra: dict | N
     return folder
 
 
+MAX_CONFIG_BYTES = 1_000_000  # config.json with a vocabulary of words is well under this
+MAX_CONTEXT = 2**20  # positions: a sinusoidal table is computed for the whole context
+
+
 def read_config(folder: str | os.PathLike) -> dict:
-    """config.json of an exported folder, checked."""
+    """config.json of an exported folder, checked: an export is untrusted input, like a checkpoint."""
     path = Path(folder) / CONFIG
     if not path.is_file():
         raise FileNotFoundError(f"{str(folder)!r} holds no {CONFIG}; pass a folder written by `cli.py export`")
-    config = json.loads(path.read_text())
-    if config.get("format", FORMAT) > FORMAT or config.get("model") not in MODELS:
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise ValueError(f"{str(path)!r} holds {path.stat().st_size:,} bytes, more than {MAX_CONFIG_BYTES:,}")
+    try:
+        config = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{str(path)!r} is not JSON ({type(e).__name__}); export the model again") from None
+    if not isinstance(config, dict) or not isinstance(config.get("config"), dict):
+        raise ValueError(f"{str(path)!r} holds no model config; export the model again")
+    if (
+        not isinstance(config.get("format", FORMAT), int)
+        or config.get("format", FORMAT) > FORMAT
+        or config.get("model") not in MODELS
+    ):
         raise ValueError(
             f"{str(path)!r} describes format {config.get('format')} model {config.get('model')!r}; this version "
             f"reads format {FORMAT} of {', '.join(MODELS)}"
@@ -78,6 +93,36 @@ def from_pretrained(folder: str | os.PathLike, device: str | torch.device = "cpu
 
     config = read_config(folder)
     model_class, config_class = MODELS[config["model"]]
-    model = model_class(config_class(**config["config"]))
-    load_model(model, str(Path(folder) / WEIGHTS), strict=True, device=str(device))
+    weights = Path(folder) / WEIGHTS
+    if not weights.is_file():
+        raise FileNotFoundError(f"{str(folder)!r} holds no {WEIGHTS}; pass a folder written by `cli.py export`")
+    try:
+        cfg = config_class(**config["config"])  # sizes must be positive integers (config.__post_init__)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{str(weights.parent / CONFIG)!r}: {str(e)[:200]}; export the model again") from None
+    check_sizes(cfg, weights)
+    model = model_class(cfg)
+    try:
+        load_model(model, str(weights), strict=True, device=str(device))
+    except (RuntimeError, ValueError, OSError) as e:  # missing or extra tensors, wrong shapes, a broken file
+        reason = " ".join(str(e).split())[:300]
+        raise ValueError(f"{str(weights)!r} does not fit {CONFIG} ({reason}); export the model again") from None
     return model.to(device).eval()
+
+
+def check_sizes(cfg, weights: Path) -> None:
+    """Refuse, before anything is allocated, sizes that the weights file cannot hold: a model of n parameters
+    needs at least 2n bytes (16-bit), and its context bounds the position tables made from it."""
+    room = weights.stat().st_size // 2
+    per_block = (4 + 2 * cfg.ff_mult) * cfg.emb * cfg.emb
+    blocks = cfg.depth + (getattr(cfg, "decoder_depth", 0) or 0)
+    target = getattr(cfg, "tgt_vocab_size", None)
+    vocabs = cfg.vocab_size + (target if target not in (None, cfg.vocab_size) else 0)  # a shared table once
+    needed = blocks * per_block + vocabs * cfg.emb  # a lower bound: biases and norms left out
+    if needed > room or cfg.context > MAX_CONTEXT:
+        raise ValueError(
+            f"{str(weights.parent / CONFIG)!r} declares {needed:,} parameters or more (depth {cfg.depth}, emb "
+            f"{cfg.emb}, vocab {cfg.vocab_size}) and context {cfg.context:,}, and {WEIGHTS} holds "
+            f"{weights.stat().st_size:,} bytes, room for {room:,} (context at most {MAX_CONTEXT:,}): the config does "
+            "not match its weights; export the model again"
+        )
