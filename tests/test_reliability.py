@@ -776,3 +776,20 @@ def test_a_piped_config_is_read_once(text, capsys):
     with pytest.raises(SystemExit) as done:
         main(["fit", "--config", TINY_LM, "--config", f"/dev/fd/{read}", "--data.path", str(text), "--print_config"])
     assert done.value.code == 0 and "max_steps: 1" in capsys.readouterr().out
+
+
+REFUSED = {
+    "no-data": ["--data.path", "missing.txt"],
+    "bad-size": ["--data.path", "text.txt", "--model.model.heads", "5"],
+    "no-run": ["--data.path", "text.txt", "--ckpt_path", "last"],
+}
+
+
+@pytest.mark.parametrize("args", REFUSED.values(), ids=REFUSED.keys())
+def test_a_refused_fit_leaves_no_folders_and_no_wandb_run(tmp_path, monkeypatch, capsys, args):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "text.txt").write_text("the cat sat on a mat " * 400)
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", TINY_LM, *args])
+    assert capsys.readouterr().err.count("error:") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["text.txt"]  # no checkpoints/, logs/, wandb/ or data/

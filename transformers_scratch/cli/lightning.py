@@ -333,6 +333,9 @@ class CLI(LightningCLI):
     def before_fit(self) -> None:
         self._restore_vocab()
         self._check_pretrained()
+        if self.trainer.world_size == 1:  # the data read and checked now: a refused run leaves no folders behind
+            self.datamodule.prepare_data()
+            self.datamodule.setup("fit")
         if rank_zero_only.rank == 0:  # DDP's other processes run this CLI too
             claim_run_folder(Path(self.checkpoint_dir), resuming=bool(self.config.fit.get("ckpt_path")))
             note(self.header())

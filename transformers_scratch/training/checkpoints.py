@@ -170,9 +170,13 @@ def claim_run_folder(folder: Path, resuming: bool) -> None:
 
 
 def release_run_folder(folder: Path) -> None:
+    """Give the folder back; a run that wrote nothing there leaves no empty folder (nor an empty parent)."""
     lock = folder / LOCK
     try:
         if int(lock.read_text() or 0) == os.getpid():
             lock.unlink()
+            for empty in (folder, folder.parent):
+                if not any(empty.iterdir()):
+                    empty.rmdir()
     except (OSError, ValueError):
         pass

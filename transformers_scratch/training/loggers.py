@@ -59,8 +59,6 @@ class WandbLogger(_WandbLogger):
                         f"W&B: no API key or no network, so this run is logged offline under {save_dir}/wandb; "
                         f"upload it later with `wandb sync {save_dir}/wandb/offline-run-*`"
                     )
-        if save_dir:
-            Path(save_dir).mkdir(parents=True, exist_ok=True)  # wandb wants its folder to exist
         if kwargs.get("id") or kwargs.get("version"):
             kwargs.setdefault("resume", "allow")  # a resumed fit continues its run (offline too)
         self.mode = os.environ.get("WANDB_MODE") if os.environ.get("WANDB_MODE") == "disabled" else (
@@ -68,6 +66,14 @@ class WandbLogger(_WandbLogger):
         super().__init__(project=project, save_dir=save_dir, offline=offline, **kwargs)
         if not kwargs.get("anonymous"):  # W&B warns that the setting is deprecated whenever it is passed at all
             self._wandb_init.pop("anonymous", None)
+
+    @property
+    def experiment(self):
+        """W&B's run, started the first time it is needed: a command refused before then leaves no run and no
+        folder behind."""
+        if self.save_dir:
+            Path(self.save_dir).mkdir(parents=True, exist_ok=True)  # wandb wants its folder to exist
+        return super().experiment
 
 
 class _AppendingWriter(ExperimentWriter):
