@@ -123,3 +123,17 @@ def test_learning_curves_have_one_panel_per_metric_against_the_step(tmp_path):
         assert ax.get_ylabel() == name
         line = ax.get_lines()[0]
         assert list(line.get_xdata()) == steps and list(line.get_ydata()) == values
+
+
+def test_the_attention_grid_of_a_long_text_stays_readable(tmp_path):
+    """A character model's 4 x 4 heads over 96 characters: the picture is capped in size, and every n-th
+    position is labelled (with its index) instead of every one as an unreadable dot."""
+    weights = torch.rand(4, 4, 96, 96).softmax(-1)
+    tokens = [chr(97 + k % 26) for k in range(96)]
+    fig = draw_attention(weights, tokens, tmp_path / "long.png")
+    width, height = fig.get_size_inches()
+    assert width <= 16 + 1.6 and height <= 16 + 1
+    labels = [t.get_text() for t in fig.axes[12].get_xticklabels()]  # bottom row, first head
+    assert 8 <= len(labels) < 96 and labels[0] == "0:a"
+    position, token = labels[1].split(":")
+    assert token == tokens[int(position)]

@@ -60,13 +60,21 @@ def _pyplot():
     return plt
 
 
+MAX_INCHES = 16.0  # the attention grid's width and height at most, before the colour bar
+
+
 def draw_attention(weights: Tensor, tokens: list[str], out: str | Path, title: str = "", dpi: int = 100):
     """One PNG grid of weights (l, h, t, t): a row per layer, a column per head, each panel a query (down)
-    by key (across) matrix with the tokens on its axes. Returns the figure (closed, for its data)."""
+    by key (across) matrix with the tokens on its axes. The picture stays readable however many tokens: at most
+    :data:`MAX_INCHES` across, and every n-th token labelled (with its position) when all would not fit.
+    Returns the figure (closed, for its data)."""
     plt = _pyplot()
     layers, heads, t, _ = weights.shape
-    cell = max(1.4, 0.11 * t)  # inches per panel: room for t labels
-    font = max(3.0, min(7.0, 170 / max(t, 1) / 2))
+    cell = min(max(1.4, 0.11 * t), MAX_INCHES / heads, MAX_INCHES / layers)  # inches per panel
+    every = max(1, math.ceil(t / (cell / 0.16)))  # a readable label needs about 0.16 inch
+    marks = list(range(0, t, every))
+    labels = [tokens[k] if every == 1 else f"{k}:{tokens[k]}" for k in marks]
+    font = max(4.0, min(8.0, 0.7 * 72 * cell / max(len(marks), 1)))  # points: most of the space a label has
     top = float(weights.max())  # one colour scale for every panel: a uniform head looks uniform, not bright
     fig, axes = plt.subplots(layers, heads, figsize=(heads * cell + 1.6, layers * cell + 1), squeeze=False)
     for i in range(layers):
@@ -75,9 +83,9 @@ def draw_attention(weights: Tensor, tokens: list[str], out: str | Path, title: s
             image = ax.imshow(weights[i, j].numpy(), cmap="viridis", vmin=0.0, vmax=top, interpolation="nearest")
             ax.set_xticks([]), ax.set_yticks([])
             if i == layers - 1:  # keys along the bottom row, queries down the first column
-                ax.set_xticks(range(t), tokens, rotation=90, fontsize=font)
+                ax.set_xticks(marks, labels, rotation=90, fontsize=font)
             if j == 0:
-                ax.set_yticks(range(t), tokens, fontsize=font)
+                ax.set_yticks(marks, labels, fontsize=font)
             ax.tick_params(length=0)
             if i == 0:
                 ax.set_title(f"head {j + 1}", fontsize=8)
