@@ -581,3 +581,11 @@ def test_the_first_run_trains_validates_saves_and_samples_with_only_the_sample_o
     assert header[0].startswith("run first_run: checkpoints in checkpoints/first_run/, logs in logs/first_run/")
     assert header[1].startswith("model: CausalLM, 0.67M parameters")
     assert "this run: checkpoints in checkpoints/first_run/" in result.stderr
+
+
+def test_fit_help_names_the_models_sizes(capsys):
+    with pytest.raises(SystemExit):
+        build_cli(["fit", "--help"])
+    words = " ".join(capsys.readouterr().out.split())
+    assert "--model.model.NAME VALUE" in words and "emb 256, heads 8, depth 12" in words
+    assert "positions learned|sinusoidal|rope|alibi" in words and "--model.help LitCharLM" in words

@@ -17,7 +17,9 @@ from __future__ import annotations
 import importlib
 import re
 import sys
+from dataclasses import fields
 from pathlib import Path
+from typing import get_args, get_type_hints
 
 import torch
 from jsonargparse import ArgumentError, set_parsing_settings
@@ -27,6 +29,7 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from ..data import checkpoint_vocab
 from ..data.vocab import vocab_state
+from ..model.config import TransformerConfig
 from ..model.models import count_parameters
 from ..training.callbacks import (
     PhaseTimes,
@@ -126,6 +129,22 @@ def brief(message: str) -> str:
 DESCRIPTION = "Train and evaluate the project's models. The other commands: cli.py --help."
 
 
+def sizes_help() -> str:
+    """fit's description: the model's sizes and choices, which Lightning's help would leave behind two flags."""
+    hints = get_type_hints(TransformerConfig)
+    shown_sizes = ", ".join(
+        f"{f.name} {f.default}" if not f.type.startswith("Literal") else f"{f.name} {'|'.join(get_args(hints[f.name]))}"
+        for f in fields(TransformerConfig)
+        if f.name not in LINKED  # fmt: skip
+    )
+    return (
+        "Train a model. Its sizes and choices, as --model.model.NAME VALUE (defaults: the tutorial's enwik8 "
+        f"model; vocab_size, num_classes and context come from the data): {shown_sizes}. "
+        "Every model setting with its meaning: --model.help LitCharLM (or LitClassifier, LitMaskedLM, LitSeq2Seq); "
+        "a config's settings: --config CONFIG --print_config."
+    )
+
+
 def _class_name(item) -> str:
     return str(getattr(item, "class_path", "")).rsplit(".", 1)[-1]
 
@@ -153,7 +172,8 @@ class CLI(LightningCLI):
             subclass_mode_data=True,
             save_config_callback=SaveRunConfig,
             save_config_kwargs={"overwrite": True},
-            parser_kwargs={"exit_on_error": False, "description": DESCRIPTION},  # main(): a parse error, one line
+            # main(): a parse error in one line; fit's help names the model's sizes
+            parser_kwargs={"exit_on_error": False, "description": DESCRIPTION, "fit": {"description": sizes_help()}},
             auto_configure_optimizers=False,  # the modules build their own AdamW groups and schedule
             args=args,  # None: read sys.argv
             run=run,
