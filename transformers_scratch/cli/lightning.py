@@ -165,6 +165,9 @@ class CLI(LightningCLI):
     def __init__(self, args: list[str] | None = None, run: bool = True) -> None:
         self.argv = sys.argv[1:] if args is None else list(args)
         refuse_optimizer_flags(self.argv)
+        parser_kwargs = {"exit_on_error": False, "description": DESCRIPTION}  # main(): a parse error, one line
+        if "fit" in self.subcommands():
+            parser_kwargs["fit"] = {"description": sizes_help()}  # fit's help names the model's sizes
         super().__init__(
             LitTransformer,
             LightningDataModule,
@@ -172,8 +175,7 @@ class CLI(LightningCLI):
             subclass_mode_data=True,
             save_config_callback=SaveRunConfig,
             save_config_kwargs={"overwrite": True},
-            # main(): a parse error in one line; fit's help names the model's sizes
-            parser_kwargs={"exit_on_error": False, "description": DESCRIPTION, "fit": {"description": sizes_help()}},
+            parser_kwargs=parser_kwargs,
             auto_configure_optimizers=False,  # the modules build their own AdamW groups and schedule
             args=args,  # None: read sys.argv
             run=run,
