@@ -204,19 +204,13 @@ class CLI(LightningCLI):
         )
         parser.add_lightning_class_args(SafeModelCheckpoint, "checkpoint")
         parser.add_lightning_class_args(SampleText, "sample")
-        parser.add_argument(
-            "--final_validation",
-            type=bool,
-            default=True,
-            help="After fit, score the whole validation split once when trainer.limit_val_batches scored part of it.",
-        )
         parser.add_lightning_class_args(PredictionWriter, "predictions")
-        parser.add_argument(
-            "--verbose",
-            type=bool,
-            default=False,
-            help="Show Lightning's and W&B's messages, the model summary and the warnings a run leaves out.",
-        )
+        for flag, default, text in (
+            ("final_validation", True, "After fit, score the whole validation split once when "
+             "trainer.limit_val_batches scored part of it."),
+            ("verbose", False, "Show Lightning's and W&B's own messages and the model summary."),
+        ):  # fmt: skip
+            parser.add_argument(f"--{flag}", type=bool, default=default, help=text)
         name = RUN
         parser.set_defaults({
             "trainer.logger": [
