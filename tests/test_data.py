@@ -2,6 +2,7 @@
 
 import gzip
 import http.server
+import itertools
 import tarfile
 import threading
 import zipfile
@@ -34,7 +35,7 @@ def test_evaluation_scores_every_byte_exactly_once(stride):
     data = torch.arange(203) % 256  # n = 203, awkward on purpose
     ds = StridedWindows(data.to(torch.uint8), context=16, stride=stride)
     scored = torch.zeros(203, dtype=torch.long)
-    for i, p in enumerate(ds.starts):
+    for i, p in enumerate(ds.start(i) for i in range(len(ds))):
         x, y = ds[i]
         assert torch.equal(x, data[p : p + 16]) and x.shape == (16,)
         keep = y != -100
@@ -303,3 +304,40 @@ def test_imdb_cache_is_written_atomically(tmp_path):
     assert [p.suffix for p in (tmp_path / "cache").iterdir()] == [".pt"]
     cache = torch.load(dm.cache_file)
     assert set(cache) == {"vocab", "train", "val", "test"}
+
+
+def predict_windows(dm: TextDataModule, batches: int | None = None) -> list[tuple]:
+    dm.setup("predict")
+    loader = dm.predict_dataloader()
+    return list(itertools.islice(loader, batches))  # None: all of them
+
+
+def test_predict_streams_a_raw_file_with_the_windows_of_reading_it_whole(tmp_path):
+    """A raw file is read a window at a time; its windows are exactly those of the file read whole (as a .gz
+    is), targets and the bytes another window scored included."""
+    text = bytes((97 + torch.randint(26, (5_003,), generator=torch.Generator().manual_seed(0))).tolist())
+    (tmp_path / "t.txt").write_bytes(text)
+    (tmp_path / "t.txt.gz").write_bytes(gzip.compress(text))
+    for stride in (None, 5):
+        got = [predict_windows(TextDataModule(path=str(tmp_path / "t.txt"), context=16, eval_stride=stride,
+                                              batch_size=8, predict_path=str(tmp_path / name)))
+               for name in ("t.txt", "t.txt.gz")]  # fmt: skip
+        assert len(got[0]) == len(got[1]) > 10
+        for (x, y), (x2, y2) in zip(*got, strict=True):
+            assert torch.equal(x, x2) and torch.equal(y, y2)
+
+
+def test_predict_memory_stays_flat_whatever_the_files_size(tmp_path):
+    import tracemalloc
+
+    big = tmp_path / "big.txt"
+    with big.open("wb") as f:
+        for _ in range(40):
+            f.write(b"the cat sat on a mat. " * 50_000)  # 44 MB
+    dm = TextDataModule(path=str(big), context=64, batch_size=32, predict_path=str(big))
+    dm._vocab = ByteVocab()  # the checkpoint's vocabulary, as predict restores it (reading it needs no pass)
+    tracemalloc.start()
+    predict_windows(dm, batches=20)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 5_000_000, peak  # not the file (44 MB), nor a list of its 690,000 windows

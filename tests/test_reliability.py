@@ -793,3 +793,41 @@ def test_a_refused_fit_leaves_no_folders_and_no_wandb_run(tmp_path, monkeypatch,
         main(["fit", "--config", TINY_LM, *args])
     assert capsys.readouterr().err.count("error:") == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["text.txt"]  # no checkpoints/, logs/, wandb/ or data/
+
+
+PREDICT_SIGNALLED = """
+import os, signal, sys
+from lightning.pytorch.callbacks import Callback
+import transformers_scratch.cli.lightning as cli_lightning
+from transformers_scratch.cli import main
+
+class Term(Callback):
+    def on_predict_batch_end(self, trainer, module, outputs, batch, batch_idx, dataloader_idx=0):
+        if batch_idx == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        if batch_idx > 3:
+            raise RuntimeError("predict went on after SIGTERM")
+
+instantiate = cli_lightning.CLI.instantiate_classes
+def with_term(self):
+    instantiate(self)
+    self.trainer.callbacks.append(Term())
+cli_lightning.CLI.instantiate_classes = with_term
+main(["predict", *sys.argv[1:]])
+"""
+
+
+@pytest.mark.slow
+def test_sigterm_stops_predict_on_a_large_file(tmp_path):
+    """predict streams its file, and stops at the end of the batch under way on SIGTERM, exiting 143."""
+    big = tmp_path / "big.txt"
+    big.write_bytes(b"the cat sat on a mat. " * 200_000)  # 4.4 MB: thousands of batches
+    quiet = {"WANDB_MODE": "disabled"}
+    data = ["--config", TINY_LM, "--data.path", str(big), "--trainer.logger", "false"]
+    short = ["--trainer.max_steps", "2", "--sample.length", "0", "--trainer.limit_val_batches", "1"]
+    fit = python(str(ROOT / "cli.py"), "fit", *data, *short, "--final_validation", "false", cwd=tmp_path, env=quiet)
+    assert fit.returncode == 0, fit.stderr[-3000:]
+    args = [*data, "--data.predict_path", str(big), "--ckpt_path", "checkpoints/tiny_charlm/last.ckpt"]
+    stopped = python("-c", PREDICT_SIGNALLED, *args, cwd=tmp_path, env=quiet)
+    assert stopped.returncode == 143, stopped.stderr[-3000:]
+    assert "SIGTERM: predict stopped" in stopped.stderr and "went on" not in stopped.stderr

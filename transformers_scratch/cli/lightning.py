@@ -245,6 +245,8 @@ class CLI(LightningCLI):
         sub = self.config.get("subcommand")
         if not (self.config[sub] if sub else self.config).get("verbose"):
             quiet()
+        if sub == "predict" and self.config.predict.get("return_predictions") is None:
+            self.config.predict.return_predictions = False  # written as they come (PredictionWriter), not kept
         self.ckpt_vocab, self.ckpt_hparams, self.ckpt_run = None, {}, {}
         self.name = name_run(self.config[sub] if sub else self.config)
         if not sub or not self.config[sub].get("ckpt_path"):

@@ -55,27 +55,58 @@ class StridedWindows(Dataset):
     stride = 1: the tutorial's exhaustive protocol (every byte sees a full context; context times slower).
     """
 
-    def __init__(self, data: Tensor, context: int, stride: int | None = None) -> None:
-        self.data, self.context = data, context
-        stride = stride or context
-        last = len(data) - context - 1
-        self.starts = list(range(0, last + 1, stride))
-        if self.starts[-1] != last:
-            self.starts.append(last)  # the tail, scoring only what is new
-        self.first, scored_until = [], 1  # targets at absolute positions < scored_until are done
-        for p in self.starts:
-            self.first.append(max(scored_until, p + 1) - (p + 1))
-            scored_until = p + context + 1
+    def __init__(self, data, context: int, stride: int | None = None) -> None:
+        """``data``: ids (n,), or anything of a length whose ``window(p, length)`` gives ids (a file read in
+        windows). Window i starts at i * stride, the last one at n - context - 1 (the tail, scoring only what is
+        new); nothing is listed per window, so a file of any length costs the same memory."""
+        self.data, self.context, self.stride = data, context, stride or context
+        self.last = len(data) - context - 1
+        self.regular = self.last // self.stride + 1  # windows at 0, stride, ..., up to last
+        self.tail = self.last % self.stride != 0
 
     def __len__(self) -> int:
-        return len(self.starts)
+        return self.regular + self.tail
+
+    def start(self, i: int) -> int:
+        return self.last if i == self.regular else i * self.stride
+
+    def first(self, i: int) -> int:
+        """Targets of window i that an earlier window scored: none in the first; the overlap after it."""
+        if i == 0:
+            return 0
+        return max(0, self.start(i - 1) + self.context - self.start(i))
 
     def __getitem__(self, i: int) -> tuple[Tensor, Tensor]:
-        p = self.starts[i]
-        window = self.data[p : p + self.context + 1].long()  # (context + 1,)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        p = self.start(i)
+        if hasattr(self.data, "window"):
+            window = self.data.window(p, self.context + 1).long()
+        else:
+            window = self.data[p : p + self.context + 1].long()  # (context + 1,)
         targets = window[1:].clone()
-        targets[: self.first[i]] = IGNORE_INDEX
+        targets[: self.first(i)] = IGNORE_INDEX
         return window[:-1], targets
+
+
+class FileWindows:
+    """A raw file's bytes as ids, read a window at a time (``predict`` on a file of any size): its length, and
+    ``window(p, length)``, the ids of bytes p .. p + length - 1."""
+
+    def __init__(self, path: Path, vocab: ByteVocab) -> None:
+        self.path, self.vocab, self.size = path, vocab, path.stat().st_size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def window(self, p: int, length: int) -> Tensor:
+        with open(self.path, "rb") as f:
+            f.seek(p)
+            data = f.read(length)
+        try:
+            return self.vocab.encode(data)
+        except DataError as e:
+            raise DataError(f"data.predict_path {str(self.path)!r}, bytes {p:,} on: {e}") from None
 
 
 class TextDataModule(ResumableData):
@@ -203,6 +234,16 @@ class TextDataModule(ResumableData):
         """``predict_path`` in evaluation windows, encoded with the (checkpoint's) vocabulary."""
         if self.predict_path is None:
             raise ValueError("predict scores a file: pass --data.predict_path FILE")
+        path = Path(self.predict_path)
+        if path.is_file() and path.suffix not in (".zip", ".gz"):  # streamed: memory flat whatever the size
+            data = FileWindows(path, self.vocab)
+            if len(data) < self.context + 1:
+                raise DataError(
+                    f"data.predict_path {self.predict_path!r} holds {len(data)} bytes, fewer than one window "
+                    f"of data.context + 1 = {self.context + 1}"
+                )
+            dataset = StridedWindows(data, self.context, self.eval_stride)
+            return DataLoader(dataset, batch_size=self.eval_batch_size, num_workers=self.num_workers)
         data = read_bytes(self.predict_path)
         if len(data) < self.context + 1:
             raise DataError(

@@ -81,7 +81,8 @@ class StopOnSignal(Callback):
     """Ctrl-C (SIGINT) or SIGTERM (what ``kill`` and schedulers send) stops a fit where a checkpoint is whole:
     at the end of the training step under way, or at the end of the validation under way. ``last.ckpt`` is then
     written, the run says how to continue, and the process exits non-zero (130 or 143). ``--ckpt_path last``
-    then ends exactly as the uninterrupted run does. A second Ctrl-C stops at once, saving nothing.
+    then ends exactly as the uninterrupted run does. A second Ctrl-C stops at once, saving nothing. ``predict``
+    stops the same way, at the end of the batch under way.
 
     Lightning's own SIGTERM handling raises a ``SystemExit`` with status 0 part-way through its loop's
     bookkeeping; this callback's handlers replace it while training runs, and put it back afterwards."""
@@ -112,8 +113,18 @@ class StopOnSignal(Callback):
         if not trainer.sanity_checking:
             self.stop_if_asked(trainer)
 
+    on_predict_start = on_train_start  # predict stops at the end of the batch under way; nothing to save
+
+    def on_predict_batch_end(self, trainer, *args) -> None:
+        self.stop_if_asked(trainer)
+
+    def on_predict_end(self, trainer, pl_module) -> None:
+        self.restore()
+
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
-        if isinstance(exception, Interrupted) and trainer.checkpoint_callback is not None:
+        if isinstance(exception, Interrupted) and trainer.predicting:
+            note(f"{self.signal.name}: predict stopped; what it had written stays")
+        elif isinstance(exception, Interrupted) and trainer.checkpoint_callback is not None:
             path = Path(trainer.checkpoint_callback.dirpath) / "last.ckpt"
             trainer.save_checkpoint(path)
             note(
