@@ -235,23 +235,15 @@ class TextDataModule(ResumableData):
         if self.predict_path is None:
             raise ValueError("predict scores a file: pass --data.predict_path FILE")
         path = Path(self.predict_path)
-        if path.is_file() and path.suffix not in (".zip", ".gz"):  # streamed: memory flat whatever the size
-            data = FileWindows(path, self.vocab)
-            if len(data) < self.context + 1:
-                raise DataError(
-                    f"data.predict_path {self.predict_path!r} holds {len(data)} bytes, fewer than one window "
-                    f"of data.context + 1 = {self.context + 1}"
-                )
-            dataset = StridedWindows(data, self.context, self.eval_stride)
-            return DataLoader(dataset, batch_size=self.eval_batch_size, num_workers=self.num_workers)
-        data = read_bytes(self.predict_path)
+        streamed = path.is_file() and path.suffix not in (".zip", ".gz")  # memory flat whatever the size
+        data = FileWindows(path, self.vocab) if streamed else read_bytes(self.predict_path)
         if len(data) < self.context + 1:
             raise DataError(
                 f"data.predict_path {self.predict_path!r} holds {len(data)} bytes, fewer than one window "
                 f"of data.context + 1 = {self.context + 1}"
             )
         try:
-            ids = self.vocab.encode(data)
+            ids = data if streamed else self.vocab.encode(data)
         except DataError as e:
             raise DataError(f"data.predict_path {self.predict_path!r}: {e}") from e
         dataset = StridedWindows(ids, self.context, self.eval_stride)

@@ -307,14 +307,14 @@ class Throughput(Callback):
     def on_train_start(self, trainer, pl_module) -> None:
         self.tokens, self.flops, self.clock = 0, 0.0, time.perf_counter()
         self.peak = peak_flops(pl_module.device, trainer.precision)
-        self.first_step, self.marks = trainer.global_step, {}
+        self.first_step, self.marks, self.said = trainer.global_step, {}, False
 
     def estimate(self, trainer) -> None:
         """Once, early: how long the whole run takes at the speed of its first steps."""
         done = trainer.global_step - self.first_step
         if done in self.ESTIMATE_AFTER and done not in self.marks:
             self.marks[done] = time.perf_counter()
-        if len(self.marks) == 2 and trainer.max_steps > 0 and not getattr(self, "said", False):
+        if len(self.marks) == 2 and trainer.max_steps > 0 and not self.said:
             self.said = True
             a, b = self.ESTIMATE_AFTER
             step = (self.marks[b] - self.marks[a]) / (b - a)
