@@ -589,3 +589,61 @@ def test_fit_help_names_the_models_sizes(capsys):
     words = " ".join(capsys.readouterr().out.split())
     assert "--model.model.NAME VALUE" in words and "emb 256, heads 8, depth 12" in words
     assert "positions learned|sinusoidal|rope|alibi" in words and "--model.help LitCharLM" in words
+
+
+def attribute_docs(cls) -> dict[str, str]:
+    """The docstring under each field of a dataclass and of its bases."""
+    import ast
+    import inspect
+    import textwrap
+
+    docs = {}
+    for klass in reversed(cls.__mro__[:-1]):
+        body = ast.parse(textwrap.dedent(inspect.getsource(klass))).body[0].body
+        for field, doc in zip(body, body[1:]):
+            if isinstance(field, ast.AnnAssign) and isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant):
+                docs[field.target.id] = doc.value.value
+    return docs
+
+
+def help_words(capsys, *args) -> str:
+    with pytest.raises(SystemExit) as stop:
+        build_cli(["fit", *args])
+    assert stop.value.code in (0, None)
+    return " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("group,name", [("model", "LMConfig"), ("model", "ClassifierConfig"),
+                                        ("model", "MaskedLMConfig"), ("model", "EncoderDecoderConfig"),
+                                        ("optim", "OptimConfig")])  # fmt: skip
+def test_model_settings_help_works_without_a_config_and_shows_every_description_whole(capsys, group, name):
+    from dataclasses import fields
+
+    from transformers_scratch.cli.lightning import CONFIG_CLASSES
+
+    cls = CONFIG_CLASSES[name]
+    words = help_words(capsys, f"--model.{group}.help", name)
+    docs = attribute_docs(cls)
+    for field in fields(cls):
+        assert f"--model.{group}.{field.name} " in words
+        assert field.name in docs, f"{name}.{field.name} has no description"
+        assert " ".join(docs[field.name].split()) in words  # whole, not cut
+
+
+def test_the_modules_and_data_modules_help_show_their_own_descriptions_whole(capsys):
+    from docstring_parser import parse
+
+    from transformers_scratch import data, training
+
+    for group, cls in [("model", training.LitCharLM), ("model", training.LitClassifier),
+                       ("model", training.LitMaskedLM), ("model", training.LitSeq2Seq),
+                       ("data", data.TextDataModule), ("data", data.IMDbDataModule),
+                       ("data", data.IMDbMLMDataModule), ("data", data.TransductionDataModule)]:  # fmt: skip
+        words = help_words(capsys, f"--{group}.help", cls.__name__)
+        for param in parse(cls.__init__.__doc__ or cls.__doc__).params:
+            assert " ".join(param.description.split()) in words, (cls.__name__, param.arg_name)
+
+
+def test_model_settings_help_names_the_classes_it_knows():
+    with pytest.raises(ValueError, match="not a settings class; use one of LMConfig"):
+        build_cli(["fit", "--model.model.help", "os.system"])

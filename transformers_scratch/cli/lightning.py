@@ -22,14 +22,14 @@ from pathlib import Path
 from typing import get_args, get_type_hints
 
 import torch
-from jsonargparse import ArgumentError, set_parsing_settings
+from jsonargparse import ArgumentError, ArgumentParser, set_parsing_settings
 from lightning import LightningDataModule
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities import rank_zero_only
 
 from ..data import checkpoint_vocab
 from ..data.vocab import vocab_state
-from ..model.config import TransformerConfig
+from ..model.config import ClassifierConfig, EncoderDecoderConfig, LMConfig, MaskedLMConfig, TransformerConfig
 from ..model.models import count_parameters
 from ..training.callbacks import (
     PhaseTimes,
@@ -51,12 +51,14 @@ from ..training.checkpoints import (
 from ..training.console import note, quiet, shown, silence
 from ..training.loggers import CSVLogger, WandbLogger
 from ..training.modules import LitTransformer, read_pretrained
+from ..training.optim import OptimConfig
 from .config_files import not_a_config, unreadable_config
 
 # A config names classes and callables by import path; only these packages may be named (checked by jsonargparse
 # before it imports anything), so a config cannot run os.system, eval or an arbitrary module's import-time code.
 ALLOWED_IMPORTS = ["transformers_scratch", "torch", "lightning"]
 set_parsing_settings(import_path_denylist=["*"], import_path_allowlist=ALLOWED_IMPORTS)
+set_parsing_settings(docstring_parse_attribute_docstrings=True)  # the typed configs' docstrings are their help
 
 
 RUN = "{run}"  # stands for the run's name in the shared defaults until the parsed config gives it
@@ -140,9 +142,30 @@ def sizes_help() -> str:
     return (
         "Train a model. Its sizes and choices, as --model.model.NAME VALUE (defaults: the tutorial's enwik8 "
         f"model; vocab_size, num_classes and context come from the data): {shown_sizes}. "
-        "Every model setting with its meaning: --model.help LitCharLM (or LitClassifier, LitMaskedLM, LitSeq2Seq); "
-        "a config's settings: --config CONFIG --print_config."
+        "Every model setting with its meaning: --model.model.help LMConfig (or ClassifierConfig, MaskedLMConfig, "
+        "EncoderDecoderConfig); the optimiser's: --model.optim.help OptimConfig; a module's: --model.help LitCharLM "
+        "(or LitClassifier, LitMaskedLM, LitSeq2Seq); a config's settings: --config CONFIG --print_config."
     )
+
+
+CONFIG_CLASSES = {c.__name__: c for c in (LMConfig, ClassifierConfig, MaskedLMConfig, EncoderDecoderConfig, OptimConfig)}
+
+
+def nested_help(argv: list[str]) -> str | None:
+    """The help of a setting group inside the model, such as ``--model.model.help LMConfig``, which Lightning's
+    help lists but cannot show (jsonargparse answers help one level into a subclass only); no --config needed."""
+    for i, arg in enumerate(argv):
+        key, eq, value = arg.partition("=")
+        if not re.fullmatch(r"--model\.(init_args\.)?\w+\.help", key):
+            continue
+        value = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+        cls = CONFIG_CLASSES.get(value.rsplit(".", 1)[-1])
+        if cls is None:
+            raise ValueError(f"{key} {value[:60]!r}: not a settings class; use one of {', '.join(CONFIG_CLASSES)}")
+        parser = ArgumentParser(prog=f"{Path(sys.argv[0]).name} {argv[0]}", description=cls.__doc__)
+        parser.add_class_arguments(cls, nested_key=key.removeprefix("--").removesuffix(".help"))
+        return parser.format_help()
+    return None
 
 
 def _class_name(item) -> str:
@@ -165,6 +188,9 @@ class CLI(LightningCLI):
     def __init__(self, args: list[str] | None = None, run: bool = True) -> None:
         self.argv = sys.argv[1:] if args is None else list(args)
         refuse_optimizer_flags(self.argv)
+        if text := nested_help(self.argv):
+            print(text)
+            sys.exit(0)
         parser_kwargs = {"exit_on_error": False, "description": DESCRIPTION}  # main(): a parse error, one line
         if "fit" in self.subcommands():
             parser_kwargs["fit"] = {"description": sizes_help()}  # fit's help names the model's sizes

@@ -29,12 +29,15 @@ class OptimConfig:
     weight_decay: float = 0.1
     """Decoupled weight decay, on the weights of linear layers and embeddings only (not biases, norms, [CLS])."""
     beta1: float = 0.9
+    """AdamW's decay of the gradient's running mean."""
     beta2: float = 0.95
+    """AdamW's decay of the squared gradient's running mean (0.95: GPT-3, nanoGPT; PyTorch's default is 0.999)."""
     warmup_steps: int = 100
     """Optimizer steps of linear warm-up from 0 to lr."""
     schedule: Literal["cosine", "constant"] = "cosine"
     """After warm-up: cosine decay to min_lr_ratio * lr by the last step, or constant."""
     min_lr_ratio: float = 0.1
+    """The cosine's end, as a fraction of lr."""
     total_steps: int | None = None
     """Length of the cosine; None: the trainer's max_steps (or epochs x batches)."""
 
