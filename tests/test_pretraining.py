@@ -167,3 +167,15 @@ def test_fine_tuning_names_a_missing_or_foreign_checkpoint(tmp_path):
     torch.save(hollow, tmp_path / "hollow.ckpt")  # a LitMaskedLM's settings, no weights
     empty = cli(*args, "--model.pretrained", "hollow.ckpt", cwd=tmp_path)
     assert_fails_cleanly(empty, "model.pretrained 'hollow.ckpt' holds no weights")
+
+
+def test_fine_tuning_names_a_pretrained_checkpoint_of_a_newer_layout(tmp_path):
+    from transformers_scratch.training.modules import read_pretrained
+
+    newer = {"hyper_parameters": {"_class_path": "transformers_scratch.training.LitMaskedLM",
+                                  "model": {"emb": 16, "heads": 2, "rope_theta": 1e4}},
+             "state_dict": {"model.x": torch.zeros(1)}}  # fmt: skip
+    torch.save(newer, tmp_path / "newer.ckpt")
+    with pytest.raises(ValueError, match="model.pretrained '.*newer.ckpt' has a model setting 'rope_theta' that "
+                                         "this version's MaskedLMConfig lacks"):  # fmt: skip
+        read_pretrained(str(tmp_path / "newer.ckpt"), ClassifierConfig(emb=16, heads=2))

@@ -44,6 +44,7 @@ from ..training.checkpoints import (
     check_ckpt_path,
     check_data_fits,
     check_linked_context,
+    check_settings,
     claim_run_folder,
     read_checkpoint,
     release_run_folder,
@@ -311,6 +312,7 @@ class CLI(LightningCLI):
                 f"runs a {given.rsplit('.', 1)[-1]}; pass the config the checkpoint was trained with"
             )
         if "model" in hparams:
+            check_settings(self.config[sub].ckpt_path, self.model_class_of(self.config[sub]), hparams["model"])
             self._refuse_changed_architecture(hparams["model"])
             architecture = {sub: {"model": {"class_path": given, "dict_kwargs": {"model": hparams["model"]}}}}
             self.config = self.parser.parse_object(architecture, self.config)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args, get_origin, get_type_hints
 
 
 @dataclass
@@ -102,6 +103,30 @@ class EncoderDecoderConfig(TransformerConfig):
     @property
     def shared_vocab(self) -> bool:
         return self.tgt_vocab_size == self.vocab_size
+
+
+def read_settings(cls: type, settings, source: str):
+    """A config of class ``cls`` from settings read from disk (a checkpoint's), named ``source`` in the error. A
+    setting this version does not know, or a choice it does not offer, comes from a newer (or another) version,
+    and is refused before anything is built; a setting missing is an older layout's, and takes its default
+    (which keeps the older behaviour)."""
+    settings = dataclasses.asdict(settings) if dataclasses.is_dataclass(settings) else settings
+    fix = "use the version of transformers-scratch that wrote it (or a newer one), or train it again with this one"
+    if not isinstance(settings, dict):
+        raise ValueError(f"{source} holds model settings of type {type(settings).__name__}; {fix}")
+    hints = get_type_hints(cls)
+    for key, value in settings.items():
+        if key not in hints:
+            raise ValueError(f"{source} has a model setting {str(key)[:40]!r} that this version's {cls.__name__} "
+                             f"lacks; {fix}")  # fmt: skip
+        choices = get_args(hints[key]) if get_origin(hints[key]) is Literal else ()
+        if choices and value not in choices:
+            raise ValueError(f"{source} has model {key}={repr(value)[:40]}, and this version offers "
+                             f"{'|'.join(choices)}; {fix}")  # fmt: skip
+    try:
+        return cls(**settings)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{source} has model settings this version refuses ({str(e)[:200]}); {fix}") from None
 
 
 def _divisor_near(n: int, target: int) -> int:

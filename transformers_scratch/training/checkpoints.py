@@ -4,17 +4,19 @@ file); whether a run's data fits a checkpoint; and the run-folder lock: one run,
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import inspect
 import os
 import pickle
 import sys
 from pathlib import Path
+from typing import get_args, get_type_hints
 
 import torch
 
 from ..data import ByteVocab, WordVocab, checkpoint_vocab
 from ..data.vocab import Vocab
-from ..model.config import TransformerConfig
+from ..model.config import TransformerConfig, read_settings
 from .modules import LitTransformer
 
 CKPT_ALIASES = {"last", "best", "hpc", "registry"}  # names Lightning resolves itself
@@ -45,6 +47,15 @@ def read_checkpoint(ckpt_path: str) -> dict:
     return checkpoint
 
 
+def check_settings(ckpt_path: str, module_class: type[LitTransformer], settings) -> None:
+    """A checkpoint's model settings against the config class of the module that will take them, before
+    anything is built (:func:`~..model.config.read_settings`)."""
+    hint = get_type_hints(module_class.__init__).get("model")
+    cls = next((a for a in get_args(hint) if dataclasses.is_dataclass(a)), None)
+    if cls is not None and settings is not None:
+        read_settings(cls, settings, f"--ckpt_path {ckpt_path!r}")
+
+
 def load_trained(ckpt_path: str, *takes: type[LitTransformer], command: str = "this command"):
     """The trained module (on the CPU, in eval mode) and the vocabulary it was trained with, from one read of the
     file. ``takes``: the module classes the command can use; a checkpoint of another refuses in one line."""
@@ -55,6 +66,7 @@ def load_trained(ckpt_path: str, *takes: type[LitTransformer], command: str = "t
     if module_class is None:
         names = ", ".join(cls.__name__ for cls in takes)
         raise ValueError(f"--ckpt_path {ckpt_path!r} holds a {written_by}; {command} takes {names}")
+    check_settings(ckpt_path, module_class, hparams.get("model"))
     takes_args = inspect.signature(module_class).parameters  # settings since dropped (older layouts) are left out
     try:
         module = module_class(**{k: v for k, v in hparams.items() if k in takes_args})

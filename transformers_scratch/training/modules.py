@@ -25,7 +25,7 @@ from ..data import checkpoint_vocab
 from ..data.ids import IGNORE_INDEX
 from ..data.vocab import Vocab
 from ..model.blocks import TransformerBlock
-from ..model.config import ClassifierConfig, EncoderDecoderConfig, LMConfig, MaskedLMConfig
+from ..model.config import ClassifierConfig, EncoderDecoderConfig, LMConfig, MaskedLMConfig, read_settings
 from ..model.models import CausalLM, EncoderDecoder, MaskedLM, SequenceClassifier, encoder_state
 from .console import note
 from .optim import OptimConfig, build_optimizer, continue_from, save_resume_state
@@ -179,7 +179,8 @@ def read_pretrained(path: str, cfg: ClassifierConfig) -> tuple[dict[str, Tensor]
     if not isinstance(checkpoint.get("state_dict"), dict) or not checkpoint["state_dict"]:
         raise ValueError(f"model.pretrained {path!r} holds no weights; pass a checkpoint written by fit")
     state = {k.removeprefix("model."): v for k, v in checkpoint["state_dict"].items() if k.startswith("model.")}
-    encoder = encoder_state(as_config(hparams.get("model"), MaskedLMConfig), state, cfg)
+    encoder = encoder_state(read_settings(MaskedLMConfig, hparams.get("model") or {}, f"model.pretrained {path!r}"),
+                            state, cfg)  # fmt: skip
     return encoder, checkpoint_vocab(checkpoint)
 
 
