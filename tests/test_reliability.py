@@ -818,6 +818,59 @@ def test_a_refused_fit_leaves_no_folders_and_no_wandb_run(tmp_path, monkeypatch,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["text.txt"]  # no checkpoints/, logs/, wandb/ or data/
 
 
+SCORING_REFUSED = {
+    "no-data": ["--data.path", "missing.txt"],
+    "empty-data": ["--data.path", "empty.txt"],
+    "no-predict-file": ["--data.path", "text.txt", "--data.predict_path", "missing.txt"],
+}
+
+
+@pytest.mark.parametrize("command", ["validate", "test", "predict"])
+@pytest.mark.parametrize("args", SCORING_REFUSED.values(), ids=SCORING_REFUSED.keys())
+def test_a_refused_scoring_command_leaves_no_log_and_no_wandb_run(lm_ckpt, capsys, command, args):
+    folder = lm_ckpt.parent
+    (folder / "text.txt").write_text("the cat sat on a mat " * 400)
+    (folder / "empty.txt").write_text("")
+    if (command == "predict") != ("--data.predict_path" in args):
+        return  # predict reads only that file, and the others never read it
+    with pytest.raises(SystemExit):
+        main([command, "--config", TINY_LM, "--ckpt_path", str(lm_ckpt), "--data.context", "16",
+              "--data.predict_path", "text.txt", *args])  # fmt: skip
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and ("missing.txt" in err or "is empty" in err), err[-2000:]
+    assert sorted(p.name for p in folder.iterdir()) == ["empty.txt", "lm.ckpt", "text.txt"]  # no logs/, no data/
+
+
+def test_predict_leaves_no_log_it_would_not_use(lm_ckpt, capsys):
+    """predict logs no metric: it starts neither a CSV version nor a W&B run."""
+    (lm_ckpt.parent / "text.txt").write_text("the cat sat on a mat " * 400)
+    main(["predict", "--config", TINY_LM, "--ckpt_path", str(lm_ckpt), "--data.path", "text.txt",
+          "--data.predict_path", "text.txt", "--data.context", "16"])  # fmt: skip
+    captured = capsys.readouterr()
+    assert "text.txt:" in captured.out and "bits per byte" in captured.out
+    assert "LearningRateMonitor" not in captured.err
+    assert sorted(p.name for p in lm_ckpt.parent.iterdir()) == ["lm.ckpt", "text.txt"]
+
+
+LONG = "y" * 5000
+LONG_VALUES = {
+    "ckpt_path": ["fit", "--config", TINY_LM, "--ckpt_path", LONG],
+    "sample": ["sample", "--ckpt_path", LONG, "--prompt", "a"],
+    "config": ["fit", "--config", LONG],
+    "an int": ["fit", "--config", TINY_LM, "--trainer.max_steps", LONG],
+    "a choice": ["fit", "--config", TINY_LM, "--model.model.positions", LONG],
+    "a url": ["fit", "--config", TINY_LM, "--data.url", "http://" + LONG],
+    "an out file": ["plot", LONG],
+}
+
+
+@pytest.mark.parametrize("args", LONG_VALUES.values(), ids=LONG_VALUES.keys())
+def test_a_message_quotes_a_long_value_by_its_start_and_length(text, capsys, args):
+    err = fails(capsys, *args, message="characters)")
+    assert len(err) < 700 and max(len(line) for line in err.splitlines()) < 500, err
+    assert "y" * 200 not in err
+
+
 PREDICT_SIGNALLED = """
 import os, signal, sys
 from lightning.pytorch.callbacks import Callback

@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 import re
 import sys
+import warnings
 from dataclasses import fields
 from pathlib import Path
 from typing import get_args, get_type_hints
@@ -270,10 +271,16 @@ class CLI(LightningCLI):
             raise ValueError(not_a_config(str(e), self.argv) or str(e)) from None
         silence()
         sub = self.config.get("subcommand")
+        if sub != "fit":  # scoring writes no checkpoint: where the checkpoint callback once saved does not matter
+            warnings.filterwarnings("ignore", message=r"The dirpath has changed from")
         if not (self.config[sub] if sub else self.config).get("verbose"):
             quiet()
-        if sub == "predict" and self.config.predict.get("return_predictions") is None:
-            self.config.predict.return_predictions = False  # written as they come (PredictionWriter), not kept
+        if sub == "predict":
+            if self.config.predict.get("return_predictions") is None:
+                self.config.predict.return_predictions = False  # written as they come (PredictionWriter), not kept
+            # predict logs no metric: a W&B run and a log version holding only hyper-parameters is all it would
+            # leave (and one for every refused input file)
+            self.config.predict.trainer.logger = False
         self.ckpt_vocab, self.ckpt_hparams, self.ckpt_run = None, {}, {}
         self.name = name_run(self.config[sub] if sub else self.config)
         if not sub or not self.config[sub].get("ckpt_path"):
@@ -312,7 +319,8 @@ class CLI(LightningCLI):
                 f"runs a {given.rsplit('.', 1)[-1]}; pass the config the checkpoint was trained with"
             )
         if "model" in hparams:
-            check_settings(self.config[sub].ckpt_path, self.model_class_of(self.config[sub]), hparams["model"])
+            hparams["model"] = check_settings(self.config[sub].ckpt_path, self.model_class_of(self.config[sub]),
+                                              hparams["model"])  # fmt: skip
             self._refuse_changed_architecture(hparams["model"])
             architecture = {sub: {"model": {"class_path": given, "dict_kwargs": {"model": hparams["model"]}}}}
             self.config = self.parser.parse_object(architecture, self.config)
@@ -356,7 +364,8 @@ class CLI(LightningCLI):
         callbacks = cfg.trainer.get("callbacks") or []
         if cfg.trainer.get("logger") is False and any(_class_name(c) == "LearningRateMonitor" for c in callbacks):
             # Lightning refuses a LearningRateMonitor without a logger; with logging off it has nothing to do.
-            print("note: --trainer.logger false, so the LearningRateMonitor callback is left out", file=sys.stderr)
+            if self.subcommand != "predict":  # predict runs without loggers whatever it is given
+                print("note: --trainer.logger false, so the LearningRateMonitor callback is left out", file=sys.stderr)
             callbacks = [c for c in callbacks if _class_name(c) != "LearningRateMonitor"]
         if cfg.trainer.get("enable_progress_bar") is False:  # Lightning refuses a progress bar it may not show
             callbacks = [c for c in callbacks if _class_name(c) != "ProgressBar"]
@@ -451,7 +460,16 @@ class CLI(LightningCLI):
         if self.ckpt_vocab is not None:
             self.datamodule.load_state_dict(vocab_state(self.ckpt_vocab))
 
-    before_validate = before_test = before_predict = _restore_vocab
+    def _read_data(self) -> None:
+        """validate and test: the vocabulary restored, then the data read and checked, before the loggers start
+        (as ``before_fit`` does): a refused data file leaves no log version and no W&B run."""
+        self._restore_vocab()
+        if self.trainer.world_size == 1:
+            self.datamodule.prepare_data()
+            self.datamodule.setup()  # no stage: each module's own note of its stage comes with Lightning's call
+
+    before_validate = before_test = _read_data
+    before_predict = _restore_vocab  # predict reads its file in its loader, and has no loggers
 
 
 def build_cli(args: list[str] | None = None, run: bool = True) -> CLI:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
+import sys
 import tempfile
 import urllib.request
 import zipfile
@@ -79,7 +80,8 @@ def download(url: str, dest: Path, what: str, manual_hint: str, sha256: str | No
     dest.parent.mkdir(parents=True, exist_ok=True)
     for stale in dest.parent.glob(f".{dest.name}.*.part"):
         stale.unlink(missing_ok=True)
-    print(f"downloading {what} from {url} to {dest}", flush=True)
+    shown_url = url if len(url) <= 120 else f"{url[:60]}... ({len(url):,} characters)"
+    print(f"downloading {what} from {shown_url} to {dest}", file=sys.stderr, flush=True)  # stdout: output only
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
     digest = hashlib.sha256()
     try:
@@ -89,12 +91,14 @@ def download(url: str, dest: Path, what: str, manual_hint: str, sha256: str | No
                 out.write(chunk)
         if sha256 is not None and digest.hexdigest() != sha256:
             raise DataError(
-                f"the download from {url} is not {what}: its SHA-256 is {digest.hexdigest()}, not {sha256}; "
+                f"the download from {shown_url} is not {what}: its SHA-256 is {digest.hexdigest()}, not {sha256}; "
                 f"removed it. {manual_hint}"
             )
         os.replace(tmp, dest)
-    except OSError as e:
-        raise DataError(f"could not download {what} from {url} ({e}). {manual_hint}") from e
+    except DataError:
+        raise
+    except (OSError, ValueError) as e:  # ValueError: an address urllib cannot parse (unknown scheme, bad host)
+        raise DataError(f"could not download {what} from {shown_url} ({e}). {manual_hint}") from e
     finally:
         Path(tmp).unlink(missing_ok=True)
         if made and not dest.exists() and not any(dest.parent.iterdir()):

@@ -203,7 +203,7 @@ class TextDataModule(ResumableData):
     # ---- splits and loaders ---------------------------------------------------------------------
     def setup(self, stage: str | None = None) -> None:
         if stage in ("validate", "test") and rank_zero_only.rank == 0:  # how the printed figure was measured
-            print(f"{stage[:3] if stage == 'test' else 'val'}/bpc: {self.protocol}", file=sys.stderr)
+            print(f"{'test' if stage == 'test' else 'val'}/bpc: {self.protocol}", file=sys.stderr)
         if self.splits or stage == "predict":
             return
         data = self.vocab.encode(self.raw())

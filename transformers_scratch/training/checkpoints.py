@@ -47,13 +47,14 @@ def read_checkpoint(ckpt_path: str) -> dict:
     return checkpoint
 
 
-def check_settings(ckpt_path: str, module_class: type[LitTransformer], settings) -> None:
+def check_settings(ckpt_path: str, module_class: type[LitTransformer], settings):
     """A checkpoint's model settings against the config class of the module that will take them, before
-    anything is built (:func:`~..model.config.read_settings`)."""
+    anything is built (:func:`~..model.config.read_settings`); returned as a dict of every setting."""
     hint = get_type_hints(module_class.__init__).get("model")
     cls = next((a for a in get_args(hint) if dataclasses.is_dataclass(a)), None)
-    if cls is not None and settings is not None:
-        read_settings(cls, settings, f"--ckpt_path {ckpt_path!r}")
+    if cls is None or settings is None:
+        return settings
+    return dataclasses.asdict(read_settings(cls, settings, f"--ckpt_path {ckpt_path!r}"))
 
 
 def load_trained(ckpt_path: str, *takes: type[LitTransformer], command: str = "this command"):

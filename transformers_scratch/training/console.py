@@ -5,8 +5,10 @@ each contradicts what the project guarantees, or asks nothing of the user (the r
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -38,10 +40,28 @@ def shown(path) -> str:
         return str(path)
 
 
+LONGEST = 120  # characters of one value quoted in a message: a long one shows its start and its length
+
+
+def clipped(message: str) -> str:
+    """A message whose every value fits a line: a run of more than :data:`LONGEST` non-blank characters (a
+    50 MB ``--name``, a path of 5,000) keeps its start and says how long it was."""
+    return re.sub(rf"\S{{{LONGEST + 1},}}", lambda m: f"{m[0][:60]}... ({len(m[0]):,} characters)", message)
+
+
+def error_line(e: BaseException) -> str:
+    """The one line that a refused input gets."""
+    if isinstance(e, OSError) and e.errno == errno.ENAMETOOLONG:
+        name = str(e.filename or "")
+        return (f"the path {name[:60]!r}... ({len(name):,} characters) is longer than this system allows "
+                f"(255 bytes a name, {os.pathconf('/', 'PC_PATH_MAX'):,} a path); pass a shorter path")  # fmt: skip
+    return str(e)
+
+
 def note(message: str) -> None:
     """One line (or a few) for the user, on stderr, from the first process only."""
     if rank_zero_only.rank == 0:
-        print(message, file=sys.stderr, flush=True)
+        print(clipped(message), file=sys.stderr, flush=True)
 
 
 def quiet() -> None:
