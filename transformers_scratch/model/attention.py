@@ -148,6 +148,8 @@ class MultiHeadAttention(nn.Module):
     self-attention projects with one matmul; cross-attention applies the query rows to ``x`` and the
     key/value rows to ``memory`` (the encoder's output). With the output projection and its bias there are
     4k^2 + k parameters whatever the number of heads: more heads cut the same projections into narrower pieces.
+    With ``kv_heads`` g < h (grouped-query attention) keys and values have g heads, each serving h / g query
+    heads, and the key and value rows shrink to g * s each.
     """
 
     def __init__(
@@ -158,6 +160,10 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.0,
         impl: str = "sdpa",
         positions: str | None = None,
+        kv_heads: int | None = None,
+        qkv_bias: bool = False,
+        bias: bool = True,
+        rope_base: float = 10000.0,
     ) -> None:
         super().__init__()
         if emb % heads:
@@ -168,20 +174,40 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"attention positions {positions!r} unknown; choose one of {RELATIVE} or None")
         if positions == "rope" and (emb // heads) % 2:
             raise ValueError(f"rope turns pairs of dimensions: head width {emb // heads} must be even")
+        kv_heads = kv_heads or heads
+        if heads % kv_heads:
+            raise ValueError(f"{kv_heads} key/value heads must divide the {heads} query heads")
         self.emb, self.heads, self.causal, self.dropout, self.impl = emb, heads, causal, dropout, impl
+        self.kv_heads, self.rope_base = kv_heads, rope_base
         self.positions = positions  # rope or alibi: where the positions enter (self-attention only)
         if positions == "alibi":
             self.register_buffer("slopes", alibi_slopes(heads), persistent=False)  # derived: not in checkpoints
         self.record: list[Tensor] | None = None  # a list: run the reference kernel and keep its weights here
-        self.qkv = nn.Linear(emb, 3 * emb, bias=False)  # rows: W_q, W_k, W_v, each (k, k)
-        self.out = nn.Linear(emb, emb)  # the tutorial's "unifyheads"
+        kv = kv_heads * (emb // heads)  # g * s: with grouped-query attention, narrower keys and values
+        self.qkv = nn.Linear(emb, emb + 2 * kv, bias=qkv_bias)  # rows: W_q (k, k), W_k and W_v (g * s, k)
+        self.out = nn.Linear(emb, emb, bias=bias)  # the tutorial's "unifyheads"
+
+    @classmethod
+    def of(cls, cfg, causal: bool = False, positions: str | None = None) -> MultiHeadAttention:
+        """The attention a model config asks for."""
+        return cls(cfg.emb, cfg.heads, causal, cfg.dropout, cfg.attention, positions, cfg.kv_heads, cfg.qkv_bias,
+                   cfg.bias, cfg.rope_base)  # fmt: skip
+
+    def _rows(self, start: int, end: int | None, x: Tensor) -> Tensor:
+        """x through the rows start:end of the fused projection (and of its bias)."""
+        bias = None if self.qkv.bias is None else self.qkv.bias[start:end]
+        return F.linear(x, self.qkv.weight[start:end], bias)
+
+    def _split_kv(self, kv: Tensor) -> tuple[Tensor, Tensor]:
+        """(b, u, 2 g s) keys and values side by side -> each (b, g, u, s)."""
+        b, u, _ = kv.shape
+        s = self.emb // self.heads
+        return tuple(z.view(b, u, self.kv_heads, s).transpose(1, 2) for z in kv.chunk(2, dim=-1))
 
     def memory_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
-        """Cross-attention keys and values of memory (b, u, k), each (b, h, u, s). They depend on the source
+        """Cross-attention keys and values of memory (b, u, k), each (b, g, u, s). They depend on the source
         alone, so decoding computes them once per source and passes them to every step as ``memory_kv``."""
-        b, u, k = memory.shape
-        key, val = F.linear(memory, self.qkv.weight[k:]).split(k, dim=-1)  # W_k, W_v rows: 2 x (b, u, k)
-        return tuple(z.view(b, u, self.heads, k // self.heads).transpose(1, 2) for z in (key, val))
+        return self._split_kv(self._rows(self.emb, None, memory))  # W_k, W_v rows
 
     def forward(
         self,
@@ -198,18 +224,19 @@ class MultiHeadAttention(nn.Module):
         b, t, k = x.shape
         h, s = self.heads, k // self.heads
         if memory is None and memory_kv is None:
-            q, key, val = self.qkv(x).split(k, dim=-1)  # 3 x (b, t, k)
-            key = key.view(b, t, h, s).transpose(1, 2)  # (b, h, t, s)
-            val = val.view(b, t, h, s).transpose(1, 2)  # (b, h, t, s)
+            q, kv = self.qkv(x).split([k, k // h * 2 * self.kv_heads], dim=-1)  # (b, t, k), (b, t, 2 g s)
+            key, val = self._split_kv(kv)  # 2 x (b, g, t, s)
         else:
-            q = F.linear(x, self.qkv.weight[:k])  # W_q rows: (b, t, k)
-            key, val = memory_kv if memory_kv is not None else self.memory_kv(memory)  # 2 x (b, h, u, s)
+            q = self._rows(0, k, x)  # W_q rows: (b, t, k)
+            key, val = memory_kv if memory_kv is not None else self.memory_kv(memory)  # 2 x (b, g, u, s)
         q = q.view(b, t, h, s).transpose(1, 2)  # (b, h, t, s)
         offset = 0 if cache is None else cache.offset  # the position of x[:, 0]
-        if self.positions == "rope":
-            q, key = rotate(q, offset), rotate(key, offset)  # cached keys stay rotated by their own position
+        if self.positions == "rope":  # cached keys stay rotated by their own position
+            q, key = rotate(q, offset, self.rope_base), rotate(key, offset, self.rope_base)
         if cache is not None:
-            key, val = cache.update(key, val)  # (b, h, cached u, s)
+            key, val = cache.update(key, val)  # (b, g, cached u, s)
+        if self.kv_heads < h:  # each key/value head serves h / g query heads, side by side
+            key, val = key.repeat_interleave(h // self.kv_heads, 1), val.repeat_interleave(h // self.kv_heads, 1)
         bias = alibi_bias(self.slopes, t, key.size(2), offset) if self.positions == "alibi" else None
         mask = None if key_mask is None else key_mask[:, None, None, :]  # (b, 1, 1, u)
         if cache is not None and cache.at is not None:  # a static decoding step: a causal model, no padding
@@ -227,6 +254,7 @@ class MultiHeadAttention(nn.Module):
 
     def extra_repr(self) -> str:
         extra = f", positions={self.positions!r}" if self.positions else ""
+        extra += f", kv_heads={self.kv_heads}" if self.kv_heads != self.heads else ""
         return f"emb={self.emb}, heads={self.heads}, causal={self.causal}, impl={self.impl!r}{extra}"
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
@@ -16,31 +17,82 @@ from .cache import KVCache
 from .config import TransformerConfig
 from .positions import POSITIONS, RELATIVE, LearnedPositions
 
-ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "gelu": nn.GELU}
+ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
+    "relu": nn.ReLU,
+    "gelu": nn.GELU,
+    "gelu_tanh": lambda: nn.GELU(approximate="tanh"),  # GPT-2's
+}
 
 
 class FeedForward(nn.Sequential):
-    """Position-wise MLP applied to every vector alone: k -> mult * k -> k."""
+    """Position-wise MLP applied to every vector alone: k -> hidden -> k (hidden: 4k in the tutorial)."""
 
-    def __init__(self, emb: int, mult: int = 4, activation: str = "relu") -> None:
-        super().__init__(nn.Linear(emb, mult * emb), ACTIVATIONS[activation](), nn.Linear(mult * emb, emb))
+    def __init__(self, emb: int, hidden: int, activation: str = "relu", bias: bool = True) -> None:
+        act = ACTIVATIONS[activation]()
+        super().__init__(nn.Linear(emb, hidden, bias=bias), act, nn.Linear(hidden, emb, bias=bias))
+
+
+class GatedFeedForward(nn.Module):
+    """SwiGLU (Shazeer 2020; Llama): down(silu(gate(x)) * up(x)), k -> hidden -> k. The gate, a second
+    projection through SiLU, decides per hidden unit how much of ``up`` passes."""
+
+    def __init__(self, emb: int, hidden: int, bias: bool = True) -> None:
+        super().__init__()
+        self.gate = nn.Linear(emb, hidden, bias=bias)
+        self.up = nn.Linear(emb, hidden, bias=bias)
+        self.down = nn.Linear(hidden, emb, bias=bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down(F.silu(self.gate(x)) * self.up(x))  # (b, t, k)
+
+
+def feed_forward(cfg: TransformerConfig) -> nn.Module:
+    if cfg.activation == "swiglu":
+        return GatedFeedForward(cfg.emb, cfg.hidden, cfg.bias)
+    return FeedForward(cfg.emb, cfg.hidden, cfg.activation, cfg.bias)
+
+
+def make_norm(cfg: TransformerConfig) -> nn.Module:
+    """LayerNorm (mean and variance, a gain and a bias), or RMSNorm (root mean square, a gain only)."""
+    return nn.RMSNorm(cfg.emb, eps=cfg.norm_eps) if cfg.norm == "rms" else nn.LayerNorm(cfg.emb, eps=cfg.norm_eps)
 
 
 class Embedding(nn.Module):
     """Token embedding plus position embedding or encoding: ids (b, t) -> vectors (b, t, k). With rope or
     alibi positions, the tokens alone: attention places them."""
 
-    def __init__(self, vocab_size: int, context: int, emb: int, positions: str = "learned", dropout: float = 0.0):
+    def __init__(
+        self,
+        vocab_size: int,
+        context: int,
+        emb: int,
+        positions: str = "learned",
+        dropout: float = 0.0,
+        token_types: int = 0,
+        norm: nn.Module | None = None,
+    ) -> None:
         super().__init__()
         self.context = context
         self.tokens = nn.Embedding(vocab_size, emb)
+        self.types = nn.Embedding(token_types, emb) if token_types else None  # BERT's segments
         self.positions = None if positions in RELATIVE else POSITIONS[positions](context, emb)
+        self.norm = norm  # BERT's norm of the summed embeddings
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, ids: Tensor, offset: int | Tensor = 0, prefix: Tensor | None = None) -> Tensor:
+    @classmethod
+    def of(cls, cfg: TransformerConfig, vocab_size: int, context: int) -> Embedding:
+        norm = make_norm(cfg) if cfg.embed_norm else None
+        return cls(vocab_size, context, cfg.emb, cfg.positions, cfg.dropout, cfg.token_types, norm)
+
+    def forward(
+        self, ids: Tensor, offset: int | Tensor = 0, prefix: Tensor | None = None, types: Tensor | None = None
+    ) -> Tensor:
         """``offset``: position of ids[:, 0] (for cached generation). ``prefix``: (b, p, k) vectors put in
-        front of the tokens (a [CLS] vector) that take the first positions."""
+        front of the tokens (a [CLS] vector) that take the first positions. ``types``: (b, t) token types
+        (segments), 0 where not given."""
         x = self.tokens(ids)  # (b, t, k)
+        if self.types is not None:
+            x = x + self.types(torch.zeros_like(ids) if types is None else types)
         if prefix is not None:
             x = torch.cat([prefix, x], dim=1)  # (b, p + t, k)
         t = x.size(1)
@@ -51,7 +103,8 @@ class Embedding(nn.Module):
                 "have no vector past the context; feed shorter sequences, raise model.context and train again, "
                 "or train with model.positions sinusoidal, rope or alibi, which go past it"
             )
-        return self.drop(x if self.positions is None else x + self.positions(t, offset))  # (b, t, k)
+        x = x if self.positions is None else x + self.positions(t, offset)
+        return self.drop(x if self.norm is None else self.norm(x))  # (b, t, k)
 
 
 class TransformerBlock(nn.Module):
@@ -66,12 +119,12 @@ class TransformerBlock(nn.Module):
         super().__init__()
         self.pre_norm = cfg.pre_norm
         relative = cfg.positions if cfg.positions in RELATIVE else None
-        self.attn = MultiHeadAttention(cfg.emb, cfg.heads, causal, cfg.dropout, cfg.attention, positions=relative)
-        self.norm1 = nn.LayerNorm(cfg.emb)
-        self.cross = MultiHeadAttention(cfg.emb, cfg.heads, dropout=cfg.dropout, impl=cfg.attention) if cross else None
-        self.norm_cross = nn.LayerNorm(cfg.emb) if cross else None
-        self.ff = FeedForward(cfg.emb, cfg.ff_mult, cfg.activation)
-        self.norm2 = nn.LayerNorm(cfg.emb)
+        self.attn = MultiHeadAttention.of(cfg, causal, positions=relative)
+        self.norm1 = make_norm(cfg)
+        self.cross = MultiHeadAttention.of(cfg) if cross else None
+        self.norm_cross = make_norm(cfg) if cross else None
+        self.ff = feed_forward(cfg)
+        self.norm2 = make_norm(cfg)
         self.drop = nn.Dropout(cfg.dropout)
 
     def residual(self, x: Tensor, norm: nn.Module, f: Callable[[Tensor], Tensor]) -> Tensor:
@@ -104,7 +157,7 @@ class Stack(nn.Module):
     def __init__(self, cfg: TransformerConfig, depth: int, causal: bool = False, cross: bool = False) -> None:
         super().__init__()
         self.blocks = nn.ModuleList(TransformerBlock(cfg, causal=causal, cross=cross) for _ in range(depth))
-        self.norm = nn.LayerNorm(cfg.emb) if cfg.pre_norm else nn.Identity()
+        self.norm = make_norm(cfg) if cfg.pre_norm else nn.Identity()
         self.checkpointing = cfg.activation_checkpointing
 
     def forward(

@@ -52,5 +52,5 @@ class KVCache:
 
 def empty_caches(cfg, blocks: int, batch: int, length: int, like: Tensor) -> list[KVCache]:
     """One empty key/value cache per block, of ``length`` positions, in the dtype and device of ``like``."""
-    width = cfg.emb // cfg.heads
-    return [KVCache(batch, cfg.heads, length, width, like.dtype, like.device) for _ in range(blocks)]
+    width, heads = cfg.emb // cfg.heads, cfg.kv_heads or cfg.heads  # grouped-query attention: the kv heads only
+    return [KVCache(batch, heads, length, width, like.dtype, like.device) for _ in range(blocks)]

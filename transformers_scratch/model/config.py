@@ -24,8 +24,9 @@ class TransformerConfig:
     """Number of transformer blocks."""
     ff_mult: int = 4
     """Feed-forward hidden width as a multiple of emb (4 in the tutorial and the paper)."""
-    activation: Literal["relu", "gelu"] = "relu"
-    """Feed-forward non-linearity: relu (tutorial, paper) or gelu (GPT-2, nanoGPT)."""
+    activation: Literal["relu", "gelu", "gelu_tanh", "swiglu"] = "relu"
+    """Feed-forward non-linearity: relu (tutorial, paper), gelu (BERT, nanoGPT), gelu_tanh (GPT-2's tanh
+    approximation of it), or swiglu, a gated feed-forward, down(silu(gate(x)) * up(x)) (Llama)."""
     dropout: float = 0.0
     """Dropout on attention weights, sublayer outputs and embeddings."""
     pre_norm: bool = True
@@ -38,6 +39,26 @@ class TransformerConfig:
     """Attention kernel: fused scaled_dot_product_attention, or the explicit matmul-softmax-matmul."""
     activation_checkpointing: bool = False
     """Recompute each block's activations in the backward pass: less memory, about a third more compute."""
+    ff_hidden: int | None = None
+    """Feed-forward hidden width outright (Llama's and BERT's configs give it); None: ff_mult x emb."""
+    kv_heads: int | None = None
+    """Key/value heads (grouped-query attention, Llama): each serves heads // kv_heads query heads, and the
+    key/value cache keeps only them. None: as many as heads."""
+    qkv_bias: bool = False
+    """A bias on the query, key and value projections (GPT-2, BERT, Qwen2)."""
+    bias: bool = True
+    """Biases of the attention's output projection and of the feed-forward layers (False: Llama)."""
+    norm: Literal["layer", "rms"] = "layer"
+    """LayerNorm, or RMSNorm (Llama): a scale by the root mean square, with no mean and no bias."""
+    norm_eps: float = 1e-5
+    """The norms' epsilon (BERT: 1e-12; Llama: 1e-6 or 1e-5)."""
+    rope_base: float = 10000.0
+    """RoPE's base, which sets its longest wavelength (Llama 3: 500000)."""
+    embed_norm: bool = False
+    """A norm over the summed embeddings, before the first block (BERT)."""
+    token_types: int = 0
+    """Token-type (segment) embeddings added to the tokens (BERT: 2, for sentences A and B); 0: none. Without
+    a token-type input every token is type 0."""
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "context", "emb", "heads", "depth", "ff_mult"):
@@ -51,6 +72,21 @@ class TransformerConfig:
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"model dropout={self.dropout} must lie in [0, 1)")
+        for name in ("ff_hidden", "kv_heads"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"model {name}={value!r} must be a positive integer or None")
+        if self.kv_heads is not None and self.heads % self.kv_heads:
+            raise ValueError(f"model kv_heads={self.kv_heads} must divide heads={self.heads}")
+        if not (self.norm_eps > 0 and self.rope_base > 0):
+            raise ValueError(f"model norm_eps={self.norm_eps} and rope_base={self.rope_base} must be positive")
+        if not isinstance(self.token_types, int) or self.token_types < 0:
+            raise ValueError(f"model token_types={self.token_types!r} must be 0 (none) or a positive integer")
+
+    @property
+    def hidden(self) -> int:
+        """The feed-forward hidden width."""
+        return self.ff_hidden or self.ff_mult * self.emb
 
 
 @dataclass
@@ -73,6 +109,9 @@ class ClassifierConfig(TransformerConfig):
 class MaskedLMConfig(TransformerConfig):
     """Masked-token pretraining (BERT): the encoder of the classifier it will start, with the same sizes; its
     vocabulary is the classifier's plus [MASK] (linked from the data module in the CLI)."""
+
+    head_transform: bool = False
+    """A dense layer, the activation and a norm between the encoder and the output layer (BERT's MLM head)."""
 
 
 @dataclass

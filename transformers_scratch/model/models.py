@@ -11,7 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from . import generation
-from .blocks import Embedding, Stack
+from .blocks import ACTIVATIONS, Embedding, Stack, make_norm
 from .cache import KVCache, empty_caches
 from .config import ClassifierConfig, EncoderDecoderConfig, LMConfig, MaskedLMConfig
 
@@ -23,7 +23,7 @@ def init_weights(model: nn.Module, depth: int) -> None:
         if name.endswith("bias"):
             nn.init.zeros_(p)
         elif p.dim() >= 2:
-            residual_out = name.endswith(("attn.out.weight", "cross.out.weight", "ff.2.weight"))
+            residual_out = name.endswith(("attn.out.weight", "cross.out.weight", "ff.2.weight", "ff.down.weight"))
             nn.init.normal_(p, std=0.02 / math.sqrt(2 * depth) if residual_out else 0.02)
 
 
@@ -53,19 +53,20 @@ class SequenceClassifier(nn.Module):
         super().__init__()
         self.cfg = cfg
         prefix = int(cfg.pool == "cls")  # a [CLS] vector takes one position in front of the context's tokens
-        self.embed = Embedding(cfg.vocab_size, cfg.context + prefix, cfg.emb, cfg.positions, cfg.dropout)
+        self.embed = Embedding.of(cfg, cfg.vocab_size, cfg.context + prefix)
         self.cls = nn.Parameter(torch.zeros(1, 1, cfg.emb)) if cfg.pool == "cls" else None
         self.stack = Stack(cfg, cfg.depth)
         self.head = nn.Linear(cfg.emb, cfg.num_classes)
         init_weights(self, cfg.depth)
 
-    def forward(self, ids: Tensor, mask: Tensor | None = None) -> Tensor:
-        """ids: (b, t); mask: (b, t) bool, True for real tokens (None: no padding). Returns (b, c)."""
+    def forward(self, ids: Tensor, mask: Tensor | None = None, types: Tensor | None = None) -> Tensor:
+        """ids: (b, t); mask: (b, t) bool, True for real tokens (None: no padding); types: (b, t) token types
+        (model.token_types). Returns (b, c)."""
         b, t = ids.shape
         prefix = None if self.cls is None else self.cls.expand(b, -1, -1)  # (b, 1, k)
         if mask is not None and prefix is not None:
             mask = torch.cat([mask.new_ones(b, 1), mask], dim=1)  # (b, 1 + t): [CLS] is always real
-        x = self.stack(self.embed(ids, prefix=prefix), key_mask=mask)  # (b, t', k)
+        x = self.stack(self.embed(ids, prefix=prefix, types=types), key_mask=mask)  # (b, t', k)
         pool_mask = mask if mask is not None else torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
         return self.head(POOLS[self.cfg.pool](x, pool_mask))  # (b, c)
 
@@ -79,21 +80,28 @@ class MaskedLM(nn.Module):
     def __init__(self, cfg: MaskedLMConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.embed = Embedding(cfg.vocab_size, cfg.context, cfg.emb, cfg.positions, cfg.dropout)
+        self.embed = Embedding.of(cfg, cfg.vocab_size, cfg.context)
         self.stack = Stack(cfg, cfg.depth)
+        # BERT's head transform: dense, activation, norm, before the output layer
+        act = ACTIVATIONS.get(cfg.activation, nn.GELU)()
+        self.transform = nn.Sequential(nn.Linear(cfg.emb, cfg.emb), act, make_norm(cfg)) if cfg.head_transform else None
         self.head = nn.Linear(cfg.emb, cfg.vocab_size)
         init_weights(self, cfg.depth)
         self.head.weight = self.embed.tokens.weight  # (v, k): one matrix reads and writes tokens
 
-    def forward(self, ids: Tensor, mask: Tensor | None = None, chosen: Tensor | None = None) -> Tensor:
-        """ids: (b, t), masked; mask: (b, t) bool, True for real tokens. Returns token logits (b, t, v), or with
-        ``chosen`` (b, t) bool, those of the chosen positions only, (n, v): the output layer is the largest
-        matmul, and pretraining scores 15 % of the positions."""
-        x = self.stack(self.embed(ids), key_mask=mask)  # (b, t, k)
-        return self.head(x if chosen is None else x[chosen])  # (b, t, v) or (n, v)
+    def forward(
+        self, ids: Tensor, mask: Tensor | None = None, chosen: Tensor | None = None, types: Tensor | None = None
+    ) -> Tensor:
+        """ids: (b, t), masked; mask: (b, t) bool, True for real tokens; types: (b, t) token types. Returns token
+        logits (b, t, v), or with ``chosen`` (b, t) bool, those of the chosen positions only, (n, v): the output
+        layer is the largest matmul, and pretraining scores 15 % of the positions."""
+        x = self.stack(self.embed(ids, types=types), key_mask=mask)  # (b, t, k)
+        x = x if chosen is None else x[chosen]
+        return self.head(x if self.transform is None else self.transform(x))  # (b, t, v) or (n, v)
 
 
-ENCODER_SIZES = ("context", "emb", "heads", "depth", "ff_mult", "activation", "pre_norm", "positions")
+ENCODER_SIZES = ("context", "emb", "heads", "depth", "ff_mult", "activation", "pre_norm", "positions", "ff_hidden",
+                 "kv_heads", "qkv_bias", "bias", "norm", "norm_eps", "rope_base", "embed_norm", "token_types")
 """What a pretrained encoder and the classifier it starts must share (besides the vocabulary)."""
 
 
@@ -124,7 +132,7 @@ class CausalLM(nn.Module):
     def __init__(self, cfg: LMConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.embed = Embedding(cfg.vocab_size, cfg.context, cfg.emb, cfg.positions, cfg.dropout)
+        self.embed = Embedding.of(cfg, cfg.vocab_size, cfg.context)
         self.stack = Stack(cfg, cfg.depth, causal=True)
         self.head = nn.Linear(cfg.emb, cfg.vocab_size, bias=False)
         init_weights(self, cfg.depth)
@@ -158,12 +166,8 @@ class EncoderDecoder(nn.Module):
     def __init__(self, cfg: EncoderDecoderConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.src_embed = Embedding(cfg.vocab_size, cfg.context, cfg.emb, cfg.positions, cfg.dropout)
-        self.tgt_embed = (
-            self.src_embed
-            if cfg.shared_vocab
-            else Embedding(cfg.tgt_vocab_size, cfg.context, cfg.emb, cfg.positions, cfg.dropout)
-        )
+        self.src_embed = Embedding.of(cfg, cfg.vocab_size, cfg.context)
+        self.tgt_embed = self.src_embed if cfg.shared_vocab else Embedding.of(cfg, cfg.tgt_vocab_size, cfg.context)
         self.encoder = Stack(cfg, cfg.depth)
         self.decoder = Stack(cfg, cfg.decoder_depth, causal=True, cross=True)
         self.head = nn.Linear(cfg.emb, cfg.tgt_vocab_size, bias=False)
