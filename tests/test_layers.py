@@ -76,3 +76,18 @@ def test_the_model_imports_no_lightning(layer):
         names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
         names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
         assert not [n for n in names if n.split(".")[0] in ("lightning", "torchmetrics", "wandb")], path
+
+
+def test_one_module_touches_hugging_face():
+    """model/hf.py is the interop: no other module imports transformers or huggingface_hub, and it does so only
+    inside the function that needs them, so that importing the package needs neither."""
+    touching = {}
+    for path in PACKAGE.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+        names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+        if any(n.split(".")[0] in ("transformers", "huggingface_hub") for n in names):
+            touching[path.relative_to(PACKAGE).as_posix()] = tree
+    assert list(touching) == ["model/hf.py"]
+    top = [n for n in touching["model/hf.py"].body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert not [n for n in top if (getattr(n, "module", None) or n.names[0].name).startswith(("transformers", "huggingface"))]

@@ -4,16 +4,18 @@ options and ``--help``. Each reads its checkpoint once, prints its output on std
 from __future__ import annotations
 
 import sys
+from typing import Literal
 from pathlib import Path
 
 import torch
 
 from ..data import WordVocab
+from ..model.hf import save_hf
 from ..model.pretrained import save_pretrained
 from ..training.checkpoints import load_trained
 from ..training.console import shown
 from ..training.inference import continue_text, decode_sources, export_vocab
-from ..training.modules import LitCharLM, LitClassifier, LitSeq2Seq
+from ..training.modules import LitCharLM, LitClassifier, LitMaskedLM, LitSeq2Seq
 
 MAX_SAMPLE = 1_000_000  # characters per sample call (about half an hour on 2 CPU cores)
 MAX_SAMPLES = 1_000  # --num_samples
@@ -131,15 +133,23 @@ def decode(ckpt_path: str, input: str | None = None, input_file: str | None = No
         print("\n".join(outputs))
 
 
-def export(ckpt_path: str, out: str) -> None:
-    """Write a checkpoint's model as model.safetensors + config.json, for transformers_scratch.from_pretrained.
+def export(ckpt_path: str, out: str, format: Literal["project", "hf"] = "project") -> None:
+    """Write a checkpoint's model as model.safetensors + config.json, for transformers_scratch.from_pretrained,
+    or in Hugging Face's layout.
 
     Args:
-        ckpt_path: A LitCharLM, LitClassifier or LitSeq2Seq checkpoint written by fit.
+        ckpt_path: A LitCharLM, LitClassifier or LitSeq2Seq checkpoint written by fit (LitMaskedLM too, for hf).
         out: A new or empty folder.
+        format: project (this project's from_pretrained reads it, with the vocabulary), or hf: a GPT-2, Llama,
+            Qwen2 or BERT folder that transformers' AutoModelForCausalLM / AutoModelForMaskedLM loads, for a
+            model that one of those families expresses (the refusal names the option that none has).
     """
-    module, vocab = load_trained(ckpt_path, LitCharLM, LitClassifier, LitSeq2Seq, command="export")
-    folder = save_pretrained(module.model, out, {"vocab": export_vocab(module, vocab)})
+    if format == "hf":
+        module, _ = load_trained(ckpt_path, LitCharLM, LitMaskedLM, command="export --format hf")
+        folder = save_hf(module.model, out)
+    else:
+        module, vocab = load_trained(ckpt_path, LitCharLM, LitClassifier, LitSeq2Seq, command="export")
+        folder = save_pretrained(module.model, out, {"vocab": export_vocab(module, vocab)})
     print(f"exported {type(module).__name__}'s model to {folder}/ (model.safetensors, config.json)")
 
 

@@ -8,6 +8,7 @@
     models.py      the classifier, the masked LM, the causal LM, the encoder-decoder
     generation.py  sampling, cached decoding loops, the CUDA-graph step
     pretrained.py  the safetensors export and import
+    hf.py          Hugging Face GPT-2, BERT and Llama-family weights in and out
 
 Nothing here imports Lightning, the data, training or the command line (tests/test_layers.py holds it).
 """
@@ -25,6 +26,7 @@ from .cache import KVCache
 from .config import ClassifierConfig, EncoderDecoderConfig, LMConfig, MaskedLMConfig, TransformerConfig
 from .generation import nucleus, sample_next
 from .models import CausalLM, EncoderDecoder, MaskedLM, SequenceClassifier, count_parameters
+from .hf import from_hf, save_hf
 from .positions import LearnedPositions, SinusoidalPositions
 from .pretrained import from_pretrained, save_pretrained
 
@@ -50,10 +52,12 @@ __all__ = [
     "basic_self_attention",
     "causal_mask",
     "count_parameters",
+    "from_hf",
     "from_pretrained",
     "fused_attention",
     "nucleus",
     "reference_attention",
     "sample_next",
+    "save_hf",
     "save_pretrained",
 ]

@@ -1,0 +1,226 @@
+"""Hugging Face weights in and out: small models of each family, built from their config classes with every
+parameter redrawn, saved with save_pretrained, loaded with from_hf and compared; and exports that
+``transformers`` loads with the same logits. No network: local folders only."""
+
+import json
+
+import pytest
+import torch
+
+from transformers_scratch.model import CausalLM, LMConfig
+from transformers_scratch.model.attention import MultiHeadAttention
+from transformers_scratch.model.config import MaskedLMConfig
+from transformers_scratch.model.hf import HFError, from_hf, save_hf
+from transformers_scratch.model.models import MaskedLM, SequenceClassifier
+
+transformers = pytest.importorskip("transformers")  # the optional extra: pip install -e ".[hf]"
+
+TOL = 1e-4
+
+
+def redraw(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    """Every parameter drawn anew (biases and norm gains too), so no mapping can hide behind zeros or ones."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            gain = p.dim() == 1 and ("norm" in name.lower() or name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")))
+            p.copy_((1.0 if gain else 0.0) + 0.2 * torch.randn(p.shape, generator=g))
+    return model.eval()
+
+
+def saved(model, folder):
+    model.save_pretrained(folder)
+    return folder
+
+
+def set_kernel(model, impl: str):
+    for m in model.modules():
+        if isinstance(m, MultiHeadAttention):
+            m.impl = impl
+    return model
+
+
+def gpt2(**overrides):
+    cfg = transformers.GPT2Config(vocab_size=97, n_positions=32, n_embd=32, n_layer=2, n_head=4, resid_pdrop=0.0,
+                                  embd_pdrop=0.0, attn_pdrop=0.0, **overrides)  # fmt: skip
+    return redraw(transformers.GPT2LMHeadModel(cfg))
+
+
+def llama(family: str = "llama", **overrides):
+    config_class, model_class = {"llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+                                 "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM)}[family]  # fmt: skip
+    cfg = config_class(vocab_size=103, hidden_size=32, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-6, rope_theta=500.0,
+                       tie_word_embeddings=False, **overrides)  # fmt: skip
+    return redraw(model_class(cfg))
+
+
+def bert(model_class="BertForMaskedLM"):
+    cfg = transformers.BertConfig(vocab_size=101, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                  intermediate_size=48, max_position_embeddings=40, type_vocab_size=2,
+                                  hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)  # fmt: skip
+    return redraw(getattr(transformers, model_class)(cfg))
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "reference"])
+@pytest.mark.parametrize("make", [gpt2, llama, lambda: llama("qwen2"), lambda: gpt2(activation_function="gelu")],
+                         ids=["gpt2", "llama-gqa", "qwen2", "gpt2-exact-gelu"])  # fmt: skip
+def test_a_causal_family_loads_exactly(tmp_path, make, impl):
+    theirs = make()
+    ours = set_kernel(from_hf(saved(theirs, tmp_path / "hf")), impl)
+    assert isinstance(ours, CausalLM)
+    ids = torch.randint(0, theirs.config.vocab_size, (3, 17), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert (ours(ids) - theirs(ids).logits).abs().max() <= TOL
+    prompt = ids[:, :5]
+    greedy = theirs.generate(prompt, max_new_tokens=12, do_sample=False, pad_token_id=0)
+    for use_cache in (True, False):
+        assert torch.equal(ours.generate(prompt, 12, temperature=0.0, use_cache=use_cache), greedy)
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "reference"])
+def test_bert_masked_lm_loads_exactly_with_padding_and_token_types(tmp_path, impl):
+    theirs = bert()
+    ours = set_kernel(from_hf(saved(theirs, tmp_path / "hf")), impl)
+    assert isinstance(ours, MaskedLM) and ours.cfg.head_transform and ours.cfg.embed_norm
+    g = torch.Generator().manual_seed(2)
+    ids, types = torch.randint(0, 101, (3, 19), generator=g), torch.randint(0, 2, (3, 19), generator=g)
+    mask = torch.ones(3, 19, dtype=torch.bool)
+    mask[1, 12:], mask[2, 5:] = False, False  # padding
+    with torch.no_grad():
+        expected = theirs(ids, attention_mask=mask.long(), token_type_ids=types).logits
+        assert (ours(ids, mask, types=types) - expected).abs().max() <= TOL
+        assert (ours(ids, mask) - theirs(ids, attention_mask=mask.long()).logits).abs().max() <= TOL  # types: 0
+
+
+def test_a_bert_encoder_starts_the_classifier(tmp_path):
+    theirs = bert("BertModel")
+    ours = from_hf(saved(theirs, tmp_path / "hf"), num_classes=3)
+    assert isinstance(ours, SequenceClassifier) and ours.head.out_features == 3
+    ids = torch.randint(0, 101, (2, 11), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        hidden = theirs(ids).last_hidden_state
+        assert (ours.stack(ours.embed(ids)) - hidden).abs().max() <= TOL
+    from_hf(saved(bert(), tmp_path / "mlm"), num_classes=2)  # the encoder of a masked LM serves as well
+
+
+def test_from_hf_takes_a_model_object():
+    theirs = gpt2()
+    ids = torch.randint(0, 97, (2, 9))
+    with torch.no_grad():
+        assert (from_hf(theirs)(ids) - theirs(ids).logits).abs().max() <= TOL
+
+
+# ---- out: exports that transformers loads ------------------------------------------------------------
+EXPORTABLE = {
+    "tutorial-default-gpt2": LMConfig(vocab_size=256, context=32, emb=32, heads=4, depth=2),
+    "first-run-gelu-tied": LMConfig(vocab_size=256, context=32, emb=32, heads=4, depth=2, activation="gelu",
+                                    tie_weights=True),  # fmt: skip
+    "llama-gqa": LMConfig(vocab_size=200, context=48, emb=32, heads=4, kv_heads=2, depth=2, positions="rope",
+                          norm="rms", activation="swiglu", bias=False, ff_hidden=40, rope_base=1000.0),  # fmt: skip
+    "qwen2": LMConfig(vocab_size=200, context=48, emb=32, heads=4, depth=2, positions="rope", norm="rms",
+                      activation="swiglu", bias=False, qkv_bias=True),  # fmt: skip
+}
+
+
+@pytest.mark.parametrize("cfg", EXPORTABLE.values(), ids=EXPORTABLE.keys())
+def test_an_export_loads_in_transformers_with_the_same_logits(tmp_path, cfg):
+    ours = redraw(CausalLM(cfg), seed=4)
+    save_hf(ours, tmp_path / "out")
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()
+    ids = torch.randint(0, cfg.vocab_size, (2, 21), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        assert (theirs(ids).logits - ours(ids)).abs().max() <= TOL
+    again = from_hf(tmp_path / "out")  # and back
+    with torch.no_grad():
+        assert (again(ids) - ours(ids)).abs().max() <= TOL
+
+
+def test_a_masked_lm_exports_as_bert(tmp_path):
+    cfg = MaskedLMConfig(vocab_size=90, context=24, emb=32, heads=4, depth=2, pre_norm=False, activation="gelu",
+                         embed_norm=True, head_transform=True, norm_eps=1e-12)  # fmt: skip
+    ours = redraw(MaskedLM(cfg), seed=6)
+    save_hf(ours, tmp_path / "out")
+    theirs = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / "out").eval()
+    ids = torch.randint(0, 90, (2, 13))
+    with torch.no_grad():
+        assert (theirs(ids).logits - ours(ids)).abs().max() <= TOL
+
+
+@pytest.mark.parametrize("cfg, option", [
+    (LMConfig(context=16, emb=32, heads=4, depth=1, positions="sinusoidal"), "positions sinusoidal"),
+    (LMConfig(context=16, emb=32, heads=4, depth=1, pre_norm=False), "pre_norm false"),
+    (LMConfig(context=16, emb=32, heads=4, depth=1, positions="rope"), "norm layer, activation relu"),
+])  # fmt: skip
+def test_an_export_no_family_expresses_is_refused_naming_the_option(tmp_path, cfg, option):
+    with pytest.raises(HFError, match=f"model {option}.* has no counterpart"):
+        save_hf(CausalLM(cfg), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+# ---- hostile folders: one line each ------------------------------------------------------------------
+def edit_config(folder, **changes):
+    path = folder / "config.json"
+    config = json.loads(path.read_text())
+    config.update(changes)
+    path.write_text(json.dumps(config))
+
+
+def test_hostile_folders_are_refused_in_one_line(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    folder = saved(gpt2(), tmp_path / "hf")
+    weights = load_file(folder / "model.safetensors")
+
+    def refused(match):
+        with pytest.raises(HFError, match=match):
+            from_hf(folder)
+
+    edit_config(folder, n_embd=10**9, n_layer=10**6)
+    refused(r"declares at least .* parameters .* does not match its weights")  # before any allocation
+    edit_config(folder, n_embd=32, n_layer=2, n_positions=-4)
+    refused("config.json: model context=-4 must be a positive integer")
+    edit_config(folder, n_positions=32, model_type="t5")
+    refused("model_type 't5' is not one of gpt2, bert, llama, qwen2")
+    edit_config(folder, model_type="gpt2", n_layer=1)
+    refused(r"unexpected \['h.1.attn.c_attn.bias'")  # extra keys
+    edit_config(folder, n_layer=2)
+    save_file({k: v for k, v in weights.items() if "h.1.ln_2" not in k}, folder / "model.safetensors")
+    refused(r"missing \['h.1.ln_2.bias'")
+    weights["transformer.h.0.mlp.c_fc.weight"] = torch.zeros(32, 100)
+    save_file(weights, folder / "model.safetensors")
+    refused(r"h.0.mlp.c_fc.weight has shape \[32, 100\], and config.json's sizes give \[128, 32\]")
+    (folder / "model.safetensors").unlink()
+    torch.save(weights, folder / "pytorch_model.bin")
+    refused("holds pickled weights only .pytorch_model.bin., which this project never unpickles")
+    (folder / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not a header")
+    refused("is not a readable safetensors file")
+    (folder / "config.json").write_bytes(b"\xff\xfe binary")
+    refused("is not JSON")
+    with pytest.raises(HFError, match="is not a folder"):
+        from_hf(str(tmp_path / "nowhere"))
+
+
+# ---- the command line --------------------------------------------------------------------------------
+def test_export_format_hf_through_the_cli_and_its_refusal(tmp_path, capsys, monkeypatch):
+    from test_reliability import write_checkpoint
+
+    from transformers_scratch.cli import main
+    from transformers_scratch.training import LitCharLM
+
+    monkeypatch.chdir(tmp_path)
+    module = redraw(LitCharLM(LMConfig(vocab_size=256, context=16, emb=32, heads=4, depth=2, activation="gelu")))
+    ckpt = write_checkpoint(tmp_path / "lm.ckpt", module, {"vocab_symbols": None})
+    main(["export", "--ckpt_path", str(ckpt), "--out", "hf", "--format", "hf"])
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    ids = torch.randint(0, 256, (2, 16))
+    with torch.no_grad():
+        assert (theirs(ids).logits - module.model(ids)).abs().max() <= TOL
+    sinusoidal = LitCharLM(LMConfig(vocab_size=256, context=16, emb=32, heads=4, depth=1, positions="sinusoidal"))
+    write_checkpoint(tmp_path / "sin.ckpt", sinusoidal, {"vocab_symbols": None})
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["export", "--ckpt_path", "sin.ckpt", "--out", "hf2", "--format", "hf"])
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "model positions sinusoidal has no counterpart in GPT-2" in err
+    assert not (tmp_path / "hf2").exists()

@@ -1,0 +1,402 @@
+"""Hugging Face checkpoints in and out: GPT-2, BERT and Llama-family weights loaded exactly into the modules
+built here, and the modules written back in the layout ``transformers`` loads.
+
+    from transformers_scratch.model.hf import from_hf, save_hf
+    model = from_hf("path/to/gpt2")          # a folder (config.json + *.safetensors), a hub name, or a model
+    save_hf(model, "exported/gpt2-again")    # AutoModelForCausalLM.from_pretrained reads it back
+
+What maps where (``model.*`` here on the right):
+
+| family (``model_type``) | loaded as | its layout, in this project's options |
+|---|---|---|
+| ``gpt2`` | :class:`CausalLM` | pre-norm LayerNorm, learned positions, qkv and other biases, ``gelu_tanh``, tied |
+| ``bert`` | :class:`MaskedLM`, or with ``num_classes`` the :class:`SequenceClassifier`'s encoder | post-norm, ``embed_norm``, ``token_types``, ``head_transform`` |
+| ``llama``, ``qwen2`` | :class:`CausalLM` | RMSNorm, ``rope`` with its base, ``swiglu``, ``kv_heads``, no biases (Qwen2: qkv biases) |
+
+Only safetensors are read: a folder with pickled weights alone (``pytorch_model.bin``) is refused. A folder is
+untrusted input: its config's sizes are checked against the weights' headers before anything is allocated,
+and every tensor must have its place and shape. This module is the only one that touches ``transformers``
+(for a hub name or a model object, and only then).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .config import ClassifierConfig, LMConfig, MaskedLMConfig
+from .models import CausalLM, MaskedLM, SequenceClassifier
+
+GELUS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
+MAX_CONFIG_BYTES = 1_000_000
+
+
+class HFError(ValueError):
+    """A Hugging Face folder or model this project cannot read exactly; the message names what and why."""
+
+
+# ---- configs ---------------------------------------------------------------------------------------------
+def _get(hf: dict, key: str, kind=int):
+    value = hf.get(key)
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise HFError(f"config.json's {key}={str(value)[:40]!r} is not a {kind.__name__}")
+    return value
+
+
+def _activation(hf: dict, key: str) -> str:
+    act = hf.get(key)
+    if act not in GELUS:
+        raise HFError(f"config.json's {key}={str(act)[:40]!r} has no counterpart here ({', '.join(GELUS)})")
+    return GELUS[act]
+
+
+def _rope_base(hf: dict) -> float:
+    """The RoPE base, from ``rope_theta`` or (newer configs) ``rope_parameters``; scaled RoPE is refused."""
+    params = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
+    kind = params.get("rope_type", params.get("type", "default")) if isinstance(params, dict) else "?"
+    if kind != "default":
+        raise HFError(f"config.json's rope type {str(kind)[:40]!r} is not plain RoPE; only rope_type default maps")
+    base = params.get("rope_theta", hf.get("rope_theta", 10000.0))
+    if not isinstance(base, (int, float)) or base <= 0:
+        raise HFError(f"config.json's rope_theta={str(base)[:40]!r} is not a positive number")
+    return float(base)
+
+
+def config_from_hf(hf: dict, num_classes: int | None = None):
+    """This project's config for a Hugging Face ``config.json`` (a dict): its family's layout, its sizes."""
+    family = hf.get("model_type")
+    if family == "gpt2":
+        for key, want in (("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False)):
+            if hf.get(key, want) != want:
+                raise HFError(f"config.json's {key}={hf.get(key)!r} scales attention otherwise than 1/sqrt(head width)")
+        emb = _get(hf, "n_embd")
+        return LMConfig(
+            vocab_size=_get(hf, "vocab_size"), context=_get(hf, "n_positions"), emb=emb, heads=_get(hf, "n_head"),
+            depth=_get(hf, "n_layer"), ff_hidden=hf.get("n_inner") or 4 * emb,
+            activation=_activation(hf, "activation_function"), pre_norm=True, positions="learned",
+            qkv_bias=True, bias=True, norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)),
+            tie_weights=hf.get("tie_word_embeddings", True),
+        )  # fmt: skip
+    if family == "bert":
+        if hf.get("position_embedding_type", "absolute") != "absolute":
+            raise HFError(f"config.json's position_embedding_type {hf['position_embedding_type']!r} is not absolute")
+        sizes = dict(
+            vocab_size=_get(hf, "vocab_size"), context=_get(hf, "max_position_embeddings"),
+            emb=_get(hf, "hidden_size"), heads=_get(hf, "num_attention_heads"), depth=_get(hf, "num_hidden_layers"),
+            ff_hidden=_get(hf, "intermediate_size"), activation=_activation(hf, "hidden_act"), pre_norm=False,
+            positions="learned", qkv_bias=True, bias=True, norm_eps=float(hf.get("layer_norm_eps", 1e-12)),
+            embed_norm=True, token_types=_get(hf, "type_vocab_size"),
+        )  # fmt: skip
+        if num_classes is not None:
+            return ClassifierConfig(**sizes, num_classes=num_classes, pool="mean")
+        return MaskedLMConfig(**sizes, head_transform=True)
+    if family in ("llama", "qwen2"):
+        emb, heads = _get(hf, "hidden_size"), _get(hf, "num_attention_heads")
+        if hf.get("hidden_act") != "silu":
+            raise HFError(f"config.json's hidden_act={str(hf.get('hidden_act'))[:40]!r}: only silu (SwiGLU) maps")
+        if hf.get("head_dim") not in (None, emb // heads):
+            raise HFError(f"config.json's head_dim={hf['head_dim']} is not hidden_size / num_attention_heads")
+        if family == "llama":
+            attention, mlp = bool(hf.get("attention_bias", False)), bool(hf.get("mlp_bias", False))
+            if attention != mlp:  # here one switch serves the output projection and the feed-forward
+                raise HFError(f"config.json's attention_bias={attention} and mlp_bias={mlp} differ; they map only together")
+            qkv_bias, bias = attention, attention
+        else:
+            if hf.get("use_sliding_window"):
+                raise HFError("config.json's use_sliding_window=true: sliding-window attention has no counterpart here")
+            qkv_bias, bias = True, False
+        return LMConfig(
+            vocab_size=_get(hf, "vocab_size"), context=_get(hf, "max_position_embeddings"), emb=emb, heads=heads,
+            depth=_get(hf, "num_hidden_layers"), ff_hidden=_get(hf, "intermediate_size"), activation="swiglu",
+            kv_heads=hf.get("num_key_value_heads") or heads, pre_norm=True, positions="rope", norm="rms",
+            norm_eps=float(hf.get("rms_norm_eps", 1e-6)), rope_base=_rope_base(hf), qkv_bias=qkv_bias, bias=bias,
+            tie_weights=bool(hf.get("tie_word_embeddings", False)),
+        )  # fmt: skip
+    raise HFError(f"config.json's model_type {str(family)[:40]!r} is not one of gpt2, bert, llama, qwen2")
+
+
+# ---- names -----------------------------------------------------------------------------------------------
+def _gpt2_names(cfg) -> list[tuple[str, list[str], bool]]:
+    """(this project's name, the Hugging Face names it joins, whether they are transposed Conv1D weights)."""
+    names = [("embed.tokens.weight", ["wte.weight"], False), ("embed.positions.table.weight", ["wpe.weight"], False),
+             ("stack.norm.weight", ["ln_f.weight"], False), ("stack.norm.bias", ["ln_f.bias"], False)]  # fmt: skip
+    if not cfg.tie_weights:
+        names.append(("head.weight", ["lm_head.weight"], False))
+    for i in range(cfg.depth):
+        ours, theirs = f"stack.blocks.{i}.", f"h.{i}."
+        for a, b, conv in (("norm1", "ln_1", False), ("attn.qkv", "attn.c_attn", True), ("attn.out", "attn.c_proj", True),
+                           ("norm2", "ln_2", False), ("ff.0", "mlp.c_fc", True), ("ff.2", "mlp.c_proj", True)):  # fmt: skip
+            names += [(f"{ours}{a}.weight", [f"{theirs}{b}.weight"], conv), (f"{ours}{a}.bias", [f"{theirs}{b}.bias"], False)]
+    return names
+
+
+def _bert_names(cfg, prefix: str) -> list[tuple[str, list[str], bool]]:
+    e = f"{prefix}embeddings."
+    names = [("embed.tokens.weight", [f"{e}word_embeddings.weight"], False),
+             ("embed.positions.table.weight", [f"{e}position_embeddings.weight"], False),
+             ("embed.types.weight", [f"{e}token_type_embeddings.weight"], False),
+             ("embed.norm.weight", [f"{e}LayerNorm.weight"], False), ("embed.norm.bias", [f"{e}LayerNorm.bias"], False)]  # fmt: skip
+    for i in range(cfg.depth):
+        ours, theirs = f"stack.blocks.{i}.", f"{prefix}encoder.layer.{i}."
+        qkv = [f"{theirs}attention.self.{p}" for p in ("query", "key", "value")]
+        names += [(f"{ours}attn.qkv.weight", [f"{n}.weight" for n in qkv], False),
+                  (f"{ours}attn.qkv.bias", [f"{n}.bias" for n in qkv], False)]  # fmt: skip
+        for a, b in (("attn.out", "attention.output.dense"), ("norm1", "attention.output.LayerNorm"),
+                     ("ff.0", "intermediate.dense"), ("ff.2", "output.dense"), ("norm2", "output.LayerNorm")):  # fmt: skip
+            names += [(f"{ours}{a}.{w}", [f"{theirs}{b}.{w}"], False) for w in ("weight", "bias")]
+    if isinstance(cfg, MaskedLMConfig):
+        t = "cls.predictions.transform."
+        names += [(f"transform.{a}.{w}", [f"{t}{b}.{w}"], False) for a, b in (("0", "dense"), ("2", "LayerNorm"))
+                  for w in ("weight", "bias")] + [("head.bias", ["cls.predictions.bias"], False)]  # fmt: skip
+    return names
+
+
+def _llama_names(cfg) -> list[tuple[str, list[str], bool]]:
+    names = [("embed.tokens.weight", ["model.embed_tokens.weight"], False), ("stack.norm.weight", ["model.norm.weight"], False)]
+    if not cfg.tie_weights:
+        names.append(("head.weight", ["lm_head.weight"], False))
+    for i in range(cfg.depth):
+        ours, theirs = f"stack.blocks.{i}.", f"model.layers.{i}."
+        qkv = [f"{theirs}self_attn.{p}_proj" for p in "qkv"]
+        names += [(f"{ours}attn.qkv.weight", [f"{n}.weight" for n in qkv], False),
+                  (f"{ours}norm1.weight", [f"{theirs}input_layernorm.weight"], False),
+                  (f"{ours}norm2.weight", [f"{theirs}post_attention_layernorm.weight"], False)]  # fmt: skip
+        if cfg.qkv_bias:
+            names.append((f"{ours}attn.qkv.bias", [f"{n}.bias" for n in qkv], False))
+        linears = [("attn.out", "self_attn.o_proj"), ("ff.gate", "mlp.gate_proj"), ("ff.up", "mlp.up_proj"),
+                   ("ff.down", "mlp.down_proj")]  # fmt: skip
+        for a, b in linears:
+            names += [(f"{ours}{a}.{w}", [f"{theirs}{b}.{w}"], False) for w in (("weight", "bias") if cfg.bias else ("weight",))]
+    return names
+
+
+def _names(family: str, cfg) -> list[tuple[str, list[str], bool]]:
+    if family == "gpt2":
+        return _gpt2_names(cfg)
+    if family == "bert":
+        return _bert_names(cfg, "")
+    return _llama_names(cfg)
+
+
+PREFIX = {"gpt2": "transformer.", "bert": "bert."}  # the base model's prefix inside the task model's names
+
+
+def _prefixed(family: str, name: str) -> str:
+    """The name in the task model's state dict (GPT2LMHeadModel, BertForMaskedLM): the base model's prefix,
+    except on the task head's own tensors."""
+    return name if name.startswith(("cls.", "lm_head.")) else PREFIX.get(family, "") + name
+
+
+# ---- reading ---------------------------------------------------------------------------------------------
+def _weight_files(folder: Path) -> list[Path]:
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        pickled = [p.name for p in folder.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".ckpt")]
+        if pickled:
+            raise HFError(f"{str(folder)!r} holds pickled weights only ({', '.join(pickled[:3])}), which this project "
+                          "never unpickles; save the model with safe_serialization (the default) to get .safetensors")  # fmt: skip
+        raise HFError(f"{str(folder)!r} holds no *.safetensors weights; pass a folder written by save_pretrained")
+    return files
+
+
+def _read_folder(folder: Path) -> tuple[dict, dict[str, tuple], callable]:
+    """config.json, every tensor's (shape, file) from the safetensors headers, and a reader of one tensor."""
+    from safetensors import safe_open
+
+    path = folder / "config.json"
+    if not path.is_file():
+        raise HFError(f"{str(folder)!r} holds no config.json; pass a folder written by save_pretrained")
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise HFError(f"{str(path)!r} holds {path.stat().st_size:,} bytes, more than a config ({MAX_CONFIG_BYTES:,})")
+    try:
+        hf = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise HFError(f"{str(path)!r} is not JSON ({type(e).__name__})") from None
+    if not isinstance(hf, dict):
+        raise HFError(f"{str(path)!r} holds no config")
+    shapes, handles = {}, {}
+    for file in _weight_files(folder):
+        try:
+            handle = safe_open(str(file), "pt")
+            for key in handle.keys():
+                shapes[key] = (tuple(handle.get_slice(key).get_shape()), file)
+        except Exception as e:  # safetensors raises its own error types for a broken header
+            raise HFError(f"{str(file)!r} is not a readable safetensors file ({str(e)[:120]})") from None
+        handles[file] = handle
+    return hf, shapes, lambda key: handles[shapes[key][1]].get_tensor(key)
+
+
+def _source(source) -> tuple[dict, dict[str, tuple], callable]:
+    """A folder, a hub name (downloaded: configs and safetensors only) or a ``transformers`` model object."""
+    if isinstance(source, nn.Module):
+        state = source.state_dict()
+        return source.config.to_dict(), {k: (tuple(v.shape), None) for k, v in state.items()}, state.__getitem__
+    folder = Path(source)
+    if not folder.exists() and isinstance(source, str) and source.count("/") == 1 and not source.startswith((".", "/")):
+        from huggingface_hub import snapshot_download  # comes with transformers; only for a hub name
+
+        folder = Path(snapshot_download(source, allow_patterns=["*.json", "*.safetensors", "tokenizer*"]))
+    if not folder.is_dir():
+        raise HFError(f"{str(source)[:80]!r} is not a folder (or a hub name); pass a folder written by save_pretrained")
+    return _read_folder(folder)
+
+
+def _lower_bound(cfg) -> int:
+    """Parameters the config declares, at least: embeddings and each block's projections."""
+    kv = (cfg.kv_heads or cfg.heads) * (cfg.emb // cfg.heads)
+    ff = (3 if cfg.activation == "swiglu" else 2) * cfg.emb * cfg.hidden
+    return cfg.vocab_size * cfg.emb + cfg.depth * (2 * cfg.emb * cfg.emb + 2 * cfg.emb * kv + ff)
+
+
+def from_hf(source, num_classes: int | None = None, device: str | torch.device = "cpu") -> nn.Module:
+    """The module here that a Hugging Face GPT-2, BERT or Llama-family checkpoint maps to, with its weights, in
+    eval mode. ``source``: a folder (``config.json`` and ``*.safetensors``), a hub name, or a ``transformers``
+    model. ``num_classes``: for a BERT encoder, build the classifier it starts (a new head) instead of the MLM."""
+    hf, shapes, read = _source(source)
+    try:
+        cfg = config_from_hf(hf, num_classes)
+    except (TypeError, ValueError) as e:  # the config's own checks: sizes, divisibility
+        raise HFError(str(e) if isinstance(e, HFError) else f"config.json: {str(e)[:200]}") from None
+    family = hf["model_type"]
+    present = sum(torch.Size(shape).numel() for shape, _ in shapes.values())
+    if _lower_bound(cfg) > present:
+        raise HFError(
+            f"config.json declares at least {_lower_bound(cfg):,} parameters (depth {cfg.depth}, emb {cfg.emb}, vocab "
+            f"{cfg.vocab_size}) and the weights hold {present:,}: the config does not match its weights"
+        )
+    with torch.device("meta"):  # the shapes to expect, with nothing allocated
+        expected = _model_class(cfg)(cfg).state_dict()
+    strip = PREFIX.get(family, "")
+    original = {k.removeprefix(strip): k for k in shapes}  # a base model's names, or a task model's, stripped
+    shapes = {k.removeprefix(strip): v for k, v in shapes.items()}
+    names = _names(family, cfg)
+    wanted = {theirs for _, group, _ in names for theirs in group}
+    missing = sorted(wanted - set(shapes))
+    # Buffers and tied copies that some saves include (GPT-2's causal mask, a tied head, position ids), BERT's
+    # pooler, and for a classifier the MLM head: left out by name, whole name parts only
+    suffixes = (".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq", "position_ids")
+    prefixes = ("lm_head.", "cls.predictions.decoder.", "pooler.", *(("cls.",) if num_classes is not None else ()))
+    extra = sorted(k for k in shapes if k not in wanted and not k.endswith(suffixes) and not k.startswith(prefixes))
+    if missing or extra:
+        raise HFError(f"the weights do not fit config.json's {family}: missing {missing[:3]}, unexpected {extra[:3]}")
+    state = {}
+    for ours, group, conv in names:
+        parts = [shapes[name][0] for name in group]
+        shape = (sum(p[0] for p in parts), *parts[0][1:]) if len(parts) > 1 else parts[0]
+        shape = tuple(reversed(shape)) if conv else shape
+        if torch.Size(shape) != expected[ours].shape:
+            raise HFError(f"{group[0]} has shape {list(parts[0])}, and config.json's sizes give {list(expected[ours].shape)}")
+        tensors = [read(original[name]) for name in group]
+        joined = torch.cat(tensors) if len(tensors) > 1 else tensors[0]
+        state[ours] = (joined.t() if conv else joined).to(torch.float32).contiguous()
+    model = _model_class(cfg)(cfg)
+    missing_here = model.load_state_dict(state, strict=False).missing_keys
+    if isinstance(model, SequenceClassifier):  # a new head; and the encoder complete
+        missing_here = [k for k in missing_here if not k.startswith("head.")]
+    tied = {"head.weight"} if getattr(cfg, "tie_weights", False) or isinstance(model, MaskedLM) else set()
+    left = [k for k in missing_here if k not in tied]
+    if left:
+        raise HFError(f"the weights leave {left[:3]} unset")
+    return model.to(device).eval()
+
+
+def _model_class(cfg) -> type[nn.Module]:
+    return {LMConfig: CausalLM, MaskedLMConfig: MaskedLM, ClassifierConfig: SequenceClassifier}[type(cfg)]
+
+
+# ---- writing ---------------------------------------------------------------------------------------------
+def hf_family(model: nn.Module) -> tuple[str, dict]:
+    """The Hugging Face family that expresses ``model`` exactly, and its config.json; or one line naming the
+    option that none of them has."""
+    cfg, name = model.cfg, type(model).__name__
+
+    def refuse(option: str, why: str) -> None:
+        raise HFError(f"model {option} has no counterpart in {why}; train with the family's layout to export it")
+
+    if cfg.kv_heads not in (None, cfg.heads) and cfg.positions != "rope":
+        refuse(f"kv_heads={cfg.kv_heads}", "GPT-2 or BERT (grouped-query attention is Llama's)")
+    common = {"vocab_size": cfg.vocab_size, "torch_dtype": "float32"}
+    if isinstance(model, CausalLM) and cfg.positions == "learned":
+        if not cfg.pre_norm or cfg.norm != "layer" or cfg.activation == "swiglu" or cfg.embed_norm or cfg.token_types:
+            refuse("pre_norm false, norm rms, swiglu, embed_norm or token_types", "GPT-2 (pre-norm LayerNorm, plain MLP)")
+        return "gpt2", {
+            **common, "model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_positions": cfg.context,
+            "n_embd": cfg.emb, "n_head": cfg.heads, "n_layer": cfg.depth, "n_inner": cfg.hidden,
+            "activation_function": {"gelu_tanh": "gelu_new"}.get(cfg.activation, cfg.activation),
+            "layer_norm_epsilon": cfg.norm_eps, "tie_word_embeddings": cfg.tie_weights, "resid_pdrop": 0.0,
+            "embd_pdrop": 0.0, "attn_pdrop": 0.0, "bos_token_id": None, "eos_token_id": None,
+        }  # fmt: skip
+    if isinstance(model, CausalLM) and cfg.positions == "rope":
+        if cfg.norm != "rms" or cfg.activation != "swiglu" or not cfg.pre_norm or cfg.embed_norm or cfg.token_types:
+            refuse(f"norm {cfg.norm}, activation {cfg.activation}", "Llama or Qwen2 (pre-norm RMSNorm, SwiGLU)")
+        llama = cfg.qkv_bias == cfg.bias or cfg.bias  # Llama: one switch for all biases; Qwen2: qkv biases only
+        family = "llama" if llama else "qwen2"
+        out = {
+            **common, "model_type": family, "architectures": ["LlamaForCausalLM" if llama else "Qwen2ForCausalLM"],
+            "hidden_size": cfg.emb, "intermediate_size": cfg.hidden, "num_hidden_layers": cfg.depth,
+            "num_attention_heads": cfg.heads, "num_key_value_heads": cfg.kv_heads or cfg.heads,
+            "head_dim": cfg.emb // cfg.heads, "max_position_embeddings": cfg.context, "rms_norm_eps": cfg.norm_eps,
+            "rope_theta": cfg.rope_base, "hidden_act": "silu", "tie_word_embeddings": cfg.tie_weights,
+            "attention_dropout": 0.0, "bos_token_id": None, "eos_token_id": None,
+        }  # fmt: skip
+        if llama:
+            out.update(attention_bias=cfg.bias, mlp_bias=cfg.bias)
+        return family, out
+    if isinstance(model, MaskedLM):
+        if cfg.pre_norm or cfg.positions != "learned" or cfg.norm != "layer" or cfg.activation == "swiglu":
+            refuse(f"pre_norm {cfg.pre_norm}, positions {cfg.positions}, norm {cfg.norm}, activation "
+                   f"{cfg.activation}", "BERT (post-norm LayerNorm, learned positions, plain MLP)")  # fmt: skip
+        if not cfg.embed_norm or not cfg.head_transform:
+            refuse("embed_norm false or head_transform false", "BERT (its embeddings norm and MLM head transform)")
+        return "bert", {
+            **common, "model_type": "bert", "architectures": ["BertForMaskedLM"], "hidden_size": cfg.emb,
+            "num_attention_heads": cfg.heads, "num_hidden_layers": cfg.depth, "intermediate_size": cfg.hidden,
+            "hidden_act": {"gelu_tanh": "gelu_new"}.get(cfg.activation, cfg.activation),
+            "max_position_embeddings": cfg.context, "type_vocab_size": max(cfg.token_types, 1),
+            "layer_norm_eps": cfg.norm_eps, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0,
+            "pad_token_id": 0, "tie_word_embeddings": True,
+        }  # fmt: skip
+    if isinstance(model, CausalLM):
+        refuse(f"positions {cfg.positions}", "GPT-2 (learned) or Llama (rope)")
+    raise HFError(f"a {name} has no Hugging Face family here; export a CausalLM or a MaskedLM")
+
+
+def save_hf(model: nn.Module, folder: str | os.PathLike) -> Path:
+    """Write ``model`` as a Hugging Face folder (config.json, model.safetensors) into a new or empty folder.
+    An option the family lacks but can express with zeros (a missing bias, an unused token type) is written as
+    zeros, which leave the logits as they are."""
+    from safetensors.torch import save_file
+
+    family, hf = hf_family(model)
+    folder = Path(folder)
+    if folder.exists() and any(folder.iterdir()):
+        raise FileExistsError(f"{str(folder)!r} is not empty; pass a new or empty folder")
+    state = model.state_dict()
+    out = {}
+    for ours, group, conv in _names(family, model.cfg):
+        if ours in state:
+            tensor = state[ours].t() if conv else state[ours]
+        elif ours.endswith(".bias"):  # a bias this model does without: zeros
+            tensor = torch.zeros(state[ours.removesuffix(".bias") + ".weight"].shape[0])
+        elif ours == "embed.types.weight":  # no token types: one type, adding zeros
+            tensor = torch.zeros(1, model.cfg.emb)
+        else:
+            raise HFError(f"model has no {ours} to write")
+        sizes = [_rows(model.cfg, name) for name in group] if len(group) > 1 else [tensor.shape[0]]
+        for name, part in zip(group, tensor.split(sizes), strict=True):
+            out[_prefixed(family, name)] = part.detach().float().contiguous().clone()
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(out, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    (folder / "config.json").write_text(json.dumps(hf, indent=2) + "\n")
+    return folder
+
+
+def _rows(cfg, name: str) -> int:
+    """Rows of one of the joined projections: the query's are the width; a key's or value's, g * s."""
+    if any(part in name for part in ("query", "q_proj", ".key.", ".value.")):
+        return cfg.emb
+    return (cfg.kv_heads or cfg.heads) * (cfg.emb // cfg.heads)
