@@ -41,8 +41,9 @@ def set_kernel(model, impl: str):
 
 
 def gpt2(**overrides):
-    cfg = transformers.GPT2Config(vocab_size=97, n_positions=32, n_embd=32, n_layer=2, n_head=4, resid_pdrop=0.0,
-                                  embd_pdrop=0.0, attn_pdrop=0.0, **overrides)  # fmt: skip
+    sizes = dict(vocab_size=97, n_positions=32, n_embd=32, n_layer=2, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0,
+                 attn_pdrop=0.0)  # fmt: skip
+    cfg = transformers.GPT2Config(**{**sizes, **overrides})
     return redraw(transformers.GPT2LMHeadModel(cfg))
 
 
@@ -224,3 +225,40 @@ def test_export_format_hf_through_the_cli_and_its_refusal(tmp_path, capsys, monk
     err = capsys.readouterr().err
     assert err.count("error:") == 1 and "model positions sinusoidal has no counterpart in GPT-2" in err
     assert not (tmp_path / "hf2").exists()
+
+
+def trained_tokenizer(text: str, folder, size: int = 300):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tokenizer.train_from_iterator([text], trainer)
+    tokenizer.save(str(folder / "tokenizer.json"))
+    return tokenizer
+
+
+def test_fit_fine_tunes_a_gpt2_folder_with_its_tokenizer_and_sample_decodes(tmp_path, capsys, monkeypatch):
+    from test_cli import TINY_LM
+
+    from transformers_scratch.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    text = "the cat sat on a mat while one dog ran far away to see its friend. " * 300
+    (tmp_path / "text.txt").write_text(text)
+    folder = tmp_path / "gpt2"
+    folder.mkdir()
+    tokenizer = trained_tokenizer(text, folder)
+    saved(gpt2(vocab_size=tokenizer.get_vocab_size()), folder)
+    main(["fit", "--config", TINY_LM, "--data.path", "text.txt", "--model.init_from", str(folder),
+          "--data.tokenizer", str(folder), "--data.context", "16", "--trainer.max_steps", "4",
+          "--data.batches_per_epoch", "2", "--trainer.limit_val_batches", "2", "--sample.length", "0",
+          "--trainer.logger", "false", "--name", "tuned"])  # fmt: skip
+    checkpoint = torch.load("checkpoints/tuned/last.ckpt", weights_only=True)
+    assert checkpoint["hyper_parameters"]["model"]["activation"] == "gelu_tanh"  # the folder's architecture
+    assert checkpoint["hyper_parameters"]["init_from"] is None  # reloads without the folder
+    capsys.readouterr()
+    main(["sample", "--ckpt_path", "checkpoints/tuned/last.ckpt", "--prompt", "the cat", "--length", "5"])
+    out = capsys.readouterr().out
+    assert out.startswith("the cat") and len(out) > len("the cat")

@@ -324,6 +324,9 @@ class CLI(LightningCLI):
             self._refuse_changed_architecture(hparams["model"])
             architecture = {sub: {"model": {"class_path": given, "dict_kwargs": {"model": hparams["model"]}}}}
             self.config = self.parser.parse_object(architecture, self.config)
+            init = self.config[sub].model.get("init_args")
+            if init is not None and init.get("init_from"):  # the checkpoint holds what it started from, and more
+                init.init_from = None
 
     def _refuse_changed_architecture(self, trained) -> None:
         """A model flag on the command line that the checkpoint contradicts would be silently replaced by the

@@ -21,7 +21,7 @@ from .files import DataError, download, predicting, read_bytes
 from .ids import IGNORE_INDEX
 from .progress import ResumableData
 from .sources import SOURCES
-from .vocab import ByteVocab, vocab_from_state, vocab_state
+from .vocab import ByteVocab, TokenizerVocab, vocab_from_state, vocab_state
 
 SPLITS = (0.9, 0.05, 0.05)  # 90M / 5M / 5M bytes on enwik8, as in the tutorial and the literature
 
@@ -132,6 +132,7 @@ class TextDataModule(ResumableData):
         download: Literal["enwik8", "tinyshakespeare"] = "enwik8",
         url: str | None = None,
         predict_path: str | None = None,
+        tokenizer: str | None = None,
     ) -> None:
         """
         Args:
@@ -150,6 +151,9 @@ class TextDataModule(ResumableData):
                 ``enwik8`` (36 MB) or ``tinyshakespeare`` (1 MB).
             url: Download it from this address instead (a mirror of the same file).
             predict_path: For ``predict``: a file to score in bits per byte, with this module's windows.
+            tokenizer: A Hugging Face ``tokenizer.json``, or a folder that holds one (a pretrained model's):
+                sub-word ids instead of bytes (``vocab`` is then unused). Windows, strides and the bits of the
+                metrics are then per token, not per byte.
         """
         super().__init__()
         for name, value in (("context", context), ("batch_size", batch_size), ("batches_per_epoch", batches_per_epoch)):
@@ -162,8 +166,9 @@ class TextDataModule(ResumableData):
         self.eval_batch_size = eval_batch_size or batch_size
         self.num_workers, self.seed, self.predict_path = num_workers, seed, predict_path
         self.download, self.url = SOURCES[download], url or SOURCES[download].url
+        self.tokenizer = tokenizer
         self._raw: bytes | None = None
-        self._vocab: ByteVocab | None = None
+        self._vocab: ByteVocab | TokenizerVocab | None = None
         self.splits: dict[str, Tensor] = {}
 
     # ---- the file -------------------------------------------------------------------------------
@@ -190,7 +195,9 @@ class TextDataModule(ResumableData):
         return self._raw
 
     @property
-    def vocab(self) -> ByteVocab:
+    def vocab(self) -> ByteVocab | TokenizerVocab:
+        if self._vocab is None and self.tokenizer is not None:
+            self._vocab = TokenizerVocab.from_file(self.tokenizer)
         if self._vocab is None:
             self._vocab = ByteVocab(None if self.vocab_kind == "bytes" else bytes(sorted(set(self.raw()))))
         return self._vocab
@@ -198,7 +205,7 @@ class TextDataModule(ResumableData):
     @property
     def vocab_size(self) -> int:
         """Linked to model.vocab_size by the CLI."""
-        return 256 if self.vocab_kind == "bytes" else self.vocab.size
+        return 256 if self.vocab_kind == "bytes" and self.tokenizer is None else self.vocab.size
 
     # ---- splits and loaders ---------------------------------------------------------------------
     def setup(self, stage: str | None = None) -> None:
@@ -235,7 +242,8 @@ class TextDataModule(ResumableData):
         if self.predict_path is None:
             raise ValueError("predict scores a file: pass --data.predict_path FILE")
         path = Path(self.predict_path)
-        streamed = path.is_file() and path.suffix not in (".zip", ".gz")  # memory flat whatever the size
+        # memory flat whatever the size; a sub-word tokenizer reads the text whole (tokens do not start at bytes)
+        streamed = path.is_file() and path.suffix not in (".zip", ".gz") and isinstance(self.vocab, ByteVocab)
         data = FileWindows(path, self.vocab) if streamed else read_bytes(self.predict_path)
         if len(data) < self.context + 1:
             raise DataError(

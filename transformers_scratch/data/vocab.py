@@ -8,6 +8,7 @@ back through :func:`checkpoint_vocab`, which finds it by its content, whatever t
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -86,13 +87,65 @@ class WordVocab:
         return len(self.itos)
 
 
-Vocab = ByteVocab | WordVocab
+class TokenizerVocab:
+    """Sub-word ids from a Hugging Face tokenizer (``tokenizer.json``, read by the ``tokenizers`` library, an
+    optional install): GPT-2's byte-level BPE, Llama's, or one trained on the data. The JSON travels in every
+    checkpoint, so that sample and predict decode with it without the file."""
+
+    MAX_BYTES = 50_000_000  # the largest published tokenizer.json files are a few tens of MB
+
+    def __init__(self, json_text: str) -> None:
+        try:
+            from tokenizers import Tokenizer
+        except ImportError:
+            raise DataError("a tokenizer needs the tokenizers library: pip install -e '.[hf]'") from None
+        try:
+            self.tokenizer = Tokenizer.from_str(json_text)
+        except Exception as e:  # tokenizers raises its own exception type for a malformed file
+            raise DataError(f"the tokenizer is not a tokenizer.json ({str(e)[:120]}); pass one") from None
+        self.json = json_text
+
+    @classmethod
+    def from_file(cls, path: str) -> TokenizerVocab:
+        """``path``: a tokenizer.json, or a folder (a Hugging Face model's) that holds one."""
+        file = Path(path) / "tokenizer.json" if Path(path).is_dir() else Path(path)
+        if not file.is_file():
+            raise DataError(f"data.tokenizer {str(path)!r} is not a tokenizer.json or a folder holding one")
+        if file.stat().st_size > cls.MAX_BYTES:
+            raise DataError(f"data.tokenizer {str(file)!r} holds {file.stat().st_size:,} bytes, more than a "
+                            f"tokenizer ({cls.MAX_BYTES:,})")  # fmt: skip
+        try:
+            return cls(file.read_bytes().decode("utf-8"))
+        except UnicodeDecodeError:
+            raise DataError(f"data.tokenizer {str(file)!r} is not UTF-8 text; pass a tokenizer.json") from None
+
+    @property
+    def size(self) -> int:
+        return self.tokenizer.get_vocab_size()
+
+    def encode(self, data: bytes) -> Tensor:
+        """UTF-8 text -> long ids (a byte that is not UTF-8 is replaced, as the decoder would show it)."""
+        text = data.decode("utf-8", errors="replace")
+        return torch.tensor(self.tokenizer.encode(text, add_special_tokens=False).ids, dtype=torch.long)
+
+    def encode_text(self, text: str) -> Tensor:
+        if not text:
+            raise ValueError("empty prompt; give at least one character, e.g. --prompt 'The '")
+        return self.encode(text.encode("utf-8"))[None]  # (1, t)
+
+    def decode(self, ids: Tensor) -> str:
+        return self.tokenizer.decode(ids.long().cpu().tolist(), skip_special_tokens=False)
+
+
+Vocab = ByteVocab | WordVocab | TokenizerVocab
 
 
 def vocab_state(vocab: Vocab) -> dict:
     """What a checkpoint stores of a vocabulary (the format checkpoints have always had)."""
     if isinstance(vocab, ByteVocab):
         return {"vocab_symbols": vocab.symbols}  # None: all 256 byte values
+    if isinstance(vocab, TokenizerVocab):
+        return {"tokenizer_json": vocab.json}
     return {"vocab": vocab.itos[2:]}  # the words after <pad> and <unk>
 
 
@@ -102,6 +155,8 @@ def vocab_from_state(state: dict) -> Vocab | None:
         return ByteVocab(state["vocab_symbols"])
     if isinstance(state.get("vocab"), list):
         return WordVocab(state["vocab"])
+    if isinstance(state.get("tokenizer_json"), str):
+        return TokenizerVocab(state["tokenizer_json"])
     return None
 
 

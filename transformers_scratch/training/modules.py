@@ -9,6 +9,7 @@ Logged names: ``train/loss`` (nats), ``train/bpc``, ``val/bpc``, ``test/bpc`` fo
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import pickle
 from pathlib import Path
@@ -26,6 +27,7 @@ from ..data.ids import IGNORE_INDEX
 from ..data.vocab import Vocab
 from ..model.blocks import TransformerBlock
 from ..model.config import ClassifierConfig, EncoderDecoderConfig, LMConfig, MaskedLMConfig, read_settings
+from ..model.hf import from_hf
 from ..model.models import CausalLM, EncoderDecoder, MaskedLM, SequenceClassifier, encoder_state
 from .console import note
 from .optim import OptimConfig, build_optimizer, continue_from, save_resume_state
@@ -315,6 +317,7 @@ class LitCharLM(LitTransformer):
         model: LMConfig | None = None,
         optim: OptimConfig | None = None,
         compile: Compile = False,
+        init_from: str | None = None,
     ) -> None:
         """
         Args:
@@ -322,14 +325,31 @@ class LitCharLM(LitTransformer):
             optim: Optimiser and schedule.
             compile: Run the model through torch.compile for training and evaluation, true or a mode (checkpoints
                 still load without it; sampling runs uncompiled).
+            init_from: Fine-tune a pretrained model: a Hugging Face GPT-2, Llama or Qwen2 folder (config.json and
+                safetensors) or hub name. Its config decides the architecture (model sizes are then unused) and
+                its weights start the run; tokenize with its tokenizer (--data.tokenizer, the same folder).
         """
         super().__init__()
         self.save_hyperparameters()
         model = as_config(model, LMConfig)
         self.optim, self.compile = as_config(optim, OptimConfig), compile
-        self.model = CausalLM(model)
+        self.model = self._pretrained(init_from, model) if init_from else CausalLM(model)
+        model = self.model.cfg
         self.output_size = model.vocab_size
         self.val_bpc, self.test_bpc = torchmetrics.MeanMetric(), torchmetrics.MeanMetric()
+
+    def _pretrained(self, source: str, data: LMConfig) -> CausalLM:
+        """The Hugging Face model, checked against the data's sizes (linked into ``data``); a checkpoint then
+        holds its architecture and weights, and reloads without the folder."""
+        model = from_hf(source).train()
+        if model.cfg.vocab_size < data.vocab_size or model.cfg.context < data.context:
+            raise ValueError(
+                f"model.init_from {source!r} reads {model.cfg.vocab_size:,} ids and {model.cfg.context:,} positions, "
+                f"and the data gives {data.vocab_size:,} ids in windows of {data.context:,}: tokenize with its "
+                f"tokenizer (--data.tokenizer {source}) and keep data.context at most {model.cfg.context:,}"
+            )
+        self.hparams["model"], self.hparams["init_from"] = dataclasses.asdict(model.cfg), None
+        return model
 
     def forward(self, ids: Tensor) -> Tensor:
         return self.net(ids)
