@@ -262,3 +262,36 @@ def test_fit_fine_tunes_a_gpt2_folder_with_its_tokenizer_and_sample_decodes(tmp_
     main(["sample", "--ckpt_path", "checkpoints/tuned/last.ckpt", "--prompt", "the cat", "--length", "5"])
     out = capsys.readouterr().out
     assert out.startswith("the cat") and len(out) > len("the cat")
+
+
+def test_the_imdb_classifier_starts_from_a_bert_encoder_with_its_tokenizer(tmp_path, capsys, monkeypatch):
+    from test_cli import TINY_IMDB
+    from test_data import make_aclimdb
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+    from transformers_scratch.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    root = make_aclimdb(tmp_path / "imdb", per_class=4)
+    folder = tmp_path / "bert"
+    folder.mkdir()
+    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tokenizer.normalizer, tokenizer.pre_tokenizer = normalizers.BertNormalizer(), pre_tokenizers.BertPreTokenizer()
+    words = "great wonderful superb loved awful boring terrible hated the film was a movie and it"
+    tokenizer.train_from_iterator([words] * 10, trainers.WordPieceTrainer(vocab_size=120, special_tokens=["[PAD]", "[UNK]"]))
+    tokenizer.save(str(folder / "tokenizer.json"))
+    theirs = bert("BertModel")
+    theirs.resize_token_embeddings(tokenizer.get_vocab_size())
+    saved(theirs, folder)
+    main(["fit", "--config", TINY_IMDB, "--data.path", str(root), "--model.init_from", str(folder),
+          "--data.tokenizer", str(folder), "--data.max_length", "32", "--data.val_size", "2", "--trainer.max_steps",
+          "2", "--trainer.logger", "false", "--name", "bert_imdb"])  # fmt: skip
+    checkpoint = torch.load("checkpoints/bert_imdb/last.ckpt", weights_only=True)
+    assert checkpoint["hyper_parameters"]["model"]["embed_norm"] and not checkpoint["hyper_parameters"]["model"]["pre_norm"]
+    embeddings = checkpoint["state_dict"]["model.embed.tokens.weight"]
+    assert embeddings.shape == (tokenizer.get_vocab_size(), 32)
+    (tmp_path / "reviews.txt").write_text("a great film\nboring and awful\n")
+    capsys.readouterr()
+    main(["predict", "--config", TINY_IMDB, "--ckpt_path", "checkpoints/bert_imdb/last.ckpt", "--data.predict_path",
+          "reviews.txt", "--data.tokenizer", str(folder), "--data.max_length", "32"])  # fmt: skip
+    assert len(capsys.readouterr().out.strip().splitlines()) == 2  # one prediction a review

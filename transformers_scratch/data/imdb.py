@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader, Dataset
 from .files import DataError, predicting
 from .ids import IGNORE_INDEX
 from .progress import ResumableData
-from .vocab import WordVocab, vocab_from_state, vocab_state
+from .vocab import TokenizerVocab, WordVocab, vocab_from_state, vocab_state
 
 HF_NAME = "stanfordnlp/imdb"
 ACLIMDB_URL = "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"
@@ -196,6 +196,7 @@ class IMDbDataModule(ResumableData):
         seed: int = 1234,
         predict_path: str | None = None,
         word_dropout: float = 0.0,
+        tokenizer: str | None = None,
     ) -> None:
         """
         Args:
@@ -209,6 +210,8 @@ class IMDbDataModule(ResumableData):
             seed: Seed of the validation hold-out and of batch shuffling.
             predict_path: For ``predict``: a text file with one review per line.
             word_dropout: Training only: replace each token by <unk> with this probability (0: off).
+            tokenizer: A Hugging Face ``tokenizer.json``, or a folder holding one (a pretrained BERT's): its sub-word
+                ids instead of a vocabulary of words (``vocab_words`` is then unused).
         """
         super().__init__()
         for name, value in (("vocab_words", vocab_words), ("max_length", max_length), ("batch_size", batch_size)):
@@ -219,14 +222,15 @@ class IMDbDataModule(ResumableData):
         self.word_dropout = word_dropout
         self.path, self.data_dir, self.vocab_words, self.max_length = path, Path(data_dir), vocab_words, max_length
         self.val_size, self.batch_size, self.num_workers, self.seed = val_size, batch_size, num_workers, seed
-        self.predict_path = predict_path
-        self.vocab: WordVocab | None = None
+        self.predict_path, self.tokenizer = predict_path, tokenizer
+        self.vocab: WordVocab | TokenizerVocab | None = None
         self.splits: dict[str, tuple[list[Tensor], Tensor]] = {}
 
     @property
     def vocab_size(self) -> int:
-        """Token ids the model needs: the words plus <pad> and <unk>. Linked to model.vocab_size by the CLI."""
-        return self.vocab_words + 2
+        """Token ids the model needs: the words plus <pad> and <unk>, or the tokenizer's. Linked to
+        model.vocab_size by the CLI."""
+        return self._tokenizer().size if self.tokenizer else self.vocab_words + 2
 
     @property
     def context(self) -> int:
@@ -245,7 +249,8 @@ class IMDbDataModule(ResumableData):
                     f"directory ({ACLIMDB_URL}), or leave it unset to use the Hugging Face dataset"
                 )
             source = f"{p}:{p.stat().st_size}:{p.stat().st_mtime_ns}"
-        key = f"{source}|{self.vocab_words}|{self.val_size}|{self.seed}|{TOKENIZER_VERSION}"
+        words = self.vocab_words if self.tokenizer is None else hashlib.sha256(self._tokenizer().json.encode()).hexdigest()
+        key = f"{source}|{words}|{self.val_size}|{self.seed}|{TOKENIZER_VERSION}"
         return self.data_dir / f"imdb-{hashlib.sha256(key.encode()).hexdigest()[:12]}.pt"
 
     def prepare_data(self) -> None:
@@ -261,11 +266,16 @@ class IMDbDataModule(ResumableData):
             "val": ([texts[i] for i in val], [labels[i] for i in val]),
             "test": raw["test"],
         }
-        tokens = {name: [tokenize(t) for t in part[0]] for name, part in parts.items()}
-        vocab = WordVocab.build(tokens["train"], self.vocab_words)  # training data only
-        cache = {"vocab": vocab.itos[2:]}
+        if self.tokenizer is None:
+            tokens = {name: [tokenize(t) for t in part[0]] for name, part in parts.items()}
+            vocab = WordVocab.build(tokens["train"], self.vocab_words)  # training data only
+            cache, encode = {"vocab": vocab.itos[2:]}, lambda name: [vocab.encode(t) for t in tokens[name]]
+        else:
+            vocab = self._tokenizer()
+            cache = {"tokenizer_json": vocab.json}
+            encode = lambda name: [vocab.encode(t.encode("utf-8")).tolist() for t in parts[name][0]]  # noqa: E731
         for name, (_, ys) in parts.items():
-            encoded = [vocab.encode(t) for t in tokens[name]]
+            encoded = encode(name)
             cache[name] = {
                 "ids": torch.tensor([i for e in encoded for i in e], dtype=torch.int32),
                 "lengths": torch.tensor([len(e) for e in encoded]),
@@ -280,8 +290,15 @@ class IMDbDataModule(ResumableData):
         if self.splits or stage == "predict":  # predict reads predict_path with the checkpoint's vocabulary
             return
         cache = torch.load(self.cache_file, weights_only=True)
-        if self.vocab is None:
+        if "tokenizer_json" in cache:
+            if self.vocab is not None and getattr(self.vocab, "json", None) != cache["tokenizer_json"]:
+                raise DataError("the checkpoint's tokenizer is not data.tokenizer; pass the one it was trained with")
+            self.vocab = self.vocab or TokenizerVocab(cache["tokenizer_json"])
+        elif self.vocab is None:
             self.vocab = WordVocab(cache["vocab"])
+        elif not isinstance(self.vocab, WordVocab):
+            raise DataError("the checkpoint tokenizes with a tokenizer.json, and these data settings with words; "
+                            "pass --data.tokenizer, the tokenizer it was trained with")  # fmt: skip
         elif self.vocab.itos[2:] != cache["vocab"]:  # a checkpoint's: the ids below must mean its words
             given, built = self.vocab.itos[2:], cache["vocab"]
             i = next(
@@ -329,9 +346,18 @@ class IMDbDataModule(ResumableData):
         texts = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
         if not texts:
             raise DataError(f"data.predict_path {self.predict_path!r} holds no reviews; give one review a line")
-        ids = [torch.tensor(self.vocab.encode(tokenize(t))[: self.max_length] or [WordVocab.UNK]) for t in texts]
+        if isinstance(self.vocab, TokenizerVocab):
+            encoded = [self.vocab.encode(t.encode("utf-8")).tolist() for t in texts]
+        else:
+            encoded = [self.vocab.encode(tokenize(t)) for t in texts]
+        ids = [torch.tensor(e[: self.max_length] or [WordVocab.UNK]) for e in encoded]
         batches = PaddedBatches(ids, torch.zeros(len(ids), dtype=torch.long), self.batch_size, "given", texts=texts)
         return DataLoader(batches, batch_size=None)
+
+    def _tokenizer(self) -> TokenizerVocab:
+        if getattr(self, "_tokenizer_vocab", None) is None:
+            self._tokenizer_vocab = TokenizerVocab.from_file(self.tokenizer)
+        return self._tokenizer_vocab
 
     def state_dict(self) -> dict:
         return {**(vocab_state(self.vocab) if self.vocab is not None else {}), **self.progress_state()}

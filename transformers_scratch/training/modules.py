@@ -186,6 +186,42 @@ def read_pretrained(path: str, cfg: ClassifierConfig) -> tuple[dict[str, Tensor]
     return encoder, checkpoint_vocab(checkpoint)
 
 
+def pretrained_model(module: L.LightningModule, source: str, data) -> nn.Module:
+    """``init_from``: the Hugging Face model (for a classifier, the BERT encoder under a new head of
+    ``data.num_classes``), checked against the data's sizes (linked into ``data``); the module's
+    hyper-parameters then hold its architecture, so that a checkpoint reloads without the folder."""
+    model = from_hf(source, num_classes=getattr(data, "num_classes", None)).train()
+    wanted = SequenceClassifier if isinstance(data, ClassifierConfig) else CausalLM
+    if not isinstance(model, wanted):
+        raise ValueError(
+            f"model.init_from {source!r} holds a {type(model).__name__} and {type(module).__name__} fine-tunes a "
+            f"{wanted.__name__}: start a LitCharLM from GPT-2 or Llama weights, a LitClassifier from BERT's"
+        )
+    if model.cfg.vocab_size < data.vocab_size or model.cfg.context < data.context:
+        raise ValueError(
+            f"model.init_from {source!r} reads {model.cfg.vocab_size:,} ids and {model.cfg.context:,} positions, "
+            f"and the data gives {data.vocab_size:,} ids in windows of {data.context:,}: tokenize with its "
+            f"tokenizer (--data.tokenizer {source}) and keep the data's windows at most {model.cfg.context:,}"
+        )
+    if (model.cfg.vocab_size, model.cfg.context) != (data.vocab_size, data.context):
+        model = fitted(model, data.vocab_size, data.context)
+    module.hparams["model"], module.hparams["init_from"] = dataclasses.asdict(model.cfg), None
+    return model
+
+
+def fitted(model: nn.Module, vocab_size: int, context: int) -> nn.Module:
+    """The model cut to the data's ids and windows, as every model here is sized: the token rows past the
+    tokenizer's (padding rows a checkpoint may carry) and the learned positions past the windows left out."""
+    cfg = dataclasses.replace(model.cfg, vocab_size=vocab_size, context=context)
+    rows = {"embed.tokens.weight": vocab_size, "head.weight": vocab_size, "embed.positions.table.weight": context}
+    state = {k: v[: rows[k]] if k in rows else v for k, v in model.state_dict().items()}  # a class head: no-op
+    smaller = type(model)(cfg)
+    smaller.load_state_dict(state)
+    note(f"model.init_from: {model.cfg.vocab_size:,} ids and {model.cfg.context:,} positions cut to the data's "
+         f"{vocab_size:,} and {context:,}")  # fmt: skip
+    return smaller.train()
+
+
 class LitClassifier(LitTransformer):
     """Sequence classification with cross-entropy and accuracy (IMDb sentiment)."""
 
@@ -198,6 +234,7 @@ class LitClassifier(LitTransformer):
         optim: OptimConfig | None = None,
         compile: Compile = False,
         pretrained: str | None = None,
+        init_from: str | None = None,
     ) -> None:
         """
         Args:
@@ -207,12 +244,16 @@ class LitClassifier(LitTransformer):
             pretrained: Fine-tune: a LitMaskedLM checkpoint (masked-token pretraining) whose embeddings and
                 blocks start the classifier when fit starts (not when it resumes). Its sizes and vocabulary
                 must be this run's.
+            init_from: Fine-tune a Hugging Face BERT encoder: a folder (config.json and safetensors) or hub name.
+                Its config decides the architecture (model sizes are then unused) and its weights start the
+                encoder, under a new head; tokenize with its tokenizer (--data.tokenizer, the same folder).
         """
         super().__init__()
         self.save_hyperparameters()
         model = as_config(model, ClassifierConfig)
         self.optim, self.compile, self.pretrained = as_config(optim, OptimConfig), compile, pretrained
-        self.model = SequenceClassifier(model)
+        self.model = pretrained_model(self, init_from, model) if init_from else SequenceClassifier(model)
+        model = self.model.cfg
         self.output_size = model.num_classes
         acc = lambda: torchmetrics.Accuracy(task="multiclass", num_classes=model.num_classes)  # noqa: E731
         self.train_acc, self.val_acc, self.test_acc = acc(), acc(), acc()
@@ -333,23 +374,10 @@ class LitCharLM(LitTransformer):
         self.save_hyperparameters()
         model = as_config(model, LMConfig)
         self.optim, self.compile = as_config(optim, OptimConfig), compile
-        self.model = self._pretrained(init_from, model) if init_from else CausalLM(model)
+        self.model = pretrained_model(self, init_from, model) if init_from else CausalLM(model)
         model = self.model.cfg
         self.output_size = model.vocab_size
         self.val_bpc, self.test_bpc = torchmetrics.MeanMetric(), torchmetrics.MeanMetric()
-
-    def _pretrained(self, source: str, data: LMConfig) -> CausalLM:
-        """The Hugging Face model, checked against the data's sizes (linked into ``data``); a checkpoint then
-        holds its architecture and weights, and reloads without the folder."""
-        model = from_hf(source).train()
-        if model.cfg.vocab_size < data.vocab_size or model.cfg.context < data.context:
-            raise ValueError(
-                f"model.init_from {source!r} reads {model.cfg.vocab_size:,} ids and {model.cfg.context:,} positions, "
-                f"and the data gives {data.vocab_size:,} ids in windows of {data.context:,}: tokenize with its "
-                f"tokenizer (--data.tokenizer {source}) and keep data.context at most {model.cfg.context:,}"
-            )
-        self.hparams["model"], self.hparams["init_from"] = dataclasses.asdict(model.cfg), None
-        return model
 
     def forward(self, ids: Tensor) -> Tensor:
         return self.net(ids)
