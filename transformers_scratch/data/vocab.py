@@ -107,8 +107,11 @@ class TokenizerVocab:
 
     @classmethod
     def from_file(cls, path: str) -> TokenizerVocab:
-        """``path``: a tokenizer.json, or a folder (a Hugging Face model's) that holds one."""
-        file = Path(path) / "tokenizer.json" if Path(path).is_dir() else Path(path)
+        """``path``: a tokenizer.json, or a folder (a Hugging Face model's) that holds one, or a hub name."""
+        from ..model.hf import local_folder
+
+        folder = local_folder(path)
+        file = folder / "tokenizer.json" if folder.is_dir() else folder
         if not file.is_file():
             raise DataError(f"data.tokenizer {str(path)!r} is not a tokenizer.json or a folder holding one")
         if file.stat().st_size > cls.MAX_BYTES:

@@ -230,16 +230,23 @@ def _read_folder(folder: Path) -> tuple[dict, dict[str, tuple], callable]:
     return hf, shapes, lambda key: handles[shapes[key][1]].get_tensor(key)
 
 
+def local_folder(source: str | os.PathLike) -> Path:
+    """A folder as given, or for a hub name (``org/name``) that is no path here, its download: configs,
+    safetensors and the tokenizer only (huggingface_hub comes with transformers; only a hub name needs it)."""
+    folder = Path(source)
+    if not folder.exists() and isinstance(source, str) and source.count("/") == 1 and not source.startswith((".", "/")):
+        from huggingface_hub import snapshot_download
+
+        folder = Path(snapshot_download(source, allow_patterns=["*.json", "*.safetensors", "tokenizer*"]))
+    return folder
+
+
 def _source(source) -> tuple[dict, dict[str, tuple], callable]:
-    """A folder, a hub name (downloaded: configs and safetensors only) or a ``transformers`` model object."""
+    """A folder, a hub name or a ``transformers`` model object."""
     if isinstance(source, nn.Module):
         state = source.state_dict()
         return source.config.to_dict(), {k: (tuple(v.shape), None) for k, v in state.items()}, state.__getitem__
-    folder = Path(source)
-    if not folder.exists() and isinstance(source, str) and source.count("/") == 1 and not source.startswith((".", "/")):
-        from huggingface_hub import snapshot_download  # comes with transformers; only for a hub name
-
-        folder = Path(snapshot_download(source, allow_patterns=["*.json", "*.safetensors", "tokenizer*"]))
+    folder = local_folder(source)
     if not folder.is_dir():
         raise HFError(f"{str(source)[:80]!r} is not a folder (or a hub name); pass a folder written by save_pretrained")
     return _read_folder(folder)
