@@ -122,3 +122,17 @@ def test_an_export_whose_config_is_not_one_is_refused(tmp_path, content):
     (tmp_path / "out" / "config.json").write_bytes(content)
     with pytest.raises(ValueError, match="export the model again"):
         from_pretrained(tmp_path / "out")
+
+
+def test_the_project_export_carries_the_pretrained_family_options(tmp_path):
+    """A Llama-layout model (RMSNorm, SwiGLU with its own width, grouped-query attention, no biases) goes out
+    and back through this project's own format with the same logits."""
+    from transformers_scratch import CausalLM, LMConfig, from_pretrained, save_pretrained
+
+    cfg = LMConfig(vocab_size=200, context=48, emb=32, heads=4, kv_heads=2, depth=2, positions="rope", norm="rms",
+                   activation="swiglu", bias=False, ff_hidden=40, rope_base=500.0)  # fmt: skip
+    model = CausalLM(cfg).eval()
+    save_pretrained(model, tmp_path / "out")
+    again = from_pretrained(tmp_path / "out")
+    ids = torch.randint(0, 200, (2, 12))
+    assert again.cfg == cfg and torch.equal(again(ids), model(ids))

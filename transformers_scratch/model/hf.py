@@ -254,9 +254,7 @@ def _source(source) -> tuple[dict, dict[str, tuple], callable]:
 
 def _lower_bound(cfg) -> int:
     """Parameters the config declares, at least: embeddings and each block's projections."""
-    kv = (cfg.kv_heads or cfg.heads) * (cfg.emb // cfg.heads)
-    ff = (3 if cfg.activation == "swiglu" else 2) * cfg.emb * cfg.hidden
-    return cfg.vocab_size * cfg.emb + cfg.depth * (2 * cfg.emb * cfg.emb + 2 * cfg.emb * kv + ff)
+    return cfg.vocab_size * cfg.emb + cfg.depth * cfg.block_parameters()
 
 
 def from_hf(source, num_classes: int | None = None, device: str | torch.device = "cpu") -> nn.Module:
