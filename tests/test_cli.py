@@ -600,7 +600,7 @@ def attribute_docs(cls) -> dict[str, str]:
     docs = {}
     for klass in reversed(cls.__mro__[:-1]):
         body = ast.parse(textwrap.dedent(inspect.getsource(klass))).body[0].body
-        for field, doc in zip(body, body[1:]):
+        for field, doc in zip(body, body[1:], strict=False):
             if isinstance(field, ast.AnnAssign) and isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant):
                 docs[field.target.id] = doc.value.value
     return docs

@@ -23,7 +23,9 @@ def redraw(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            gain = p.dim() == 1 and ("norm" in name.lower() or name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")))
+            gain = p.dim() == 1 and (
+                "norm" in name.lower() or name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight"))
+            )
             p.copy_((1.0 if gain else 0.0) + 0.2 * torch.randn(p.shape, generator=g))
     return model.eval()
 
@@ -48,8 +50,9 @@ def gpt2(**overrides):
 
 
 def llama(family: str = "llama", **overrides):
-    config_class, model_class = {"llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
-                                 "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM)}[family]  # fmt: skip
+    classes = {"llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+               "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM)}  # fmt: skip
+    config_class, model_class = classes[family]
     cfg = config_class(vocab_size=103, hidden_size=32, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,
                        num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-6, rope_theta=500.0,
                        tie_word_embeddings=False, **overrides)  # fmt: skip
@@ -115,12 +118,35 @@ def test_from_hf_takes_a_model_object():
 # ---- out: exports that transformers loads ------------------------------------------------------------
 EXPORTABLE = {
     "tutorial-default-gpt2": LMConfig(vocab_size=256, context=32, emb=32, heads=4, depth=2),
-    "first-run-gelu-tied": LMConfig(vocab_size=256, context=32, emb=32, heads=4, depth=2, activation="gelu",
-                                    tie_weights=True),  # fmt: skip
-    "llama-gqa": LMConfig(vocab_size=200, context=48, emb=32, heads=4, kv_heads=2, depth=2, positions="rope",
-                          norm="rms", activation="swiglu", bias=False, ff_hidden=40, rope_base=1000.0),  # fmt: skip
-    "qwen2": LMConfig(vocab_size=200, context=48, emb=32, heads=4, depth=2, positions="rope", norm="rms",
-                      activation="swiglu", bias=False, qkv_bias=True),  # fmt: skip
+    "first-run-gelu-tied": LMConfig(
+        vocab_size=256, context=32, emb=32, heads=4, depth=2, activation="gelu", tie_weights=True
+    ),  # fmt: skip
+    "llama-gqa": LMConfig(
+        vocab_size=200,
+        context=48,
+        emb=32,
+        heads=4,
+        kv_heads=2,
+        depth=2,
+        positions="rope",
+        norm="rms",
+        activation="swiglu",
+        bias=False,
+        ff_hidden=40,
+        rope_base=1000.0,
+    ),  # fmt: skip
+    "qwen2": LMConfig(
+        vocab_size=200,
+        context=48,
+        emb=32,
+        heads=4,
+        depth=2,
+        positions="rope",
+        norm="rms",
+        activation="swiglu",
+        bias=False,
+        qkv_bias=True,
+    ),  # fmt: skip
 }
 
 
@@ -278,7 +304,9 @@ def test_the_imdb_classifier_starts_from_a_bert_encoder_with_its_tokenizer(tmp_p
     tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tokenizer.normalizer, tokenizer.pre_tokenizer = normalizers.BertNormalizer(), pre_tokenizers.BertPreTokenizer()
     words = "great wonderful superb loved awful boring terrible hated the film was a movie and it"
-    tokenizer.train_from_iterator([words] * 10, trainers.WordPieceTrainer(vocab_size=120, special_tokens=["[PAD]", "[UNK]"]))
+    tokenizer.train_from_iterator(
+        [words] * 10, trainers.WordPieceTrainer(vocab_size=120, special_tokens=["[PAD]", "[UNK]"])
+    )
     tokenizer.save(str(folder / "tokenizer.json"))
     theirs = bert("BertModel")
     theirs.resize_token_embeddings(tokenizer.get_vocab_size())
@@ -287,7 +315,10 @@ def test_the_imdb_classifier_starts_from_a_bert_encoder_with_its_tokenizer(tmp_p
           "--data.tokenizer", str(folder), "--data.max_length", "32", "--data.val_size", "2", "--trainer.max_steps",
           "2", "--trainer.logger", "false", "--name", "bert_imdb"])  # fmt: skip
     checkpoint = torch.load("checkpoints/bert_imdb/last.ckpt", weights_only=True)
-    assert checkpoint["hyper_parameters"]["model"]["embed_norm"] and not checkpoint["hyper_parameters"]["model"]["pre_norm"]
+    assert (
+        checkpoint["hyper_parameters"]["model"]["embed_norm"]
+        and not checkpoint["hyper_parameters"]["model"]["pre_norm"]
+    )
     embeddings = checkpoint["state_dict"]["model.embed.tokens.weight"]
     assert embeddings.shape == (tokenizer.get_vocab_size(), 32)
     (tmp_path / "reviews.txt").write_text("a great film\nboring and awful\n")

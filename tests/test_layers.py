@@ -90,4 +90,6 @@ def test_one_module_touches_hugging_face():
             touching[path.relative_to(PACKAGE).as_posix()] = tree
     assert list(touching) == ["model/hf.py"]
     top = [n for n in touching["model/hf.py"].body if isinstance(n, (ast.Import, ast.ImportFrom))]
-    assert not [n for n in top if (getattr(n, "module", None) or n.names[0].name).startswith(("transformers", "huggingface"))]
+    assert not [
+        n for n in top if (getattr(n, "module", None) or n.names[0].name).startswith(("transformers", "huggingface"))
+    ]

@@ -562,8 +562,9 @@ def test_a_checkpoint_of_an_older_layout_loads_or_says_so(tmp_path, capsys):
     ({"emb": -16}, "has model settings this version refuses (model emb=-16 must be a positive integer)"),
 ])  # fmt: skip
 @pytest.mark.parametrize("command", ["fit", "test", "sample", "export"])
-def test_a_checkpoint_of_a_newer_layout_is_named_with_the_fix_by_every_command(capsys, text, tmp_path, change,
-                                                                               message, command):
+def test_a_checkpoint_of_a_newer_layout_is_named_with_the_fix_by_every_command(
+    capsys, text, tmp_path, change, message, command
+):
     """A setting this version lacks, a choice it does not offer or a size it refuses: one line that names the
     checkpoint and the way out, before anything is built or any folder made."""
     from dataclasses import asdict
@@ -571,8 +572,10 @@ def test_a_checkpoint_of_a_newer_layout_is_named_with_the_fix_by_every_command(c
     module = LitCharLM(TINY)
     module.hparams.model = {**asdict(TINY), **change}  # as a newer version would have written it
     ckpt = write_checkpoint(tmp_path / "new.ckpt", module, {"vocab_symbols": None})
-    args = {"sample": ["sample", "--ckpt_path", str(ckpt), "--prompt", "the "],
-            "export": ["export", "--ckpt_path", str(ckpt), "--out", str(tmp_path / "exported")]}.get(command)
+    args = {
+        "sample": ["sample", "--ckpt_path", str(ckpt), "--prompt", "the "],
+        "export": ["export", "--ckpt_path", str(ckpt), "--out", str(tmp_path / "exported")],
+    }.get(command)
     args = args or [command, "--config", TINY_LM, "--data.path", str(text), "--ckpt_path", str(ckpt), "--name", "n"]
     fails(capsys, *args, message=f"--ckpt_path {str(ckpt)!r} {message}; use the version of transformers-scratch "
           "that wrote it (or a newer one), or train it again with this one")  # fmt: skip

@@ -4,8 +4,8 @@ options and ``--help``. Each reads its checkpoint once, prints its output on std
 from __future__ import annotations
 
 import sys
-from typing import Literal
 from pathlib import Path
+from typing import Literal
 
 import torch
 

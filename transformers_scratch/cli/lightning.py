@@ -150,7 +150,9 @@ def sizes_help() -> str:
     )
 
 
-CONFIG_CLASSES = {c.__name__: c for c in (LMConfig, ClassifierConfig, MaskedLMConfig, EncoderDecoderConfig, OptimConfig)}
+CONFIG_CLASSES = {
+    c.__name__: c for c in (LMConfig, ClassifierConfig, MaskedLMConfig, EncoderDecoderConfig, OptimConfig)
+}
 
 
 def nested_help(argv: list[str]) -> str | None:

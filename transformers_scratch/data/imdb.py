@@ -249,7 +249,9 @@ class IMDbDataModule(ResumableData):
                     f"directory ({ACLIMDB_URL}), or leave it unset to use the Hugging Face dataset"
                 )
             source = f"{p}:{p.stat().st_size}:{p.stat().st_mtime_ns}"
-        words = self.vocab_words if self.tokenizer is None else hashlib.sha256(self._tokenizer().json.encode()).hexdigest()
+        words = (
+            self.vocab_words if self.tokenizer is None else hashlib.sha256(self._tokenizer().json.encode()).hexdigest()
+        )
         key = f"{source}|{words}|{self.val_size}|{self.seed}|{TOKENIZER_VERSION}"
         return self.data_dir / f"imdb-{hashlib.sha256(key.encode()).hexdigest()[:12]}.pt"
 

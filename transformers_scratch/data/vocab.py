@@ -8,7 +8,6 @@ back through :func:`checkpoint_vocab`, which finds it by its content, whatever t
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 
 import torch
 from torch import Tensor

@@ -25,8 +25,8 @@ from .blocks import Embedding, FeedForward, Stack, TransformerBlock
 from .cache import KVCache
 from .config import ClassifierConfig, EncoderDecoderConfig, LMConfig, MaskedLMConfig, TransformerConfig
 from .generation import nucleus, sample_next
-from .models import CausalLM, EncoderDecoder, MaskedLM, SequenceClassifier, count_parameters
 from .hf import from_hf, save_hf
+from .models import CausalLM, EncoderDecoder, MaskedLM, SequenceClassifier, count_parameters
 from .positions import LearnedPositions, SinusoidalPositions
 from .pretrained import from_pretrained, save_pretrained
 

@@ -7,11 +7,11 @@ built here, and the modules written back in the layout ``transformers`` loads.
 
 What maps where (``model.*`` here on the right):
 
-| family (``model_type``) | loaded as | its layout, in this project's options |
-|---|---|---|
-| ``gpt2`` | :class:`CausalLM` | pre-norm LayerNorm, learned positions, qkv and other biases, ``gelu_tanh``, tied |
-| ``bert`` | :class:`MaskedLM`, or with ``num_classes`` the :class:`SequenceClassifier`'s encoder | post-norm, ``embed_norm``, ``token_types``, ``head_transform`` |
-| ``llama``, ``qwen2`` | :class:`CausalLM` | RMSNorm, ``rope`` with its base, ``swiglu``, ``kv_heads``, no biases (Qwen2: qkv biases) |
+- ``gpt2`` -> :class:`CausalLM`: pre-norm LayerNorm, learned positions, qkv and other biases, ``gelu_tanh``, tied;
+- ``bert`` -> :class:`MaskedLM`, or with ``num_classes`` the :class:`SequenceClassifier`'s encoder: post-norm,
+  ``embed_norm``, ``token_types``, ``head_transform``;
+- ``llama``, ``qwen2`` -> :class:`CausalLM`: RMSNorm, ``rope`` with its base, ``swiglu``, ``kv_heads``, no biases
+  (Qwen2: qkv biases).
 
 Only safetensors are read: a folder with pickled weights alone (``pytorch_model.bin``) is refused. A folder is
 untrusted input: its config's sizes are checked against the weights' headers before anything is allocated,
@@ -103,7 +103,9 @@ def config_from_hf(hf: dict, num_classes: int | None = None):
         if family == "llama":
             attention, mlp = bool(hf.get("attention_bias", False)), bool(hf.get("mlp_bias", False))
             if attention != mlp:  # here one switch serves the output projection and the feed-forward
-                raise HFError(f"config.json's attention_bias={attention} and mlp_bias={mlp} differ; they map only together")
+                raise HFError(
+                    f"config.json's attention_bias={attention} and mlp_bias={mlp} differ; they map only together"
+                )
             qkv_bias, bias = attention, attention
         else:
             if hf.get("use_sliding_window"):
@@ -128,9 +130,13 @@ def _gpt2_names(cfg) -> list[tuple[str, list[str], bool]]:
         names.append(("head.weight", ["lm_head.weight"], False))
     for i in range(cfg.depth):
         ours, theirs = f"stack.blocks.{i}.", f"h.{i}."
-        for a, b, conv in (("norm1", "ln_1", False), ("attn.qkv", "attn.c_attn", True), ("attn.out", "attn.c_proj", True),
-                           ("norm2", "ln_2", False), ("ff.0", "mlp.c_fc", True), ("ff.2", "mlp.c_proj", True)):  # fmt: skip
-            names += [(f"{ours}{a}.weight", [f"{theirs}{b}.weight"], conv), (f"{ours}{a}.bias", [f"{theirs}{b}.bias"], False)]
+        pairs = [("norm1", "ln_1", False), ("attn.qkv", "attn.c_attn", True), ("attn.out", "attn.c_proj", True),
+                 ("norm2", "ln_2", False), ("ff.0", "mlp.c_fc", True), ("ff.2", "mlp.c_proj", True)]  # fmt: skip
+        for a, b, conv in pairs:
+            names += [
+                (f"{ours}{a}.weight", [f"{theirs}{b}.weight"], conv),
+                (f"{ours}{a}.bias", [f"{theirs}{b}.bias"], False),
+            ]
     return names
 
 
@@ -139,14 +145,16 @@ def _bert_names(cfg, prefix: str) -> list[tuple[str, list[str], bool]]:
     names = [("embed.tokens.weight", [f"{e}word_embeddings.weight"], False),
              ("embed.positions.table.weight", [f"{e}position_embeddings.weight"], False),
              ("embed.types.weight", [f"{e}token_type_embeddings.weight"], False),
-             ("embed.norm.weight", [f"{e}LayerNorm.weight"], False), ("embed.norm.bias", [f"{e}LayerNorm.bias"], False)]  # fmt: skip
+             ("embed.norm.weight", [f"{e}LayerNorm.weight"], False),
+             ("embed.norm.bias", [f"{e}LayerNorm.bias"], False)]  # fmt: skip
     for i in range(cfg.depth):
         ours, theirs = f"stack.blocks.{i}.", f"{prefix}encoder.layer.{i}."
         qkv = [f"{theirs}attention.self.{p}" for p in ("query", "key", "value")]
         names += [(f"{ours}attn.qkv.weight", [f"{n}.weight" for n in qkv], False),
                   (f"{ours}attn.qkv.bias", [f"{n}.bias" for n in qkv], False)]  # fmt: skip
-        for a, b in (("attn.out", "attention.output.dense"), ("norm1", "attention.output.LayerNorm"),
-                     ("ff.0", "intermediate.dense"), ("ff.2", "output.dense"), ("norm2", "output.LayerNorm")):  # fmt: skip
+        pairs = [("attn.out", "attention.output.dense"), ("norm1", "attention.output.LayerNorm"),
+                 ("ff.0", "intermediate.dense"), ("ff.2", "output.dense"), ("norm2", "output.LayerNorm")]  # fmt: skip
+        for a, b in pairs:
             names += [(f"{ours}{a}.{w}", [f"{theirs}{b}.{w}"], False) for w in ("weight", "bias")]
     if isinstance(cfg, MaskedLMConfig):
         t = "cls.predictions.transform."
@@ -156,7 +164,10 @@ def _bert_names(cfg, prefix: str) -> list[tuple[str, list[str], bool]]:
 
 
 def _llama_names(cfg) -> list[tuple[str, list[str], bool]]:
-    names = [("embed.tokens.weight", ["model.embed_tokens.weight"], False), ("stack.norm.weight", ["model.norm.weight"], False)]
+    names = [
+        ("embed.tokens.weight", ["model.embed_tokens.weight"], False),
+        ("stack.norm.weight", ["model.norm.weight"], False),
+    ]
     if not cfg.tie_weights:
         names.append(("head.weight", ["lm_head.weight"], False))
     for i in range(cfg.depth):
@@ -170,7 +181,10 @@ def _llama_names(cfg) -> list[tuple[str, list[str], bool]]:
         linears = [("attn.out", "self_attn.o_proj"), ("ff.gate", "mlp.gate_proj"), ("ff.up", "mlp.up_proj"),
                    ("ff.down", "mlp.down_proj")]  # fmt: skip
         for a, b in linears:
-            names += [(f"{ours}{a}.{w}", [f"{theirs}{b}.{w}"], False) for w in (("weight", "bias") if cfg.bias else ("weight",))]
+            names += [
+                (f"{ours}{a}.{w}", [f"{theirs}{b}.{w}"], False)
+                for w in (("weight", "bias") if cfg.bias else ("weight",))
+            ]
     return names
 
 
@@ -197,8 +211,10 @@ def _weight_files(folder: Path) -> list[Path]:
     if not files:
         pickled = [p.name for p in folder.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".ckpt")]
         if pickled:
-            raise HFError(f"{str(folder)!r} holds pickled weights only ({', '.join(pickled[:3])}), which this project "
-                          "never unpickles; save the model with safe_serialization (the default) to get .safetensors")  # fmt: skip
+            raise HFError(
+                f"{str(folder)!r} holds pickled weights only ({', '.join(pickled[:3])}), which this project never "
+                "unpickles; save the model with safe_serialization (the default) to get .safetensors"
+            )
         raise HFError(f"{str(folder)!r} holds no *.safetensors weights; pass a folder written by save_pretrained")
     return files
 
@@ -294,7 +310,9 @@ def from_hf(source, num_classes: int | None = None, device: str | torch.device =
         shape = (sum(p[0] for p in parts), *parts[0][1:]) if len(parts) > 1 else parts[0]
         shape = tuple(reversed(shape)) if conv else shape
         if torch.Size(shape) != expected[ours].shape:
-            raise HFError(f"{group[0]} has shape {list(parts[0])}, and config.json's sizes give {list(expected[ours].shape)}")
+            raise HFError(
+                f"{group[0]} has shape {list(parts[0])}, and config.json's sizes give {list(expected[ours].shape)}"
+            )
         tensors = [read(original[name]) for name in group]
         joined = torch.cat(tensors) if len(tensors) > 1 else tensors[0]
         state[ours] = (joined.t() if conv else joined).to(torch.float32).contiguous()
@@ -327,7 +345,9 @@ def hf_family(model: nn.Module) -> tuple[str, dict]:
     common = {"vocab_size": cfg.vocab_size, "torch_dtype": "float32"}
     if isinstance(model, CausalLM) and cfg.positions == "learned":
         if not cfg.pre_norm or cfg.norm != "layer" or cfg.activation == "swiglu" or cfg.embed_norm or cfg.token_types:
-            refuse("pre_norm false, norm rms, swiglu, embed_norm or token_types", "GPT-2 (pre-norm LayerNorm, plain MLP)")
+            refuse(
+                "pre_norm false, norm rms, swiglu, embed_norm or token_types", "GPT-2 (pre-norm LayerNorm, plain MLP)"
+            )
         return "gpt2", {
             **common, "model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_positions": cfg.context,
             "n_embd": cfg.emb, "n_head": cfg.heads, "n_layer": cfg.depth, "n_inner": cfg.hidden,

@@ -100,8 +100,25 @@ class MaskedLM(nn.Module):
         return self.head(x if self.transform is None else self.transform(x))  # (b, t, v) or (n, v)
 
 
-ENCODER_SIZES = ("context", "emb", "heads", "depth", "ff_mult", "activation", "pre_norm", "positions", "ff_hidden",
-                 "kv_heads", "qkv_bias", "bias", "norm", "norm_eps", "rope_base", "embed_norm", "token_types")
+ENCODER_SIZES = (
+    "context",
+    "emb",
+    "heads",
+    "depth",
+    "ff_mult",
+    "activation",
+    "pre_norm",
+    "positions",
+    "ff_hidden",
+    "kv_heads",
+    "qkv_bias",
+    "bias",
+    "norm",
+    "norm_eps",
+    "rope_base",
+    "embed_norm",
+    "token_types",
+)
 """What a pretrained encoder and the classifier it starts must share (besides the vocabulary)."""
 
 
