@@ -254,3 +254,29 @@ def test_end_to_end_reports_every_field_for_fit_and_nanogpt(tmp_path):
     assert fit["sample_s"] > 0 and fit["val_s"] > 0  # two validations with samples, and the final full one
     assert 0.6 <= nano["val_s"] < 2.0  # two evaluations of 0.3 s each
     assert "fit / nanoGPT train.py wall time" in "\n".join(format_end_to_end(report))
+
+
+@pytest.mark.slow
+def test_a_speedrun_ends_within_its_budget_reports_every_field_and_never_trains_on_the_held_out_bytes(tmp_path):
+    """A tiny budget: the run, start-up and saving included, ends within it plus 2 s (the time from the
+    deadline check to the process's exit); and the held-out bytes it is scored on lie past every training window."""
+    from transformers_scratch.data import TextDataModule
+    from transformers_scratch.data.text import split_bounds
+    from transformers_scratch.experiments.endtoend import speedrun
+
+    text = tmp_path / "text.txt"
+    text.write_text("the cat sat on a mat while one dog ran far away to see its friend. " * 1500)
+    budget = 25.0
+    report = speedrun(str(text), budget, None, seeds=1, threads=None, workdir=str(tmp_path / "work"))
+    (row,) = report["runs"]
+    assert "error" not in row, row.get("error")
+    assert row["wall_s"] <= budget + 2.0 and row["within_budget"] in (True, False)
+    for field in ("wall_s", "startup_s", "steps", "tokens", "heldout_nats", "load"):
+        assert isinstance(row[field], (int, float)) and row[field] > 0, field
+    size = len(text.read_bytes())
+    bounds = split_bounds(size)
+    assert bounds["train"][1] <= bounds["test"][0] and bounds["test"] == (bounds["test"][0], size)
+    assert bounds["test"][0] >= int(0.95 * size) - 1  # the last 5 %: training windows end before it
+    module = TextDataModule(str(text), context=64, vocab="file")
+    module.setup()
+    assert len(module.splits["train"]) == bounds["train"][1] - bounds["train"][0]

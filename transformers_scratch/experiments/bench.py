@@ -270,6 +270,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=int, default=2000, help="end to end: training steps of each run")
     p.add_argument("--threads", type=int, help="end to end: OMP_NUM_THREADS of the runs (default: PyTorch's)")
     p.add_argument("--fit-args", default="", help="end to end: more arguments for fit, as one string")
+    p.add_argument("--speedrun", action="store_true", help="the best model in --budget seconds (configs/speedrun_cpu)")
+    p.add_argument("--budget", type=float, default=300.0, help="speedrun: wall seconds per run, counted from launch")
+    p.add_argument("--seeds", type=int, default=2, help="speedrun: runs of each, alternating")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--job", help=argparse.SUPPRESS)
     return p
@@ -279,6 +282,16 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if args.job:  # a child process: one measurement
         print(json.dumps(run_job(json.loads(args.job))))
+        return
+    if args.speedrun:
+        from .endtoend import speedrun
+
+        if not args.data_path:
+            raise SystemExit("error: --speedrun needs --data.path, the text to train on and score")
+        report = speedrun(args.data_path, args.budget, args.nanogpt_train, args.seeds, args.threads,
+                          args.fit_args.split())  # fmt: skip
+        report.update(hardware=f"CPU, {os.cpu_count()} cores", torch=torch.__version__, date=time.strftime("%Y-%m-%d"))
+        print(json.dumps(report, indent=2))
         return
     if args.end_to_end:
         from .endtoend import end_to_end, format_end_to_end

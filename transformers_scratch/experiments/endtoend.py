@@ -200,3 +200,91 @@ def format_end_to_end(report: dict) -> list[str]:
         lines.append(f"fit / nanoGPT train.py wall time: {sum(ours) / len(ours) / (sum(theirs) / len(theirs)):.3f} "
                      f"(means of {len(ours)} and {len(theirs)} runs)")  # fmt: skip
     return lines
+
+
+# ---- the speedrun: the best model in a wall-clock budget -------------------------------------------------
+SPEEDRUN = "configs/speedrun_cpu.yaml"
+DEADLINE = "transformers_scratch.training.callbacks.Deadline"
+
+
+def speedrun_fit(data: str, budget: float, seed: int, work: Path, threads: int | None, extra: list[str]) -> dict:
+    """``fit`` on the speedrun recipe, which must be over ``budget`` seconds after its launch (the Deadline
+    callback reads the moment from ``TS_DEADLINE``)."""
+    name = f"speedrun-{seed}-{time.strftime('%H%M%S')}"
+    cmd = [sys.executable, str(ROOT / "cli.py"), "fit", "--config", str(ROOT / SPEEDRUN), "--data.path",
+           str(Path(data).resolve()), "--name", name, "--seed_everything", str(seed),
+           f"--trainer.callbacks+={DEADLINE}", *extra]  # fmt: skip
+    env = child_env(threads)
+    load = os.getloadavg()[0]
+    env["TS_DEADLINE"] = repr(time.time() + budget)
+    run = Run(cmd, work, env)
+    ckpt = work / "checkpoints" / name / "last.ckpt"
+    if run.code or not ckpt.is_file():
+        return {"run": "fit", "error": run.error()}
+    saved = torch.load(ckpt, map_location="cpu", weights_only=True)
+    data_args = saved.get("datamodule_hyper_parameters") or {}
+    phases = sorted((work / "logs" / name).glob("version_*/phases.json"))
+    startup = json.loads(phases[-1].read_text())["first_batch"] - run.launch if phases else float("nan")
+    steps = saved["global_step"]
+    tokens = steps * data_args.get("batch_size", 12) * data_args.get("context", 64)
+    return {"run": "fit", "seed": seed, "wall_s": run.wall, "startup_s": startup, "steps": steps, "tokens": tokens,
+            "load": load, "ckpt": str(ckpt)}  # fmt: skip
+
+
+def speedrun_nanogpt(copy: Path, budget: float, seed: int, threads: int | None, pace: dict) -> dict:
+    """nanoGPT's CPU recipe with ``max_iters`` chosen to end inside the budget: its start-up and seconds per
+    iteration measured once by a short run (``pace``), then max_iters = (budget - start-up - 2 evaluations -
+    2 s for the save) / seconds per iteration, with its cosine over the same iterations."""
+    iters = int((budget - pace["startup_s"] - 2 * pace["eval_s"] - 2.0) / pace["iter_s"])
+    out = f"out-speedrun-{seed}-{time.strftime('%H%M%S')}"
+    flags = [
+        f"--max_iters={iters}",
+        f"--lr_decay_iters={iters}",
+        f"--eval_interval={iters}",
+        f"--out_dir={out}",
+        "--always_save_checkpoint=True",
+    ]  # fmt: skip  (train.py seeds itself with 1337: no seed flag)
+    load = os.getloadavg()[0]
+    run = Run([sys.executable, "train.py", *NANOGPT_FLAGS, *flags], copy, child_env(threads))
+    if run.code:
+        return {"run": "nanoGPT train.py", "error": run.error()}
+    startup = next(t for t, line in run.lines if line.startswith("using fused AdamW"))
+    return {"run": "nanoGPT train.py", "seed": seed, "wall_s": run.wall, "startup_s": startup, "steps": iters,
+            "tokens": iters * 12 * 64, "load": load, "ckpt": str(copy / out / "ckpt.pt")}  # fmt: skip
+
+
+def nanogpt_pace(copy: Path, threads: int | None, iters: int = 60) -> dict:
+    """nanoGPT's start-up, seconds per iteration and seconds per evaluation, from one short run."""
+    run = Run([sys.executable, "train.py", *NANOGPT_FLAGS, f"--max_iters={iters}", f"--eval_interval={iters}",
+               "--out_dir=out-pace", "--always_save_checkpoint=False"], copy, child_env(threads))  # fmt: skip
+    if run.code:
+        raise RuntimeError(f"nanoGPT's train.py failed: {run.error()}")
+    startup = next(t for t, line in run.lines if line.startswith("using fused AdamW"))
+    evals = [t for t, line in run.lines if line.startswith("step ")]
+    iters_at = [t for t, line in run.lines if line.startswith("iter ")]
+    first_eval = evals[0] - startup
+    return {"startup_s": startup, "eval_s": first_eval, "iter_s": (iters_at[-1] - iters_at[1]) / (len(iters_at) - 2)}
+
+
+def speedrun(data: str, budget: float, train_py: str | None, seeds: int, threads: int | None,
+             extra: list[str] | None = None, workdir: str | None = None) -> dict:  # fmt: skip
+    """The recipe and, given nanoGPT's train.py, nanoGPT's CPU recipe, alternating, ``seeds`` runs of each, every
+    run scored on the same held-out bytes (the last 5 % of the file, which no run trains on)."""
+    if not Path(data).is_file():
+        raise FileNotFoundError(f"--data.path {data!r} does not exist; pass a text file")
+    work = Path(workdir or tempfile.mkdtemp(prefix="speedrun-"))
+    work.mkdir(parents=True, exist_ok=True)
+    copy = nanogpt_copy(train_py, data, work) if train_py else None
+    pace = nanogpt_pace(copy, threads) if copy else None
+    rows = []
+    for seed in range(seeds):
+        for kind in ("fit", "nanogpt") if copy else ("fit",):
+            print(f"  seed {seed}: {kind} ...", file=sys.stderr, flush=True)
+            row = (speedrun_fit(data, budget, seed, work, threads, extra or []) if kind == "fit"
+                   else speedrun_nanogpt(copy, budget, seed, threads, pace))  # fmt: skip
+            if "error" not in row:
+                nats = heldout(row, data, copy / "model.py" if kind == "nanogpt" else None)
+                row.update(heldout_nats=nats, within_budget=row["wall_s"] <= budget)
+            rows.append(row)
+    return {"budget_s": budget, "nanogpt_pace": pace, "threads": threads or torch.get_num_threads(),
+            "work": str(work), "runs": rows}  # fmt: skip

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import signal
 import sys
@@ -75,6 +76,57 @@ class SafeCheckpointIO(CheckpointIO):
 
 class Interrupted(SystemExit):
     """A fit stopped by a signal after saving its state; the process exits with 128 + the signal's number."""
+
+
+class Deadline(Callback):
+    """A fit that must be over by a moment on the wall clock (a speedrun's budget, counted from the launch of
+    the process by whoever launched it). After ``calibrate_steps`` steps it fits the learning-rate schedule
+    to the steps the time left allows, so that the decay ends when the budget does; and it stops training
+    when one more step and the closing save (``reserve_s``) would pass the deadline.
+
+    Args:
+        at: ``time.time()`` by which fit must have ended; None: the environment's ``TS_DEADLINE``.
+        reserve_s: Seconds kept for writing the last checkpoint and exiting.
+        calibrate_steps: Steps timed before the schedule is fitted (the first ones, compile and warm-up, are
+            left out of the rate).
+    """
+
+    def __init__(self, at: float | None = None, reserve_s: float = 3.0, calibrate_steps: int = 30) -> None:
+        self.at, self.reserve_s, self.calibrate_steps = at, reserve_s, calibrate_steps
+        self.stamps: list[float] = []
+        self.fitted_steps: int | None = None
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        if self.at is None:
+            if not os.environ.get("TS_DEADLINE"):
+                raise ValueError("Deadline needs a moment: its `at` setting, or TS_DEADLINE in the environment")
+            self.at = float(os.environ["TS_DEADLINE"])
+        self.stamps = [time.time()]
+
+    def step_seconds(self) -> float:
+        recent = self.stamps[-self.calibrate_steps // 2 :]  # the later half: past warm-up
+        return (recent[-1] - recent[0]) / max(1, len(recent) - 1)
+
+    def on_train_batch_end(self, trainer, pl_module, *args) -> None:
+        now = time.time()
+        self.stamps.append(now)
+        step_s = self.step_seconds()
+        if self.fitted_steps is None and len(self.stamps) > self.calibrate_steps:
+            left = int((self.at - self.reserve_s - now) / step_s)
+            self.fitted_steps = min(trainer.max_steps, trainer.global_step + max(left, 0))
+            self.fit_schedule(trainer, pl_module, self.fitted_steps)
+        if now + step_s + self.reserve_s >= self.at or trainer.global_step >= (self.fitted_steps or math.inf):
+            trainer.should_stop = True
+
+    @staticmethod
+    def fit_schedule(trainer, pl_module, total: int) -> None:
+        """The schedule's length set to ``total`` steps (its lambda is rebuilt over the same settings)."""
+        from .optim import lr_factor
+
+        for config in trainer.lr_scheduler_configs:
+            config.scheduler.lr_lambdas = [
+                lambda step, n=total: lr_factor(step, pl_module.optim, n) for _ in config.scheduler.lr_lambdas
+            ]
 
 
 class StopOnSignal(Callback):
