@@ -30,9 +30,9 @@ from torch import nn
 
 from .config import ClassifierConfig, LMConfig, MaskedLMConfig
 from .models import CausalLM, MaskedLM, SequenceClassifier
+from .pretrained import read_json
 
 GELUS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
-MAX_CONFIG_BYTES = 1_000_000
 
 
 class HFError(ValueError):
@@ -226,14 +226,7 @@ def _read_folder(folder: Path) -> tuple[dict, dict[str, tuple], callable]:
     path = folder / "config.json"
     if not path.is_file():
         raise HFError(f"{str(folder)!r} holds no config.json; pass a folder written by save_pretrained")
-    if path.stat().st_size > MAX_CONFIG_BYTES:
-        raise HFError(f"{str(path)!r} holds {path.stat().st_size:,} bytes, more than a config ({MAX_CONFIG_BYTES:,})")
-    try:
-        hf = json.loads(path.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise HFError(f"{str(path)!r} is not JSON ({type(e).__name__})") from None
-    if not isinstance(hf, dict):
-        raise HFError(f"{str(path)!r} holds no config")
+    hf = read_json(path, "pass a folder written by save_pretrained", HFError)
     shapes, handles = {}, {}
     for file in _weight_files(folder):
         try:

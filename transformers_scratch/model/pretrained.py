@@ -62,18 +62,27 @@ MAX_CONFIG_BYTES = 1_000_000  # config.json with a vocabulary of words is well u
 MAX_CONTEXT = 2**20  # positions: a sinusoidal table is computed for the whole context
 
 
+def read_json(path: Path, fix: str, error: type[ValueError] = ValueError) -> dict:
+    """A JSON object from an untrusted file (an export's or a Hugging Face folder's config.json): at most
+    :data:`MAX_CONFIG_BYTES`, UTF-8, an object; anything else is refused with ``error``, ending in ``fix``."""
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise error(f"{str(path)!r} holds {path.stat().st_size:,} bytes, more than {MAX_CONFIG_BYTES:,}; {fix}")
+    try:
+        value = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise error(f"{str(path)!r} is not JSON ({type(e).__name__}); {fix}") from None
+    if not isinstance(value, dict):
+        raise error(f"{str(path)!r} holds no model config; {fix}")
+    return value
+
+
 def read_config(folder: str | os.PathLike) -> dict:
     """config.json of an exported folder, checked: an export is untrusted input, like a checkpoint."""
     path = Path(folder) / CONFIG
     if not path.is_file():
         raise FileNotFoundError(f"{str(folder)!r} holds no {CONFIG}; pass a folder written by `cli.py export`")
-    if path.stat().st_size > MAX_CONFIG_BYTES:
-        raise ValueError(f"{str(path)!r} holds {path.stat().st_size:,} bytes, more than {MAX_CONFIG_BYTES:,}")
-    try:
-        config = json.loads(path.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{str(path)!r} is not JSON ({type(e).__name__}); export the model again") from None
-    if not isinstance(config, dict) or not isinstance(config.get("config"), dict):
+    config = read_json(path, "export the model again")
+    if not isinstance(config.get("config"), dict):
         raise ValueError(f"{str(path)!r} holds no model config; export the model again")
     if (
         not isinstance(config.get("format", FORMAT), int)
