@@ -218,15 +218,16 @@ def speedrun_fit(data: str, budget: float, seed: int, work: Path, threads: int |
     load = os.getloadavg()[0]
     env["TS_DEADLINE"] = repr(time.time() + budget)
     run = Run(cmd, work, env)
-    ckpt = work / "checkpoints" / name / "last.ckpt"
-    if run.code or not ckpt.is_file():
+    ckpt, logs = work / "checkpoints" / name / "last.ckpt", sorted((work / "logs" / name).glob("version_*"))
+    if run.code or not ckpt.is_file() or not logs:
         return {"run": "fit", "error": run.error()}
-    saved = torch.load(ckpt, map_location="cpu", weights_only=True)
-    data_args = saved.get("datamodule_hyper_parameters") or {}
-    phases = sorted((work / "logs" / name).glob("version_*/phases.json"))
-    startup = json.loads(phases[-1].read_text())["first_batch"] - run.launch if phases else float("nan")
-    steps = saved["global_step"]
-    tokens = steps * data_args.get("batch_size", 12) * data_args.get("context", 64)
+    import yaml  # jsonargparse's YAML library
+
+    log = logs[-1]  # phases.json and the run's whole config.yaml
+    data_args = yaml.safe_load((log / "config.yaml").read_text())["data"]["init_args"]
+    startup = json.loads((log / "phases.json").read_text())["first_batch"] - run.launch
+    steps = torch.load(ckpt, map_location="cpu", weights_only=True)["global_step"]
+    tokens = steps * data_args["batch_size"] * data_args["context"]
     return {"run": "fit", "seed": seed, "wall_s": run.wall, "startup_s": startup, "steps": steps, "tokens": tokens,
             "load": load, "ckpt": str(ckpt)}  # fmt: skip
 
@@ -250,7 +251,13 @@ def speedrun_nanogpt(copy: Path, budget: float, seed: int, threads: int | None, 
         return {"run": "nanoGPT train.py", "error": run.error()}
     startup = next(t for t, line in run.lines if line.startswith("using fused AdamW"))
     return {"run": "nanoGPT train.py", "seed": seed, "wall_s": run.wall, "startup_s": startup, "steps": iters,
-            "tokens": iters * 12 * 64, "load": load, "ckpt": str(copy / out / "ckpt.pt")}  # fmt: skip
+            "tokens": iters * _flag("batch_size") * _flag("block_size"), "load": load,
+            "ckpt": str(copy / out / "ckpt.pt")}  # fmt: skip
+
+
+def _flag(name: str) -> int:
+    """A number of :data:`NANOGPT_FLAGS`."""
+    return int(next(f for f in NANOGPT_FLAGS if f.startswith(f"--{name}=")).split("=")[1])
 
 
 def nanogpt_pace(copy: Path, threads: int | None, iters: int = 60) -> dict:
