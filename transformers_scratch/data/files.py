@@ -72,6 +72,14 @@ def read_bytes(path: str | os.PathLike) -> bytes:
         raise DataError(f"data.path {str(path)!r} cannot be read ({e.strerror}); check its permissions") from e
 
 
+LONGEST = 120  # characters of one value quoted in a message: a longer one shows its start and its length
+
+
+def shortened(value: str) -> str:
+    """A value as a message quotes it: whole up to :data:`LONGEST` characters, else its first 60 and its length."""
+    return value if len(value) <= LONGEST else f"{value[:60]}... ({len(value):,} characters)"
+
+
 def download(url: str, dest: Path, what: str, manual_hint: str, sha256: str | None = None) -> Path:
     """Fetch url to dest atomically: a broken transfer, or one whose SHA-256 is not ``sha256``, never leaves a
     file at dest, and partial files that a killed download left are removed first. A folder made for it and
@@ -80,7 +88,7 @@ def download(url: str, dest: Path, what: str, manual_hint: str, sha256: str | No
     dest.parent.mkdir(parents=True, exist_ok=True)
     for stale in dest.parent.glob(f".{dest.name}.*.part"):
         stale.unlink(missing_ok=True)
-    shown_url = url if len(url) <= 120 else f"{url[:60]}... ({len(url):,} characters)"
+    shown_url = shortened(url)
     print(f"downloading {what} from {shown_url} to {dest}", file=sys.stderr, flush=True)  # stdout: output only
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
     digest = hashlib.sha256()

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from lightning.pytorch.utilities import rank_zero_only
 
+from ..data.files import LONGEST, shortened
+
 SILENCED = [
     # The run-folder lock (training/checkpoints.py) already refuses a fresh fit over another run's checkpoints;
     # the folder is never empty here, since the lock file lives in it.
@@ -40,20 +42,17 @@ def shown(path) -> str:
         return str(path)
 
 
-LONGEST = 120  # characters of one value quoted in a message: a long one shows its start and its length
-
-
 def clipped(message: str) -> str:
-    """A message whose every value fits a line: a run of more than :data:`LONGEST` non-blank characters (a
-    50 MB ``--name``, a path of 5,000) keeps its start and says how long it was."""
-    return re.sub(rf"\S{{{LONGEST + 1},}}", lambda m: f"{m[0][:60]}... ({len(m[0]):,} characters)", message)
+    """A message whose every value fits a line: each run of non-blank characters (a 50 MB ``--name``, a path
+    of 5,000) :func:`~..data.files.shortened`."""
+    return re.sub(rf"\S{{{LONGEST + 1},}}", lambda m: shortened(m[0]), message)
 
 
 def error_line(e: BaseException) -> str:
     """The one line that a refused input gets."""
     if isinstance(e, OSError) and e.errno == errno.ENAMETOOLONG:
         name = str(e.filename or "")
-        return (f"the path {name[:60]!r}... ({len(name):,} characters) is longer than this system allows "
+        return (f"the path {shortened(name)!r} is longer than this system allows "
                 f"(255 bytes a name, {os.pathconf('/', 'PC_PATH_MAX'):,} a path); pass a shorter path")  # fmt: skip
     return str(e)
 
