@@ -198,6 +198,8 @@ steps, every = int(flags["max_iters"]), int(flags["eval_interval"])
 meta = pickle.load(open("data/shakespeare_char/meta.pkl", "rb"))
 args = dict(block_size=int(flags["block_size"]), vocab_size=meta["vocab_size"], n_layer=int(flags["n_layer"]),
             n_head=int(flags["n_head"]), n_embd=int(flags["n_embd"]))
+seed_offset = 0
+torch.manual_seed(1337 + seed_offset)
 model = GPT(GPTConfig(**args))
 print("using fused AdamW: False")
 for i in range(steps + 1):
@@ -258,21 +260,39 @@ def test_end_to_end_reports_every_field_for_fit_and_nanogpt(tmp_path):
 
 @pytest.mark.slow
 def test_a_speedrun_ends_within_its_budget_reports_every_field_and_never_trains_on_the_held_out_bytes(tmp_path):
-    """A tiny budget: the run, start-up and saving included, ends within it plus 2 s (the time from the
-    deadline check to the process's exit); and the held-out bytes it is scored on lie past every training window."""
+    """A tiny budget, 2 seeds, fit alternating with a stand-in nanoGPT: every run, start-up and saving included,
+    ends within the budget plus 2 s (the time from the deadline check to the process's exit); every field is
+    there; each nanoGPT run gets its seed; and the held-out bytes lie past every training window."""
     from transformers_scratch.data import TextDataModule
     from transformers_scratch.data.text import split_bounds
     from transformers_scratch.experiments.endtoend import speedrun
 
+    checkout = tmp_path / "nanoGPT"
+    for name, code in {"train.py": STAND_IN_TRAIN_PY, "model.py": STAND_IN_WRAPPING_OURS, "configurator.py": "",
+                       "config/train_shakespeare_char.py": "", "data/shakespeare_char/prepare.py": STAND_IN_PREPARE_PY
+                       }.items():  # fmt: skip
+        (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+        (checkout / name).write_text(code)
     text = tmp_path / "text.txt"
     text.write_text("the cat sat on a mat while one dog ran far away to see its friend. " * 1500)
-    budget = 25.0
-    report = speedrun(str(text), budget, None, seeds=1, threads=None, workdir=str(tmp_path / "work"))
-    (row,) = report["runs"]
-    assert "error" not in row, row.get("error")
-    assert row["wall_s"] <= budget + 2.0 and row["within_budget"] in (True, False)
-    for field in ("wall_s", "startup_s", "steps", "tokens", "heldout_nats", "load"):
-        assert isinstance(row[field], (int, float)) and row[field] > 0, field
+    budget = 20.0
+    report = speedrun(str(text), budget, str(checkout / "train.py"), seeds=2, threads=None,
+                      workdir=str(tmp_path / "work"))  # fmt: skip
+    assert [(r["run"], r.get("seed")) for r in report["runs"]] == [
+        ("fit", 0), ("nanoGPT train.py", 0), ("fit", 1), ("nanoGPT train.py", 1)]  # fmt: skip
+    for row in report["runs"]:
+        assert "error" not in row, row.get("error")
+        assert row["wall_s"] <= budget + 2.0 and row["within_budget"] in (True, False), row
+        for field in ("wall_s", "startup_s", "steps", "tokens", "context", "heldout_nats", "load"):
+            assert isinstance(row[field], (int, float)) and row[field] > 0, (field, row)
+        assert row["tokens"] == row["steps"] * 12 * row["context"]  # both recipes: batches of 12
+    assert set(report["nanogpt_pace"]) == {"startup_s", "iter_s", "other_s"}
+    nano = [r for r in report["runs"] if r["run"] != "fit"]
+    assert nano[0]["heldout_nats"] != nano[1]["heldout_nats"]  # the stand-in's weights follow its seed
+    assert nano[0]["wall_s"] >= 0.7 * budget  # its max_iters fills the budget
+    seeded = (tmp_path / "work" / "nanoGPT" / "train.py").read_text()
+    assert "int(os.environ.get('NANOGPT_SEED', '0'))" in seeded
+
     size = len(text.read_bytes())
     bounds = split_bounds(size)
     assert bounds["train"][1] <= bounds["test"][0] and bounds["test"] == (bounds["test"][0], size)

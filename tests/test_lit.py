@@ -22,7 +22,7 @@ from transformers_scratch import (
 )
 from transformers_scratch.training.callbacks import SafeModelCheckpoint, SampleText, Throughput, TrainingDiverged
 from transformers_scratch.training.modules import LitCharLM
-from transformers_scratch.training.optim import OptimConfig, decay_groups, lr_factor
+from transformers_scratch.training.optim import OptimConfig, build_optimizer, decay_groups, lr_factor
 from transformers_scratch.training.perf import non_embedding_params, peak_flops, train_flops_per_token
 
 TINY = LMConfig(vocab_size=256, context=16, emb=32, heads=4, depth=2)
@@ -97,6 +97,56 @@ def test_one_step_on_tied_weights_is_one_adamw_step(tmp_path):
     assert_close(tied, reference.head.weight, rtol=0, atol=1e-7)
 
 
+def test_muon_steps_the_blocks_matrices_and_adamw_the_rest_as_the_two_would_alone(tmp_path):
+    """optimizer muon: torch's Muon over the linear weights inside the blocks, AdamW (decayed and plain groups)
+    over embeddings, the output layer, norms and biases; every parameter in one group, and one step equals
+    the two optimizers stepped on their own parameters."""
+    cfg = OptimConfig(optimizer="muon", lr=1e-2, muon_lr=0.05, warmup_steps=0, schedule="constant")
+    module = LitCharLM(replace(TINY, tie_weights=True), cfg)
+    module.trainer = trainer(tmp_path, max_steps=1)
+    opt = module.configure_optimizers()["optimizer"]
+    roles = {g["role"]: g for g in opt.param_groups}
+    assert list(roles) == ["decay", "plain", "muon"]
+    blocks = {id(m.weight) for m in module.model.stack.modules() if isinstance(m, torch.nn.Linear)}
+    assert {id(p) for p in roles["muon"]["params"]} == blocks and len(blocks) == 4 * TINY.depth
+    tables = {id(p) for m in module.model.embed.modules() if isinstance(m, torch.nn.Embedding) for p in m.parameters()}
+    assert {id(p) for p in roles["decay"]["params"]} == tables  # tokens (tied: also the head) and positions
+    every = [id(p) for g in opt.param_groups for p in g["params"]]
+    assert len(every) == len(set(every)) == len(list(module.parameters()))
+
+    reference = CausalLM(replace(TINY, tie_weights=True))
+    reference.load_state_dict(module.model.state_dict())
+    ref_blocks = [m.weight for m in reference.stack.modules() if isinstance(m, torch.nn.Linear)]
+    muon = torch.optim.Muon(ref_blocks, lr=0.05, weight_decay=0.1)
+    adamw = torch.optim.AdamW([p for p in reference.parameters() if all(p is not q for q in ref_blocks)], lr=1e-2,
+                              betas=(0.9, 0.95), weight_decay=0.0)  # fmt: skip
+    x, y = next(iter(loader()))
+    for model in (module.model, reference):
+        torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten()).backward()
+    with torch.no_grad():  # the decayed AdamW tables
+        for m in reference.embed.modules():
+            if isinstance(m, torch.nn.Embedding):
+                m.weight.mul_(1 - 1e-2 * 0.1)
+    opt.step()
+    muon.step(), adamw.step()
+    for (name, a), b in zip(module.model.named_parameters(), reference.parameters(), strict=True):
+        assert_close(a, b, rtol=0, atol=1e-6, msg=name)
+    state = opt.state_dict()
+    again = LitCharLM(replace(TINY, tie_weights=True), cfg)
+    again.trainer = trainer(tmp_path, max_steps=1)
+    restored = again.configure_optimizers()["optimizer"]
+    restored.load_state_dict(state)
+    assert [g["role"] for g in restored.param_groups] == ["decay", "plain", "muon"]
+    assert len(restored.state) == len(opt.state) == len(every)
+
+
+def test_muon_is_refused_where_a_grad_scaler_steps_the_optimizer(tmp_path):
+    module = LitCharLM(TINY, OptimConfig(optimizer="muon"))
+    module.trainer = trainer(tmp_path, max_steps=10)
+    with pytest.raises(ValueError, match="muon cannot step under a GradScaler .precision 16-mixed.; use bf16-mixed"):
+        build_optimizer(module, module.optim, 10, scaled=True)
+
+
 def test_warmup_then_cosine_to_the_floor():
     cfg = OptimConfig(warmup_steps=10, schedule="cosine", min_lr_ratio=0.1)
     assert lr_factor(0, cfg, 100) == pytest.approx(0.1) and lr_factor(9, cfg, 100) == pytest.approx(1.0)
@@ -104,6 +154,9 @@ def test_warmup_then_cosine_to_the_floor():
     assert lr_factor(100, cfg, 100) == pytest.approx(0.1) and lr_factor(500, cfg, 100) == pytest.approx(0.1)
     constant = OptimConfig(warmup_steps=10, schedule="constant")
     assert lr_factor(5, constant, 100) == pytest.approx(0.6) and lr_factor(90, constant, 100) == 1.0
+    wsd = OptimConfig(warmup_steps=10, schedule="wsd", cooldown=0.2, min_lr_ratio=0.0)  # decays over steps 82..100
+    assert lr_factor(9, wsd, 100) == 1.0 and lr_factor(82, wsd, 100) == pytest.approx(1.0)
+    assert lr_factor(91, wsd, 100) == pytest.approx(0.5) and lr_factor(100, wsd, 100) == 0.0
 
 
 def test_cosine_needs_a_length(tmp_path):
@@ -116,6 +169,33 @@ def test_cosine_needs_a_length(tmp_path):
     for _ in range(3):
         schedule.step()
     assert schedule.get_last_lr() == [module.optim.lr, module.optim.lr]
+
+
+def test_a_deadline_fits_the_cosine_to_the_time_left_and_stops_before_it(monkeypatch):
+    """A run whose steps speed up half-way: the cosine is refitted to the recent pace, so it reaches its floor
+    as the time runs out, and training stops when one more step and the save would pass the deadline."""
+    from types import SimpleNamespace
+
+    from transformers_scratch.training import callbacks
+
+    clock = [1000.0]
+    monkeypatch.setattr(callbacks.time, "time", lambda: clock[0])
+    cfg = OptimConfig(lr=1.0, warmup_steps=0, min_lr_ratio=0.0)
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, cfg, 10**6))
+    trainer = SimpleNamespace(max_steps=10**6, global_step=0, should_stop=False,
+                              lr_scheduler_configs=[SimpleNamespace(scheduler=schedule)])  # fmt: skip
+    deadline = callbacks.Deadline(at=1100.0, reserve_s=3.0, calibrate_steps=30)
+    deadline.on_train_start(trainer, SimpleNamespace(optim=cfg))
+    while not trainer.should_stop:
+        clock[0] += 0.1 if trainer.global_step < 400 else 0.05
+        trainer.global_step += 1
+        schedule.step()
+        deadline.on_train_batch_end(trainer, SimpleNamespace(optim=cfg))
+    assert 1100.0 - 3.0 - 0.05 <= clock[0] + 0.05 and clock[0] + 3.0 <= 1100.0  # stopped at the last whole step
+    assert trainer.global_step == 400 + round((97.0 - 40.0) / 0.05)  # the last step that ends by deadline - reserve
+    assert deadline.fitted_steps - 40 <= trainer.global_step <= deadline.fitted_steps
+    assert optimizer.param_groups[0]["lr"] < 0.01  # the cosine is at its floor when the time is up
 
 
 @pytest.mark.parametrize(

@@ -68,9 +68,10 @@ def text(tmp_path, monkeypatch) -> Path:
         (["--data.batch_size", "0"], "data.batch_size=0 must be a positive integer"),
         (["--data.context", "0"], "data.context=0 must be a positive integer"),
         (["--trainer.max_steps", "-5"], "max_steps"),
+        (["--model.optim.cooldown", "2"], "cooldown=2.0 must lie in [0, 1]: the fraction of the steps spent decaying"),
         (["--bogus", "3"], "unrecognized arguments: --bogus"),
     ],
-    ids=["heads", "depth", "batch-size", "context", "max-steps", "unknown"],
+    ids=["heads", "depth", "batch-size", "context", "max-steps", "cooldown", "unknown"],
 )
 def test_out_of_range_settings_get_one_line(capsys, text, args, message):
     err = fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), *args, message=message)

@@ -98,9 +98,10 @@ def refuse_optimizer_flags(argv: list[str]) -> None:
     for flag in ("--optimizer", "--lr_scheduler"):
         if any(arg == flag or arg.startswith(flag + "=") or arg.startswith(flag + ".") for arg in argv):
             raise ValueError(
-                f"{flag} is not used here: the modules build AdamW with weight decay on matrices only and a warm-up "
-                "then cosine schedule; set them with --model.optim.lr, .weight_decay, .beta1, .beta2, .warmup_steps, "
-                ".schedule (cosine or constant), .min_lr_ratio and .total_steps"
+                f"{flag} is not used here: the modules build AdamW with weight decay on matrices only (or Muon for "
+                "the blocks' matrices) and a warm-up then decay schedule; set them with --model.optim.lr, "
+                ".weight_decay, .beta1, .beta2, .warmup_steps, .schedule (cosine, wsd or constant), .min_lr_ratio, "
+                ".cooldown, .total_steps, .optimizer (adamw or muon) and .muon_lr"
             )
 
 

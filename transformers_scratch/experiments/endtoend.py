@@ -38,6 +38,8 @@ CONFIGS = ("configs/shakespeare_char.yaml", "configs/shakespeare_char_cpu.yaml")
 NANOGPT_FLAGS = ["config/train_shakespeare_char.py", "--device=cpu", "--compile=False", "--eval_iters=20",
                  "--log_interval=1", "--block_size=64", "--batch_size=12", "--n_layer=4", "--n_head=4",
                  "--n_embd=128", "--max_iters=2000", "--lr_decay_iters=2000", "--dropout=0.0"]  # fmt: skip
+SEED_LINE = "torch.manual_seed(1337 + seed_offset)"  # train.py has no seed flag; its scratch copy reads one:
+SEEDED = "torch.manual_seed(1337 + seed_offset + int(os.environ.get('NANOGPT_SEED', '0')))"
 NANOGPT_FILES = ("train.py", "model.py", "configurator.py", "config/train_shakespeare_char.py",
                  "data/shakespeare_char/prepare.py")  # fmt: skip
 
@@ -103,6 +105,11 @@ def nanogpt_copy(train_py: str, data: str, work: Path) -> Path:
                                     "karpathy/nanoGPT checkout")  # fmt: skip
         (copy / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(checkout / name, copy / name)
+    seeded = (copy / "train.py").read_text()
+    if SEED_LINE not in seeded:
+        raise FileNotFoundError(f"--nanogpt-train {train_py!r} does not seed with {SEED_LINE!r}; pass train.py of a "
+                                "karpathy/nanoGPT checkout")  # fmt: skip
+    (copy / "train.py").write_text(seeded.replace(SEED_LINE, SEEDED))  # the copy only: a seed from the environment
     shutil.copy(data, copy / "data/shakespeare_char/input.txt")
     prepared = Run([sys.executable, "data/shakespeare_char/prepare.py"], copy, child_env(None))
     if prepared.code:
@@ -141,11 +148,12 @@ def run_nanogpt(copy: Path, steps: int, tag: str, threads: int | None) -> dict:
 
 @torch.no_grad()
 def heldout(row: dict, data: str, model_py: Path | None) -> float:
-    """The final model's nats per byte on the test split (every byte once, windows of the recipe's 64)."""
+    """The final model's nats per byte on the test split: every byte once, in windows of the run's context
+    (``row["context"]``; the end-to-end recipe's 64 where the row has none)."""
     from ..data import TextDataModule
     from .nanogpt import heldout_nats, load_nanogpt, nanogpt_logits
 
-    windows = TextDataModule(data, context=64, batch_size=64, vocab="file")
+    windows = TextDataModule(data, context=row.get("context", 64), batch_size=64, vocab="file")
     if model_py is not None:
         with contextlib.redirect_stdout(sys.stderr):  # GPT() prints its size
             model = load_nanogpt(str(model_py), row["ckpt"], torch.device("cpu"))
@@ -229,14 +237,15 @@ def speedrun_fit(data: str, budget: float, seed: int, work: Path, threads: int |
     steps = torch.load(ckpt, map_location="cpu", weights_only=True)["global_step"]
     tokens = steps * data_args["batch_size"] * data_args["context"]
     return {"run": "fit", "seed": seed, "wall_s": run.wall, "startup_s": startup, "steps": steps, "tokens": tokens,
-            "load": load, "ckpt": str(ckpt)}  # fmt: skip
+            "context": data_args["context"], "load": load, "ckpt": str(ckpt)}  # fmt: skip
 
 
 def speedrun_nanogpt(copy: Path, budget: float, seed: int, threads: int | None, pace: dict) -> dict:
-    """nanoGPT's CPU recipe with ``max_iters`` chosen to end inside the budget: its start-up and seconds per
-    iteration measured once by a short run (``pace``), then max_iters = (budget - start-up - 2 evaluations -
-    2 s for the save) / seconds per iteration, with its cosine over the same iterations."""
-    iters = int((budget - pace["startup_s"] - 2 * pace["eval_s"] - 2.0) / pace["iter_s"])
+    """nanoGPT's CPU recipe with ``max_iters`` chosen to end inside the budget, from its pace (``pace``, last
+    measured): max_iters = (budget - 1 s - the seconds a run spends outside its iterations) / seconds per
+    iteration, with its cosine over the same iterations. "Outside" is start-up, the evaluations at the first
+    and last iteration, the save and the exit. The run's own pace then replaces ``pace`` for the next run."""
+    iters = int((budget - 1.0 - pace["other_s"]) / pace["iter_s"])
     out = f"out-speedrun-{seed}-{time.strftime('%H%M%S')}"
     flags = [
         f"--max_iters={iters}",
@@ -244,15 +253,16 @@ def speedrun_nanogpt(copy: Path, budget: float, seed: int, threads: int | None, 
         f"--eval_interval={iters}",
         f"--out_dir={out}",
         "--always_save_checkpoint=True",
-    ]  # fmt: skip  (train.py seeds itself with 1337: no seed flag)
+    ]  # fmt: skip
     load = os.getloadavg()[0]
-    run = Run([sys.executable, "train.py", *NANOGPT_FLAGS, *flags], copy, child_env(threads))
+    env = {**child_env(threads), "NANOGPT_SEED": str(seed)}  # read by the scratch copy (SEEDED)
+    run = Run([sys.executable, "train.py", *NANOGPT_FLAGS, *flags], copy, env)
     if run.code:
         return {"run": "nanoGPT train.py", "error": run.error()}
-    startup = next(t for t, line in run.lines if line.startswith("using fused AdamW"))
-    return {"run": "nanoGPT train.py", "seed": seed, "wall_s": run.wall, "startup_s": startup, "steps": iters,
-            "tokens": iters * _flag("batch_size") * _flag("block_size"), "load": load,
-            "ckpt": str(copy / out / "ckpt.pt")}  # fmt: skip
+    pace.update(_pace_of(run))
+    return {"run": "nanoGPT train.py", "seed": seed, "wall_s": run.wall, "startup_s": pace["startup_s"],
+            "steps": iters, "tokens": iters * _flag("batch_size") * _flag("block_size"),
+            "context": _flag("block_size"), "load": load, "ckpt": str(copy / out / "ckpt.pt")}  # fmt: skip
 
 
 def _flag(name: str) -> int:
@@ -260,17 +270,24 @@ def _flag(name: str) -> int:
     return int(next(f for f in NANOGPT_FLAGS if f.startswith(f"--{name}=")).split("=")[1])
 
 
-def nanogpt_pace(copy: Path, threads: int | None, iters: int = 60) -> dict:
-    """nanoGPT's start-up, seconds per iteration and seconds per evaluation, from one short run."""
+def _pace_of(run: Run) -> dict:
+    """nanoGPT's start-up (launch to "using fused AdamW"), its seconds per iteration over the iterations after
+    the first 10 % (warm-up), and the rest of its wall time (evaluations, save, exit: ``other_s``), from the
+    times its lines arrived."""
+    startup = next(t for t, line in run.lines if line.startswith("using fused AdamW"))
+    iters_at = [t for t, line in run.lines if line.startswith("iter ")]
+    steady = iters_at[max(1, len(iters_at) // 10) :]
+    iter_s = (steady[-1] - steady[0]) / (len(steady) - 1)
+    return {"startup_s": startup, "iter_s": iter_s, "other_s": run.wall - len(iters_at) * iter_s}
+
+
+def nanogpt_pace(copy: Path, threads: int | None, iters: int = 200) -> dict:
+    """nanoGPT's start-up, seconds per evaluation and seconds per iteration, from one short run."""
     run = Run([sys.executable, "train.py", *NANOGPT_FLAGS, f"--max_iters={iters}", f"--eval_interval={iters}",
                "--out_dir=out-pace", "--always_save_checkpoint=False"], copy, child_env(threads))  # fmt: skip
     if run.code:
         raise RuntimeError(f"nanoGPT's train.py failed: {run.error()}")
-    startup = next(t for t, line in run.lines if line.startswith("using fused AdamW"))
-    evals = [t for t, line in run.lines if line.startswith("step ")]
-    iters_at = [t for t, line in run.lines if line.startswith("iter ")]
-    first_eval = evals[0] - startup
-    return {"startup_s": startup, "eval_s": first_eval, "iter_s": (iters_at[-1] - iters_at[1]) / (len(iters_at) - 2)}
+    return _pace_of(run)
 
 
 def speedrun(data: str, budget: float, train_py: str | None, seeds: int, threads: int | None,
@@ -283,6 +300,7 @@ def speedrun(data: str, budget: float, train_py: str | None, seeds: int, threads
     work.mkdir(parents=True, exist_ok=True)
     copy = nanogpt_copy(train_py, data, work) if train_py else None
     pace = nanogpt_pace(copy, threads) if copy else None
+    measured = dict(pace or {})  # the short run's; each nanoGPT run then updates ``pace``
     rows = []
     for seed in range(seeds):
         for kind in ("fit", "nanogpt") if copy else ("fit",):
@@ -293,5 +311,5 @@ def speedrun(data: str, budget: float, train_py: str | None, seeds: int, threads
                 nats = heldout(row, data, copy / "model.py" if kind == "nanogpt" else None)
                 row.update(heldout_nats=nats, within_budget=row["wall_s"] <= budget)
             rows.append(row)
-    return {"budget_s": budget, "nanogpt_pace": pace, "threads": threads or torch.get_num_threads(),
+    return {"budget_s": budget, "nanogpt_pace": measured or None, "threads": threads or torch.get_num_threads(),
             "work": str(work), "runs": rows}  # fmt: skip

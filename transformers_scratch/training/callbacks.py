@@ -80,15 +80,16 @@ class Interrupted(SystemExit):
 
 class Deadline(Callback):
     """A fit that must be over by a moment on the wall clock (a speedrun's budget, counted from the launch of
-    the process by whoever launched it). After ``calibrate_steps`` steps it fits the learning-rate schedule
-    to the steps the time left allows, so that the decay ends when the budget does; and it stops training
-    when one more step and the closing save (``reserve_s``) would pass the deadline.
+    the process by whoever launched it). After ``calibrate_steps`` steps, and again every ``calibrate_steps``
+    steps after that, it fits the learning-rate schedule to the steps the time left allows at the recent
+    pace, so that the decay ends when the budget does; and it stops training when one more step and the
+    closing save (``reserve_s``) would pass the deadline.
 
     Args:
         at: ``time.time()`` by which fit must have ended; None: the environment's ``TS_DEADLINE``.
         reserve_s: Seconds kept for writing the last checkpoint and exiting.
-        calibrate_steps: Steps timed before the schedule is fitted (the first ones, compile and warm-up, are
-            left out of the rate).
+        calibrate_steps: Steps timed before the schedule is first fitted (the first ones, compile and warm-up,
+            are left out of the pace), and steps between two fits.
     """
 
     def __init__(self, at: float | None = None, reserve_s: float = 3.0, calibrate_steps: int = 30) -> None:
@@ -104,14 +105,18 @@ class Deadline(Callback):
         self.stamps = [time.time()]
 
     def step_seconds(self) -> float:
-        recent = self.stamps[-self.calibrate_steps // 2 :]  # the later half: past warm-up
+        """Seconds a step at the recent pace: over the last ``calibrate_steps`` steps, or the later half of
+        them before there are more (warm-up left out)."""
+        n = len(self.stamps) - 1
+        recent = self.stamps[-self.calibrate_steps - 1 :] if n > self.calibrate_steps else self.stamps[n // 2 :]
         return (recent[-1] - recent[0]) / max(1, len(recent) - 1)
 
     def on_train_batch_end(self, trainer, pl_module, *args) -> None:
         now = time.time()
         self.stamps.append(now)
         step_s = self.step_seconds()
-        if self.fitted_steps is None and len(self.stamps) > self.calibrate_steps:
+        steps = len(self.stamps) - 1
+        if steps >= self.calibrate_steps and steps % self.calibrate_steps == 0:
             left = int((self.at - self.reserve_s - now) / step_s)
             self.fitted_steps = min(trainer.max_steps, trainer.global_step + max(left, 0))
             self.fit_schedule(trainer, pl_module, self.fitted_steps)

@@ -1,7 +1,8 @@
 """The optimizer, its schedule and the rules of an exact resume, for every LightningModule here.
 
-AdamW with weight decay on the weights of linear layers and embeddings only, a linear warm-up, then a cosine
-decay or a constant rate. A resumed run continues the checkpoint's random stream, and takes its optimizer
+AdamW with weight decay on the weights of linear layers and embeddings only (or Muon for the blocks' weight
+matrices and AdamW for the rest), a linear warm-up, then a cosine decay, a constant rate, or a constant rate
+ending in a linear decay (wsd). A resumed run continues the checkpoint's random stream, and takes its optimizer
 settings from the command line, not from the checkpoint.
 
 One private Lightning attribute is used, with no public way around it: :func:`save_resume_state` corrects the
@@ -22,7 +23,7 @@ from .console import note
 
 @dataclass
 class OptimConfig:
-    """AdamW with linear warm-up, then cosine decay or a constant rate."""
+    """AdamW (or Muon for the blocks' matrices) with linear warm-up, then cosine decay or a constant rate."""
 
     lr: float = 3e-4
     """Peak learning rate."""
@@ -34,12 +35,29 @@ class OptimConfig:
     """AdamW's decay of the squared gradient's running mean (0.95: GPT-3, nanoGPT; PyTorch's default is 0.999)."""
     warmup_steps: int = 100
     """Optimizer steps of linear warm-up from 0 to lr."""
-    schedule: Literal["cosine", "constant"] = "cosine"
-    """After warm-up: cosine decay to min_lr_ratio * lr by the last step, or constant."""
+    schedule: Literal["cosine", "constant", "wsd"] = "cosine"
+    """After warm-up: cosine decay to min_lr_ratio * lr by the last step; constant; or wsd (warm-up, stable,
+    decay): constant, then a linear decay to min_lr_ratio * lr over the last ``cooldown`` of the steps."""
     min_lr_ratio: float = 0.1
-    """The cosine's end, as a fraction of lr."""
+    """Where the decay ends, as a fraction of lr."""
+    cooldown: float = 0.2
+    """wsd: the fraction of the steps after warm-up spent decaying."""
     total_steps: int | None = None
     """Length of the cosine; None: the trainer's max_steps (or epochs x batches)."""
+    optimizer: Literal["adamw", "muon"] = "adamw"
+    """adamw for every parameter, or muon: torch.optim.Muon (momentum, then each update orthogonalised by a
+    Newton-Schulz iteration; Jordan et al. 2024) for the weight matrices inside the transformer blocks, and
+    AdamW for embeddings, the output layer, norms and biases."""
+    muon_lr: float = 0.02
+    """Muon's peak learning rate (optimizer muon), scaled per matrix by sqrt(max(1, rows / columns)) as
+    torch's Muon does; the schedule scales it with lr's."""
+    muon_momentum: float = 0.95
+    """Muon's momentum (Nesterov)."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.cooldown <= 1.0:
+            raise ValueError(f"model.optim cooldown={self.cooldown} must lie in [0, 1]: the fraction of the steps "
+                             "spent decaying (0.2: the last fifth)")  # fmt: skip
 
 
 def lr_factor(step: int, cfg: OptimConfig, total: int) -> float:
@@ -49,6 +67,9 @@ def lr_factor(step: int, cfg: OptimConfig, total: int) -> float:
     if cfg.schedule == "constant":
         return 1.0
     progress = min(1.0, (step - cfg.warmup_steps) / max(1, total - cfg.warmup_steps))
+    if cfg.schedule == "wsd":
+        left = (1.0 - progress) / cfg.cooldown if cfg.cooldown > 0 else float(progress < 1)
+        return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * min(1.0, left)
     return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
@@ -68,17 +89,88 @@ def decay_groups(module: nn.Module) -> tuple[list[nn.Parameter], list[nn.Paramet
     return decay, plain
 
 
+def muon_matrices(module: nn.Module) -> list[nn.Parameter]:
+    """The weight matrices of the linear layers inside transformer blocks: what Muon updates. Embeddings and
+    the output layer stay with AdamW (Muon is for hidden layers), and so do norms and biases."""
+    from ..model.blocks import TransformerBlock
+
+    found: dict[int, nn.Parameter] = {}
+    for block in (m for m in module.modules() if isinstance(m, TransformerBlock)):
+        for m in block.modules():
+            if isinstance(m, nn.Linear) and m.weight.requires_grad:
+                found[id(m.weight)] = m.weight
+    return list(found.values())
+
+
+class Optimizers(torch.optim.Optimizer):
+    """Several optimizers over disjoint parameters, stepped as one: what Lightning's automatic optimization,
+    the schedule and gradient clipping see. ``param_groups`` lists the parts' own groups (the same dicts), so
+    the schedule sets every group's rate; ``state_dict`` holds each part's."""
+
+    def __init__(self, *parts: torch.optim.Optimizer) -> None:
+        self.parts = parts
+        self.param_groups = [group for part in parts for group in part.param_groups]
+        self.defaults = {}
+        self._optimizer_step_pre_hooks, self._optimizer_step_post_hooks = {}, {}
+
+    @property
+    def state(self) -> dict:
+        return {p: s for part in self.parts for p, s in part.state.items()}
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for part in self.parts:
+            part.step()
+        return loss
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for part in self.parts:
+            part.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self) -> dict:
+        return {"parts": [part.state_dict() for part in self.parts]}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        parts = state_dict.get("parts") if isinstance(state_dict, dict) else None
+        if not isinstance(parts, list) or len(parts) != len(self.parts):
+            raise ValueError(f"the checkpoint's optimizer state does not hold {len(self.parts)} optimizers "
+                             "(adamw and muon); resume with the model.optim.optimizer it was written with")  # fmt: skip
+        for part, state in zip(self.parts, parts, strict=True):
+            part.load_state_dict(state)
+
+    def __repr__(self) -> str:
+        return f"Optimizers({', '.join(type(part).__name__ for part in self.parts)})"
+
+
 def build_optimizer(module: nn.Module, cfg: OptimConfig, total: float, scaled: bool) -> tuple[dict, int]:
-    """AdamW over :func:`decay_groups` and its per-step schedule over ``total`` steps, as Lightning's
-    ``configure_optimizers`` returns them, and the schedule's length. ``scaled``: a GradScaler steps the
-    optimizer (fp16), so it cannot be the fused one."""
+    """AdamW over :func:`decay_groups` (with ``optimizer: muon``, Muon over :func:`muon_matrices` and AdamW over
+    the rest) and its per-step schedule over ``total`` steps, as Lightning's ``configure_optimizers`` returns
+    them, and the schedule's length. ``scaled``: a GradScaler steps the optimizer (fp16), so it cannot be the
+    fused one. Each group is named (``role``: decay, plain or muon) for :func:`continue_from`."""
     decay, plain = decay_groups(module)
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": plain, "weight_decay": 0.0}]
+    matrices = muon_matrices(module) if cfg.optimizer == "muon" else []
+    if matrices:
+        hidden = {id(p) for p in matrices}
+        decay = [p for p in decay if id(p) not in hidden]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay, "role": "decay"},
+              {"params": plain, "weight_decay": 0.0, "role": "plain"}]  # fmt: skip
     fused = not scaled and all(p.is_cuda for p in decay + plain)  # one kernel for the whole update on GPU
     optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), fused=fused or None)
-    if not math.isfinite(total):  # unbounded training: fine for a constant rate, not for a cosine
-        if cfg.schedule == "cosine":
-            raise ValueError("a cosine schedule needs a length: set trainer.max_steps or model.optim.total_steps")
+    if matrices:
+        if scaled:
+            raise ValueError("model.optim.optimizer muon cannot step under a GradScaler (precision 16-mixed); "
+                             "use bf16-mixed or 32-true")  # fmt: skip
+        muon = torch.optim.Muon([{"params": matrices, "role": "muon"}], lr=cfg.muon_lr,
+                                weight_decay=cfg.weight_decay, momentum=cfg.muon_momentum)  # fmt: skip
+        optimizer = Optimizers(optimizer, muon)
+    if not math.isfinite(total):  # unbounded training: fine for a constant rate, not for a decay
+        if cfg.schedule != "constant":
+            raise ValueError(f"a {cfg.schedule} schedule needs a length: set trainer.max_steps or "
+                             "model.optim.total_steps")  # fmt: skip
         total = 0
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step, n=int(total): lr_factor(step, cfg, n))
     return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}, int(total)
@@ -116,10 +208,14 @@ def continue_from(checkpoint: dict, cfg: OptimConfig, schedule_steps: int | None
         changed.append(f"schedule length {schedule_steps} steps (was {was})")
     for config in scheduler_configs:
         schedule, groups = config.scheduler, config.scheduler.optimizer.param_groups
-        schedule.base_lrs = [cfg.lr] * len(groups)
         for i, group in enumerate(groups):
-            group["initial_lr"], group["betas"] = cfg.lr, (cfg.beta1, cfg.beta2)
-            group["weight_decay"] = cfg.weight_decay if i == 0 else 0.0
-            group["lr"] = cfg.lr * schedule.lr_lambdas[i](schedule.last_epoch)
+            role = group.get("role", "decay" if i == 0 else "plain")  # unnamed: written before groups had roles
+            if role == "muon":
+                group["initial_lr"], group["momentum"] = cfg.muon_lr, cfg.muon_momentum
+            else:
+                group["initial_lr"], group["betas"] = cfg.lr, (cfg.beta1, cfg.beta2)
+            group["weight_decay"] = 0.0 if role == "plain" else cfg.weight_decay
+            group["lr"] = group["initial_lr"] * schedule.lr_lambdas[i](schedule.last_epoch)
+        schedule.base_lrs = [group["initial_lr"] for group in groups]
     if changed:
         note(f"note: resuming with {', '.join(changed)}: applied from this step on")
