@@ -221,6 +221,17 @@ pickle.dump({"vocab_size": len(chars)}, open(os.path.join(here, "meta.pkl"), "wb
 """
 
 
+def stand_in_nanogpt(tmp_path):
+    """A stand-in nanoGPT checkout under tmp_path: the files the benchmark copies, as it reads them."""
+    checkout = tmp_path / "nanoGPT"
+    for name, code in {"train.py": STAND_IN_TRAIN_PY, "model.py": STAND_IN_WRAPPING_OURS, "configurator.py": "",
+                       "config/train_shakespeare_char.py": "", "data/shakespeare_char/prepare.py": STAND_IN_PREPARE_PY
+                       }.items():  # fmt: skip
+        (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+        (checkout / name).write_text(code)
+    return checkout
+
+
 @pytest.mark.slow
 def test_end_to_end_reports_every_field_for_fit_and_nanogpt(tmp_path):
     """--end-to-end runs the real fit and a train.py given by path, alternating, and reports wall, CPU,
@@ -228,12 +239,7 @@ def test_end_to_end_reports_every_field_for_fit_and_nanogpt(tmp_path):
     checkout (its file names, flags, output lines and checkpoint) takes the place of the real one."""
     import torch
 
-    checkout = tmp_path / "nanoGPT"
-    for name, text in {"train.py": STAND_IN_TRAIN_PY, "model.py": STAND_IN_WRAPPING_OURS, "configurator.py": "",
-                       "config/train_shakespeare_char.py": "", "data/shakespeare_char/prepare.py": STAND_IN_PREPARE_PY
-                       }.items():  # fmt: skip
-        (checkout / name).parent.mkdir(parents=True, exist_ok=True)
-        (checkout / name).write_text(text)
+    checkout = stand_in_nanogpt(tmp_path)
     text = tmp_path / "input.txt"
     g = torch.Generator().manual_seed(0)
     text.write_bytes(bytes((97 + torch.randint(20, (20000,), generator=g)).tolist()))
@@ -267,12 +273,7 @@ def test_a_speedrun_ends_within_its_budget_reports_every_field_and_never_trains_
     from transformers_scratch.data.text import split_bounds
     from transformers_scratch.experiments.endtoend import speedrun
 
-    checkout = tmp_path / "nanoGPT"
-    for name, code in {"train.py": STAND_IN_TRAIN_PY, "model.py": STAND_IN_WRAPPING_OURS, "configurator.py": "",
-                       "config/train_shakespeare_char.py": "", "data/shakespeare_char/prepare.py": STAND_IN_PREPARE_PY
-                       }.items():  # fmt: skip
-        (checkout / name).parent.mkdir(parents=True, exist_ok=True)
-        (checkout / name).write_text(code)
+    checkout = stand_in_nanogpt(tmp_path)
     text = tmp_path / "text.txt"
     text.write_text("the cat sat on a mat while one dog ran far away to see its friend. " * 1500)
     budget = 20.0
