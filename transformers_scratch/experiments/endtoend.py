@@ -282,7 +282,7 @@ def _pace_of(run: Run) -> dict:
 
 
 def nanogpt_pace(copy: Path, threads: int | None, iters: int = 200) -> dict:
-    """nanoGPT's start-up, seconds per evaluation and seconds per iteration, from one short run."""
+    """nanoGPT's pace (:func:`_pace_of`) from one short run."""
     run = Run([sys.executable, "train.py", *NANOGPT_FLAGS, f"--max_iters={iters}", f"--eval_interval={iters}",
                "--out_dir=out-pace", "--always_save_checkpoint=False"], copy, child_env(threads))  # fmt: skip
     if run.code:
