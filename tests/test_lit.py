@@ -138,6 +138,9 @@ def test_muon_steps_the_blocks_matrices_and_adamw_the_rest_as_the_two_would_alon
     restored.load_state_dict(state)
     assert [g["role"] for g in restored.param_groups] == ["decay", "plain", "muon"]
     assert len(restored.state) == len(opt.state) == len(every)
+    # the schedule sets rates through the wrapper's groups: after a restore they must be the parts' own
+    restored.param_groups[2]["lr"] = 0.0
+    assert [g["lr"] for part in restored.parts for g in part.param_groups] == [1e-2, 1e-2, 0.0]
 
 
 def test_muon_is_refused_where_a_grad_scaler_steps_the_optimizer(tmp_path):

@@ -141,6 +141,8 @@ class Optimizers(torch.optim.Optimizer):
                              "(adamw and muon); resume with the model.optim.optimizer it was written with")  # fmt: skip
         for part, state in zip(self.parts, parts, strict=True):
             part.load_state_dict(state)
+        # a part's load_state_dict replaces its group dicts: list the new ones, or the schedule sets stale rates
+        self.param_groups = [group for part in self.parts for group in part.param_groups]
 
     def __repr__(self) -> str:
         return f"Optimizers({', '.join(type(part).__name__ for part in self.parts)})"
