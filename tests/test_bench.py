@@ -202,15 +202,22 @@ seed_offset = 0
 torch.manual_seed(1337 + seed_offset)
 model = GPT(GPTConfig(**args))
 print("using fused AdamW: False")
-for i in range(steps + 1):
-    if i % every == 0:
+max_iters, eval_interval = steps, every
+iter_num = local_iter_num = 0
+while True:
+    if iter_num % eval_interval == 0:
         time.sleep(0.3)  # an evaluation
-        print(f"step {i}: train loss 4.0, val loss 4.0")
-        if i:
+        print(f"step {iter_num}: train loss 4.0, val loss 4.0")
+        if iter_num:
             os.makedirs(flags["out_dir"], exist_ok=True)
             torch.save({"model": model.state_dict(), "model_args": args}, os.path.join(flags["out_dir"], "ckpt.pt"))
     time.sleep(0.01)  # a step
-    print(f"iter {i}: loss 4.0, time 10.00ms, mfu -100.00%")
+    print(f"iter {iter_num}: loss 4.0, time 10.00ms, mfu -100.00%")
+    iter_num += 1
+    local_iter_num += 1
+
+    if iter_num > max_iters:
+        break
 """
 
 STAND_IN_PREPARE_PY = """
@@ -302,3 +309,38 @@ def test_a_speedrun_ends_within_its_budget_reports_every_field_and_never_trains_
     module = TextDataModule(str(text), context=64, vocab="file")
     module.setup()
     assert len(module.splits["train"]) == bounds["train"][1] - bounds["train"][0]
+
+
+def test_nanogpt_stops_at_the_bench_deadline_when_the_machine_is_slower_than_its_pace(tmp_path):
+    """A pace three times too fast sets three times the iterations that fit: the scratch copy's deadline still
+    ends the run inside the budget, with the model of the iteration it stopped at saved and scored."""
+    from transformers_scratch.experiments.endtoend import heldout, nanogpt_copy, speedrun_nanogpt
+
+    text = tmp_path / "text.txt"
+    text.write_text("the cat sat on a mat while one dog ran far away to see its friend. " * 300)
+    copy = nanogpt_copy(str(stand_in_nanogpt(tmp_path) / "train.py"), str(text), tmp_path / "work")
+    budget, pace = 8.0, {"startup_s": 1.0, "iter_s": 0.0035, "other_s": 1.5}  # a stand-in iteration takes 0.01 s+
+    row = speedrun_nanogpt(copy, budget, 0, None, pace)
+    assert "error" not in row, row["error"]
+    assert row["wall_s"] <= budget, row  # without the deadline: about 20 s
+    assert 0 < row["steps"] < row["max_iters"] == int((budget - 2.5) / 0.0035)
+    assert row["tokens"] == row["steps"] * 12 * 64
+    assert 2.0 < heldout(row, str(text), copy / "model.py") < 4.0  # the saved model, scored
+
+
+def test_a_nanogpt_checkout_the_speedrun_cannot_patch_gets_one_error_line(tmp_path):
+    """A train.py without the lines its scratch copy patches (the seed, the end of an iteration), or a path with no
+    checkout, ends the bench with one line that names the path and what to pass."""
+    text = tmp_path / "text.txt"
+    text.write_text("some text to train on. " * 100)
+    checkout = stand_in_nanogpt(tmp_path)
+    train = checkout / "train.py"
+    train.write_text(train.read_text().replace("    local_iter_num += 1\n", ""))
+    for path, says in ((train, " does not end an iteration with 'local_iter_num += 1'"),
+                       (tmp_path / "none" / "train.py", ": its checkout has no train.py")):  # fmt: skip
+        out = subprocess.run([sys.executable, "-m", "transformers_scratch.experiments.bench", "--speedrun", "--budget",
+                              "5", "--data.path", str(text), "--nanogpt-train", str(path)],
+                             capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
+        assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]
+        want = f"error: --nanogpt-train {str(path)!r}{says}; pass train.py of a karpathy/nanoGPT checkout"
+        assert out.stderr.strip().splitlines() == [want]

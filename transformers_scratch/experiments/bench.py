@@ -288,8 +288,14 @@ def main(argv: list[str] | None = None) -> None:
 
         if not args.data_path:
             raise SystemExit("error: --speedrun needs --data.path, the text to train on and score")
-        report = speedrun(args.data_path, args.budget, args.nanogpt_train, args.seeds, args.threads,
-                          args.fit_args.split())  # fmt: skip
+        if args.budget <= 0 or args.seeds < 1:
+            raise SystemExit(f"error: --budget {args.budget:g} --seeds {args.seeds}: a budget must be over 0 seconds "
+                             "and --seeds at least 1; pass e.g. --budget 300 --seeds 2")  # fmt: skip
+        try:
+            report = speedrun(args.data_path, args.budget, args.nanogpt_train, args.seeds, args.threads,
+                              args.fit_args.split())  # fmt: skip
+        except (FileNotFoundError, RuntimeError) as e:  # a path or a nanoGPT checkout that cannot serve
+            raise SystemExit(f"error: {e}") from None
         report.update(hardware=f"CPU, {os.cpu_count()} cores", torch=torch.__version__, date=time.strftime("%Y-%m-%d"))
         print(json.dumps(report, indent=2))
         return
@@ -298,8 +304,11 @@ def main(argv: list[str] | None = None) -> None:
 
         if not args.data_path:
             raise SystemExit("error: --end-to-end needs --data.path, the Tiny Shakespeare text (nanoGPT's input.txt)")
-        report = end_to_end(args.data_path, args.nanogpt_train, args.rounds, args.max_steps, args.threads,
-                            args.fit_args.split())  # fmt: skip
+        try:
+            report = end_to_end(args.data_path, args.nanogpt_train, args.rounds, args.max_steps, args.threads,
+                                args.fit_args.split())  # fmt: skip
+        except (FileNotFoundError, RuntimeError) as e:
+            raise SystemExit(f"error: {e}") from None
         report.update(hardware=f"CPU, {os.cpu_count()} cores", torch=torch.__version__, date=time.strftime("%Y-%m-%d"))
         print(json.dumps(report, indent=2) if args.json else "\n".join(format_end_to_end(report)))
         return

@@ -40,6 +40,11 @@ NANOGPT_FLAGS = ["config/train_shakespeare_char.py", "--device=cpu", "--compile=
                  "--n_embd=128", "--max_iters=2000", "--lr_decay_iters=2000", "--dropout=0.0"]  # fmt: skip
 SEED_LINE = "torch.manual_seed(1337 + seed_offset)"  # train.py has no seed flag; its scratch copy reads one:
 SEEDED = "torch.manual_seed(1337 + seed_offset + int(os.environ.get('NANOGPT_SEED', '0')))"
+STOP_LINE = "    local_iter_num += 1\n"  # the end of an iteration; after it, the copy stops at the bench's deadline:
+STOPPED = STOP_LINE + (
+    "    if iter_num < max_iters and time.time() > float(os.environ.get('NANOGPT_DEADLINE', 'inf')):\n"
+    "        eval_interval = max_iters = iter_num  # the bench's deadline: evaluate, save and stop at this iteration\n"
+)
 NANOGPT_FILES = ("train.py", "model.py", "configurator.py", "config/train_shakespeare_char.py",
                  "data/shakespeare_char/prepare.py")  # fmt: skip
 
@@ -105,11 +110,13 @@ def nanogpt_copy(train_py: str, data: str, work: Path) -> Path:
                                     "karpathy/nanoGPT checkout")  # fmt: skip
         (copy / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(checkout / name, copy / name)
-    seeded = (copy / "train.py").read_text()
-    if SEED_LINE not in seeded:
-        raise FileNotFoundError(f"--nanogpt-train {train_py!r} does not seed with {SEED_LINE!r}; pass train.py of a "
-                                "karpathy/nanoGPT checkout")  # fmt: skip
-    (copy / "train.py").write_text(seeded.replace(SEED_LINE, SEEDED))  # the copy only: a seed from the environment
+    code = (copy / "train.py").read_text()
+    for line, what in ((SEED_LINE, "seed with"), (STOP_LINE, "end an iteration with")):
+        if line not in code:
+            raise FileNotFoundError(f"--nanogpt-train {train_py!r} does not {what} {line.strip()!r}; pass train.py "
+                                    "of a karpathy/nanoGPT checkout")  # fmt: skip
+    # the copy only: a seed and a deadline from the environment
+    (copy / "train.py").write_text(code.replace(SEED_LINE, SEEDED).replace(STOP_LINE, STOPPED, 1))
     shutil.copy(data, copy / "data/shakespeare_char/input.txt")
     prepared = Run([sys.executable, "data/shakespeare_char/prepare.py"], copy, child_env(None))
     if prepared.code:
@@ -244,8 +251,14 @@ def speedrun_nanogpt(copy: Path, budget: float, seed: int, threads: int | None, 
     """nanoGPT's CPU recipe with ``max_iters`` chosen to end inside the budget, from its pace (``pace``, last
     measured): max_iters = (budget - 1 s - the seconds a run spends outside its iterations) / seconds per
     iteration, with its cosine over the same iterations. "Outside" is start-up, the evaluations at the first
-    and last iteration, the save and the exit. The run's own pace then replaces ``pace`` for the next run."""
+    and last iteration, the save and the exit. The run's own pace then replaces ``pace`` for the next run.
+
+    A machine slower than the pace would carry the run past the budget, so the scratch copy also has a deadline
+    (``NANOGPT_DEADLINE``, :data:`STOPPED`): the budget less the time of its last evaluation, save and exit, two
+    iterations and 1 s. Past it, the copy evaluates, saves and stops at the iteration it is on, with its cosine
+    nearly run out. ``steps`` is the saved model's iterations; ``max_iters`` is what the pace set."""
     iters = int((budget - 1.0 - pace["other_s"]) / pace["iter_s"])
+    reserve = pace["other_s"] - pace["startup_s"] + 2 * pace["iter_s"] + 1.0
     out = f"out-speedrun-{seed}-{time.strftime('%H%M%S')}"
     flags = [
         f"--max_iters={iters}",
@@ -255,13 +268,15 @@ def speedrun_nanogpt(copy: Path, budget: float, seed: int, threads: int | None, 
         "--always_save_checkpoint=True",
     ]  # fmt: skip
     load = os.getloadavg()[0]
-    env = {**child_env(threads), "NANOGPT_SEED": str(seed)}  # read by the scratch copy (SEEDED)
+    env = {**child_env(threads), "NANOGPT_SEED": str(seed)}  # read by the scratch copy (SEEDED, STOPPED)
+    env["NANOGPT_DEADLINE"] = repr(time.time() + budget - reserve)
     run = Run([sys.executable, "train.py", *NANOGPT_FLAGS, *flags], copy, env)
     if run.code:
         return {"run": "nanoGPT train.py", "error": run.error()}
     pace.update(_pace_of(run))
+    steps = [int(line.split()[1].rstrip(":")) for _, line in run.lines if line.startswith("step ")][-1]
     return {"run": "nanoGPT train.py", "seed": seed, "wall_s": run.wall, "startup_s": pace["startup_s"],
-            "steps": iters, "tokens": iters * _flag("batch_size") * _flag("block_size"),
+            "steps": steps, "max_iters": iters, "tokens": steps * _flag("batch_size") * _flag("block_size"),
             "context": _flag("block_size"), "load": load, "ckpt": str(copy / out / "ckpt.pt")}  # fmt: skip
 
 
