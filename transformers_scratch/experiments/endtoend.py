@@ -40,10 +40,17 @@ NANOGPT_FLAGS = ["config/train_shakespeare_char.py", "--device=cpu", "--compile=
                  "--n_embd=128", "--max_iters=2000", "--lr_decay_iters=2000", "--dropout=0.0"]  # fmt: skip
 SEED_LINE = "torch.manual_seed(1337 + seed_offset)"  # train.py has no seed flag; its scratch copy reads one:
 SEEDED = "torch.manual_seed(1337 + seed_offset + int(os.environ.get('NANOGPT_SEED', '0')))"
-STOP_LINE = "    local_iter_num += 1\n"  # the end of an iteration; after it, the copy stops at the bench's deadline:
+STOP_LINE = "    local_iter_num += 1\n"  # the end of an iteration; after it, the copy follows the bench's deadline:
 STOPPED = STOP_LINE + (
-    "    if iter_num < max_iters and time.time() > float(os.environ.get('NANOGPT_DEADLINE', 'inf')):\n"
-    "        eval_interval = max_iters = iter_num  # the bench's deadline: evaluate, save and stop at this iteration\n"
+    "    if 'NANOGPT_DEADLINE' in os.environ and iter_num < max_iters:  # the bench's deadline, as fit's Deadline\n"
+    "        _left = float(os.environ['NANOGPT_DEADLINE']) - time.time()\n"
+    "        if _left <= 0:  # past it: evaluate, save and stop at this iteration\n"
+    "            eval_interval = max_iters = iter_num\n"
+    "        elif iter_num % 30 == 0 and iter_num > 30:  # the cosine refitted to the iterations the time allows\n"
+    "            _more = max(1, int(_left * 30 / (time.time() - _mark)))  # at the last 30 iterations' pace\n"
+    "            eval_interval = max_iters = lr_decay_iters = iter_num + _more\n"
+    "        if iter_num % 30 == 0:\n"
+    "            _mark = time.time()\n"
 )
 NANOGPT_FILES = ("train.py", "model.py", "configurator.py", "config/train_shakespeare_char.py",
                  "data/shakespeare_char/prepare.py")  # fmt: skip
@@ -253,12 +260,13 @@ def speedrun_nanogpt(copy: Path, budget: float, seed: int, threads: int | None, 
     iteration, with its cosine over the same iterations. "Outside" is start-up, the evaluations at the first
     and last iteration, the save and the exit. The run's own pace then replaces ``pace`` for the next run.
 
-    A machine slower than the pace would carry the run past the budget, so the scratch copy also has a deadline
-    (``NANOGPT_DEADLINE``, :data:`STOPPED`): the budget less the time of its last evaluation, save and exit, two
-    iterations and 1 s. Past it, the copy evaluates, saves and stops at the iteration it is on, with its cosine
-    nearly run out. ``steps`` is the saved model's iterations; ``max_iters`` is what the pace set."""
+    This machine's speed changes between runs, so the scratch copy also follows a deadline (``NANOGPT_DEADLINE``,
+    :data:`STOPPED`): the budget less the time of its last evaluation, save and exit, two iterations and 2 s.
+    Every 30 iterations it sets ``max_iters`` (and its cosine's length) to the iterations the time left allows
+    at the last 30's pace, as fit's Deadline callback does; past the deadline, it evaluates, saves and stops at
+    the iteration it is on. ``steps`` is the saved model's iterations; ``max_iters`` is what the pace set first."""
     iters = int((budget - 1.0 - pace["other_s"]) / pace["iter_s"])
-    reserve = pace["other_s"] - pace["startup_s"] + 2 * pace["iter_s"] + 1.0
+    reserve = pace["other_s"] - pace["startup_s"] + 2 * pace["iter_s"] + 2.0
     out = f"out-speedrun-{seed}-{time.strftime('%H%M%S')}"
     flags = [
         f"--max_iters={iters}",
