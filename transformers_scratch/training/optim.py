@@ -104,14 +104,18 @@ def muon_matrices(module: nn.Module) -> list[nn.Parameter]:
 
 class Optimizers(torch.optim.Optimizer):
     """Several optimizers over disjoint parameters, stepped as one: what Lightning's automatic optimization,
-    the schedule and gradient clipping see. ``param_groups`` lists the parts' own groups (the same dicts), so
-    the schedule sets every group's rate; ``state_dict`` holds each part's."""
+    the schedule and gradient clipping see. ``param_groups`` lists the parts' own groups (the same dicts, read
+    afresh: a part's ``load_state_dict`` replaces them), so the schedule sets every group's rate;
+    ``state_dict`` holds each part's."""
 
     def __init__(self, *parts: torch.optim.Optimizer) -> None:
         self.parts = parts
-        self.param_groups = [group for part in parts for group in part.param_groups]
         self.defaults = {}
         self._optimizer_step_pre_hooks, self._optimizer_step_post_hooks = {}, {}
+
+    @property
+    def param_groups(self) -> list[dict]:
+        return [group for part in self.parts for group in part.param_groups]
 
     @property
     def state(self) -> dict:
@@ -141,8 +145,6 @@ class Optimizers(torch.optim.Optimizer):
                              "(adamw and muon); resume with the model.optim.optimizer it was written with")  # fmt: skip
         for part, state in zip(self.parts, parts, strict=True):
             part.load_state_dict(state)
-        # a part's load_state_dict replaces its group dicts: list the new ones, or the schedule sets stale rates
-        self.param_groups = [group for part in self.parts for group in part.param_groups]
 
     def __repr__(self) -> str:
         return f"Optimizers({', '.join(type(part).__name__ for part in self.parts)})"
