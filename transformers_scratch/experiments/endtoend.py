@@ -261,12 +261,13 @@ def speedrun_nanogpt(copy: Path, budget: float, seed: int, threads: int | None, 
     and last iteration, the save and the exit. The run's own pace then replaces ``pace`` for the next run.
 
     This machine's speed changes between runs, so the scratch copy also follows a deadline (``NANOGPT_DEADLINE``,
-    :data:`STOPPED`): the budget less the time of its last evaluation, save and exit, two iterations and 2 s.
+    :data:`STOPPED`): the budget less the longest end of a run seen so far (``end_s``: from the deadline check to
+    the exit, which is the last evaluation, the save, one iteration and the exit), two iterations and 1 s.
     Every 30 iterations it sets ``max_iters`` (and its cosine's length) to the iterations the time left allows
     at the last 30's pace, as fit's Deadline callback does; past the deadline, it evaluates, saves and stops at
     the iteration it is on. ``steps`` is the saved model's iterations; ``max_iters`` is what the pace set first."""
     iters = int((budget - 1.0 - pace["other_s"]) / pace["iter_s"])
-    reserve = pace["other_s"] - pace["startup_s"] + 2 * pace["iter_s"] + 2.0
+    reserve = pace["end_s"] + 2 * pace["iter_s"] + 1.0
     out = f"out-speedrun-{seed}-{time.strftime('%H%M%S')}"
     flags = [
         f"--max_iters={iters}",
@@ -281,7 +282,8 @@ def speedrun_nanogpt(copy: Path, budget: float, seed: int, threads: int | None, 
     run = Run([sys.executable, "train.py", *NANOGPT_FLAGS, *flags], copy, env)
     if run.code:
         return {"run": "nanoGPT train.py", "error": run.error()}
-    pace.update(_pace_of(run))
+    last = _pace_of(run)
+    pace.update(last, end_s=max(pace["end_s"], last["end_s"]))  # the longest end seen: its spread is the risk
     steps = [int(line.split()[1].rstrip(":")) for _, line in run.lines if line.startswith("step ")][-1]
     return {"run": "nanoGPT train.py", "seed": seed, "wall_s": run.wall, "startup_s": pace["startup_s"],
             "steps": steps, "max_iters": iters, "tokens": steps * _flag("batch_size") * _flag("block_size"),
@@ -295,13 +297,16 @@ def _flag(name: str) -> int:
 
 def _pace_of(run: Run) -> dict:
     """nanoGPT's start-up (launch to "using fused AdamW"), its seconds per iteration over the iterations after
-    the first 10 % (warm-up), and the rest of its wall time (evaluations, save, exit: ``other_s``), from the
-    times its lines arrived."""
+    the first 10 % (warm-up), the rest of its wall time (evaluations, save, exit: ``other_s``), and its end
+    (``end_s``: from the last iteration before its last evaluation to the exit), from the times its lines
+    arrived."""
     startup = next(t for t, line in run.lines if line.startswith("using fused AdamW"))
     iters_at = [t for t, line in run.lines if line.startswith("iter ")]
     steady = iters_at[max(1, len(iters_at) // 10) :]
     iter_s = (steady[-1] - steady[0]) / (len(steady) - 1)
-    return {"startup_s": startup, "iter_s": iter_s, "other_s": run.wall - len(iters_at) * iter_s}
+    last_eval = max(t for t, line in run.lines if line.startswith("step "))
+    end = run.wall - max(t for t in iters_at if t < last_eval)
+    return {"startup_s": startup, "iter_s": iter_s, "other_s": run.wall - len(iters_at) * iter_s, "end_s": end}
 
 
 def nanogpt_pace(copy: Path, threads: int | None, iters: int = 200) -> dict:
