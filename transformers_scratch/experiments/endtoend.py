@@ -305,7 +305,7 @@ def _pace_of(run: Run) -> dict:
     steady = iters_at[max(1, len(iters_at) // 10) :]
     iter_s = (steady[-1] - steady[0]) / (len(steady) - 1)
     last_eval = max(t for t, line in run.lines if line.startswith("step "))
-    end = run.wall - max(t for t in iters_at if t < last_eval)
+    end = run.wall - max((t for t in iters_at if t < last_eval), default=last_eval)
     return {"startup_s": startup, "iter_s": iter_s, "other_s": run.wall - len(iters_at) * iter_s, "end_s": end}
 
 
