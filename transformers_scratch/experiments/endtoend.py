@@ -258,7 +258,8 @@ def speedrun_nanogpt(copy: Path, budget: float, seed: int, threads: int | None, 
     """nanoGPT's CPU recipe with ``max_iters`` chosen to end inside the budget, from its pace (``pace``, last
     measured): max_iters = (budget - 1 s - the seconds a run spends outside its iterations) / seconds per
     iteration, with its cosine over the same iterations. "Outside" is start-up, the evaluations at the first
-    and last iteration, the save and the exit. The run's own pace then replaces ``pace`` for the next run.
+    and last iteration, the save and the exit. The run's own pace then replaces ``pace`` for the next run,
+    except its end, which replaces the one kept only when it is longer.
 
     This machine's speed changes between runs, so the scratch copy also follows a deadline (``NANOGPT_DEADLINE``,
     :data:`STOPPED`): the budget less the longest end of a run seen so far (``end_s``: from the deadline check to
