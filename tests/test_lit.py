@@ -22,7 +22,7 @@ from transformers_scratch import (
 )
 from transformers_scratch.training.callbacks import SafeModelCheckpoint, SampleText, Throughput, TrainingDiverged
 from transformers_scratch.training.modules import LitCharLM
-from transformers_scratch.training.optim import OptimConfig, build_optimizer, decay_groups, lr_factor
+from transformers_scratch.training.optim import OptimConfig, StackedMuon, build_optimizer, decay_groups, lr_factor
 from transformers_scratch.training.perf import non_embedding_params, peak_flops, train_flops_per_token
 
 TINY = LMConfig(vocab_size=256, context=16, emb=32, heads=4, depth=2)
@@ -97,14 +97,17 @@ def test_one_step_on_tied_weights_is_one_adamw_step(tmp_path):
     assert_close(tied, reference.head.weight, rtol=0, atol=1e-7)
 
 
-def test_muon_steps_the_blocks_matrices_and_adamw_the_rest_as_the_two_would_alone(tmp_path):
-    """optimizer muon: torch's Muon over the linear weights inside the blocks, AdamW (decayed and plain groups)
-    over embeddings, the output layer, norms and biases; every parameter in one group, and one step equals
-    the two optimizers stepped on their own parameters."""
-    cfg = OptimConfig(optimizer="muon", lr=1e-2, muon_lr=0.05, warmup_steps=0, schedule="constant")
+@pytest.mark.parametrize("stacked", [False, True], ids=["torch-muon", "stacked-muon"])
+def test_muon_steps_the_blocks_matrices_and_adamw_the_rest_as_the_two_would_alone(tmp_path, stacked):
+    """optimizer muon: torch's Muon (or StackedMuon) over the linear weights inside the blocks, AdamW (decayed
+    and plain groups) over embeddings, the output layer, norms and biases; every parameter in one group, and
+    one step equals torch's two optimizers stepped on their own parameters."""
+    cfg = OptimConfig(optimizer="muon", lr=1e-2, muon_lr=0.05, warmup_steps=0, schedule="constant",
+                      muon_stacked=stacked)  # fmt: skip
     module = LitCharLM(replace(TINY, tie_weights=True), cfg)
     module.trainer = trainer(tmp_path, max_steps=1)
     opt = module.configure_optimizers()["optimizer"]
+    assert type(opt.parts[1]) is (StackedMuon if stacked else torch.optim.Muon)
     roles = {g["role"]: g for g in opt.param_groups}
     assert list(roles) == ["decay", "plain", "muon"]
     blocks = {id(m.weight) for m in module.model.stack.modules() if isinstance(m, torch.nn.Linear)}
@@ -141,6 +144,29 @@ def test_muon_steps_the_blocks_matrices_and_adamw_the_rest_as_the_two_would_alon
     # the schedule sets rates through the wrapper's groups: after a restore they must be the parts' own
     restored.param_groups[2]["lr"] = 0.0
     assert [g["lr"] for part in restored.parts for g in part.param_groups] == [1e-2, 1e-2, 0.0]
+
+
+@pytest.mark.parametrize("nesterov, rule", [(True, None), (False, "match_rms_adamw")])
+def test_stacked_muon_steps_as_torchs_muon_does_matrix_by_matrix(nesterov, rule):
+    """StackedMuon orthogonalises the matrices of one shape together, a tall matrix turned wide as torch turns
+    it: three steps over tall, wide and square matrices (two tall and one wide of the same shape, one alone)
+    give torch's Muon's parameters, and its state loads into torch's Muon."""
+    torch.manual_seed(0)
+    shapes = [(24, 8), (8, 24), (24, 8), (8, 8), (16, 8)]
+    ours = [torch.nn.Parameter(torch.randn(s)) for s in shapes]
+    theirs = [torch.nn.Parameter(p.detach().clone()) for p in ours]
+    options = {"lr": 0.05, "weight_decay": 0.1, "nesterov": nesterov, "adjust_lr_fn": rule}
+    stacked, reference = StackedMuon(ours, **options), torch.optim.Muon(theirs, **options)
+    for _ in range(3):
+        for p, q in zip(ours, theirs, strict=True):
+            p.grad = torch.randn_like(p)
+            q.grad = p.grad.clone()
+        stacked.step(), reference.step()
+    for p, q in zip(ours, theirs, strict=True):
+        assert_close(p, q, rtol=0, atol=1e-6)
+    reference.load_state_dict(stacked.state_dict())
+    assert all(torch.equal(reference.state[q]["momentum_buffer"], stacked.state[p]["momentum_buffer"])
+               for p, q in zip(ours, theirs, strict=True))  # fmt: skip
 
 
 def test_muon_is_refused_where_a_grad_scaler_steps_the_optimizer(tmp_path):

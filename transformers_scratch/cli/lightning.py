@@ -101,7 +101,7 @@ def refuse_optimizer_flags(argv: list[str]) -> None:
                 f"{flag} is not used here: the modules build AdamW with weight decay on matrices only (or Muon for "
                 "the blocks' matrices) and a warm-up then decay schedule; set them with --model.optim.lr, "
                 ".weight_decay, .beta1, .beta2, .warmup_steps, .schedule (cosine, wsd or constant), .min_lr_ratio, "
-                ".cooldown, .total_steps, .optimizer (adamw or muon) and .muon_lr"
+                ".cooldown, .total_steps, .optimizer (adamw or muon), .muon_lr and .muon_stacked"
             )
 
 
