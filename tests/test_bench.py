@@ -276,9 +276,11 @@ def test_a_speedrun_ends_within_its_budget_reports_every_field_and_never_trains_
     """A tiny budget, 2 seeds, fit alternating with a stand-in nanoGPT: every run, start-up and saving included,
     ends within the budget plus 2 s (the time from the deadline check to the process's exit); every field is
     there; each nanoGPT run gets its seed; and the held-out bytes lie past every training window."""
+    import yaml
+
     from transformers_scratch.data import TextDataModule
     from transformers_scratch.data.text import split_bounds
-    from transformers_scratch.experiments.endtoend import speedrun
+    from transformers_scratch.experiments.endtoend import ROOT, SPEEDRUN, speedrun
 
     checkout = stand_in_nanogpt(tmp_path)
     text = tmp_path / "text.txt"
@@ -288,12 +290,13 @@ def test_a_speedrun_ends_within_its_budget_reports_every_field_and_never_trains_
                       workdir=str(tmp_path / "work"))  # fmt: skip
     assert [(r["run"], r.get("seed")) for r in report["runs"]] == [
         ("fit", 0), ("nanoGPT train.py", 0), ("fit", 1), ("nanoGPT train.py", 1)]  # fmt: skip
+    recipe_batch = yaml.safe_load((ROOT / SPEEDRUN).read_text())["data"]["init_args"]["batch_size"]
     for row in report["runs"]:
         assert "error" not in row, row.get("error")
         assert row["wall_s"] <= budget + 2.0 and row["within_budget"] in (True, False), row
         for field in ("wall_s", "startup_s", "steps", "tokens", "context", "heldout_nats", "load"):
             assert isinstance(row[field], (int, float)) and row[field] > 0, (field, row)
-        batch = 24 if row["run"] == "fit" else 12  # the recipe's batches, and nanoGPT's CPU recipe's
+        batch = recipe_batch if row["run"] == "fit" else 12  # the recipe's batches, and nanoGPT's CPU recipe's
         assert row["tokens"] == row["steps"] * batch * row["context"] and row["context"] == 64
     assert set(report["nanogpt_pace"]) == {"startup_s", "iter_s", "other_s", "end_s"}
     assert 0.3 < report["nanogpt_pace"]["end_s"] < 2.0  # its last evaluation (0.3 s), save, iteration and exit
