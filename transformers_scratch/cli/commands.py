@@ -15,7 +15,7 @@ from ..model.pretrained import save_pretrained
 from ..training.checkpoints import load_trained
 from ..training.console import shown
 from ..training.inference import continue_text, decode_sources, export_vocab
-from ..training.modules import LitCharLM, LitClassifier, LitMaskedLM, LitSeq2Seq
+from ..training.modules import LitCharLM, LitClassifier, LitMaskedLM, LitSeq2Seq, LitXL
 
 MAX_SAMPLE = 1_000_000  # characters per sample call (about half an hour on 2 CPU cores)
 MAX_SAMPLES = 1_000  # --num_samples
@@ -77,7 +77,7 @@ def sample(
     """Continue a prompt with a trained character model; prints prompt + continuation, once per sample.
 
     Args:
-        ckpt_path: A LitCharLM checkpoint written by fit.
+        ckpt_path: A LitCharLM or LitXL checkpoint written by fit (or convert_xl).
         prompt: Text to continue.
         prompt_file: Continue this file's text instead.
         length: Characters (bytes) to generate.
@@ -101,7 +101,7 @@ def sample(
         )
     if seed is not None and not 0 <= seed <= MAX_SEED:
         raise ValueError(f"--seed must lie in [0, 2**63 - 1], and {str(seed)[:30]} does not; pass a smaller seed")
-    module, vocab = load_trained(ckpt_path, LitCharLM, command="sample")
+    module, vocab = load_trained(ckpt_path, LitCharLM, LitXL, command="sample")
     if vocab is None:
         raise ValueError(f"--ckpt_path {ckpt_path!r} holds no vocabulary; pass a checkpoint written by fit")
     if cuda_graph and (not cache or not torch.cuda.is_available()):
@@ -138,7 +138,8 @@ def export(ckpt_path: str, out: str, format: Literal["project", "hf"] = "project
     or in Hugging Face's layout.
 
     Args:
-        ckpt_path: A LitCharLM, LitClassifier or LitSeq2Seq checkpoint written by fit (LitMaskedLM too, for hf).
+        ckpt_path: A LitCharLM, LitClassifier, LitSeq2Seq or LitXL checkpoint written by fit (LitMaskedLM too,
+            for hf; a LitXL's memory is no Hugging Face model's).
         out: A new or empty folder.
         format: project (this project's from_pretrained reads it, with the vocabulary), or hf: a GPT-2, Llama,
             Qwen2 or BERT folder that transformers' AutoModelForCausalLM / AutoModelForMaskedLM loads, for a
@@ -148,7 +149,7 @@ def export(ckpt_path: str, out: str, format: Literal["project", "hf"] = "project
         module, _ = load_trained(ckpt_path, LitCharLM, LitMaskedLM, command="export --format hf")
         folder = save_hf(module.model, out)
     else:
-        module, vocab = load_trained(ckpt_path, LitCharLM, LitClassifier, LitSeq2Seq, command="export")
+        module, vocab = load_trained(ckpt_path, LitCharLM, LitClassifier, LitSeq2Seq, LitXL, command="export")
         folder = save_pretrained(module.model, out, {"vocab": export_vocab(module, vocab)})
     print(f"exported {type(module).__name__}'s model to {folder}/ (model.safetensors, config.json)")
 

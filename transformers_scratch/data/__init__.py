@@ -3,7 +3,7 @@
 from .files import DataError
 from .ids import IGNORE_INDEX
 from .imdb import IMDbDataModule, IMDbMLMDataModule
-from .text import TextDataModule
+from .text import OrderedTextDataModule, TextDataModule
 from .transduction import TransductionDataModule
 from .vocab import ByteVocab, WordVocab, checkpoint_vocab
 
@@ -13,6 +13,7 @@ __all__ = [
     "IGNORE_INDEX",
     "IMDbDataModule",
     "IMDbMLMDataModule",
+    "OrderedTextDataModule",
     "TextDataModule",
     "TransductionDataModule",
     "WordVocab",

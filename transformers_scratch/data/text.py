@@ -277,3 +277,115 @@ class TextDataModule(ResumableData):
     def load_state_dict(self, state: dict) -> None:
         self._vocab = vocab_from_state(state) or self._vocab
         self.load_progress(state)
+
+
+class OrderedSegments(Dataset):
+    """Transformer-XL's training batches: the split cut into ``streams`` contiguous streams of equal length (the
+    tail that does not divide evenly is left out), and batch k of an epoch holds segment k of ``rows`` of them,
+    one a row, so that each row's memory is the text just before its segment (the authors' ``LMOrderedIterator``).
+    An epoch is one pass down the streams; the last part of a stream shorter than a segment is left out, so that
+    every batch has one shape. Item i is batch number i of any epoch: inputs and next-byte targets (b, context),
+    and whether it begins the streams (a fresh memory)."""
+
+    def __init__(self, data: Tensor, context: int, streams: int, rows: range) -> None:
+        self.data, self.context, self.rows = data, context, rows
+        self.length = (len(data) - 1) // streams  # targets per stream
+        self.segments = self.length // context
+        if self.segments < 1:
+            raise DataError(
+                f"the train split holds {len(data):,} bytes, too few for {streams} streams of one segment of "
+                f"{context} (data.batch_size x devices streams, each at least data.context + 1 bytes); lower "
+                "data.batch_size or data.context, or use a longer file"
+            )
+
+    def __len__(self) -> int:
+        return self.segments
+
+    def __getitem__(self, i: int) -> tuple[Tensor, Tensor, bool]:
+        k = i % self.segments  # the epoch does not matter: every epoch walks the same streams
+        starts = torch.tensor([row * self.length + k * self.context for row in self.rows])[:, None]  # (b, 1)
+        windows = self.data[starts + torch.arange(self.context + 1)].long()  # (b, context + 1)
+        return windows[:, :-1], windows[:, 1:], k == 0
+
+
+class StreamedSegments(Dataset):
+    """Evaluation with a memory: the split's targets cut into ``streams`` contiguous streams, each walked in
+    consecutive segments of ``context``, so that every byte after the first is scored exactly once, by the stream
+    that holds it, with the memory of its stream's text before it (none at a stream's start). Item i holds
+    segment i of ``rows`` of the streams: inputs (b, context), targets with IGNORE_INDEX past a stream's end, and
+    whether it begins the streams."""
+
+    def __init__(self, data: Tensor, context: int, streams: int, rows: range) -> None:
+        self.data, self.context, self.rows = data, context, rows
+        self.length = -(-(len(data) - 1) // streams)  # targets per stream, the last stream shorter
+        self.segments = -(-self.length // context)
+
+    def __len__(self) -> int:
+        return self.segments
+
+    def __getitem__(self, i: int) -> tuple[Tensor, Tensor, bool]:
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        n = len(self.data)
+        ids = torch.zeros(len(self.rows), self.context, dtype=torch.long)
+        targets = torch.full_like(ids, IGNORE_INDEX)
+        for r, row in enumerate(self.rows):
+            first = row * self.length + i * self.context  # the input before the segment's first target
+            end = min(n - 1, (row + 1) * self.length)  # the stream's last target's input + 1
+            if first >= end:
+                continue
+            piece = self.data[first : min(n, first + self.context + 1)].long()
+            ids[r, : len(piece) - 1] = piece[:-1] if len(piece) > 1 else piece[:0]
+            scored = min(end - first, len(piece) - 1)
+            targets[r, :scored] = piece[1 : 1 + scored]
+        return ids, targets, i == 0
+
+
+class OrderedTextDataModule(TextDataModule):
+    """Byte-level text in ordered streams, for Transformer-XL (``LitXL``): each row of a training batch walks its
+    own contiguous stream, ``data.batch_size`` streams per device and each device its own, and validation and test
+    walk their split in ``data.eval_batch_size`` streams of consecutive segments (see :class:`OrderedSegments`
+    and :class:`StreamedSegments`). ``context`` is the segment length. ``batches_per_epoch`` and ``eval_stride`` do
+    not apply: an epoch is one pass down the streams, and evaluation scores every byte once."""
+
+    def _ranks(self) -> tuple[int, int]:
+        return (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
+
+    def segments(self, split: str, streams_per_rank: int, cls: type) -> Dataset:
+        rank, world = self._ranks()
+        rows = range(rank * streams_per_rank, (rank + 1) * streams_per_rank)
+        return cls(self.splits[split], self.context, streams_per_rank * world, rows)
+
+    def train_dataloader(self) -> DataLoader:
+        segments = self.segments("train", self.batch_size, OrderedSegments)
+        return self.train_loader(segments, len(segments), shuffle=False, share=False)
+
+    def _stream_loader(self, dataset: Dataset) -> DataLoader:
+        from torch.utils.data import DistributedSampler
+
+        # Every rank walks every segment of its own streams, in order: a DistributedSampler of one replica, which
+        # Lightning keeps as it is instead of sharing the segments out between the ranks.
+        order = DistributedSampler(dataset, num_replicas=1, rank=0, shuffle=False)
+        return DataLoader(dataset, batch_size=None, sampler=order, num_workers=self.num_workers)
+
+    def _eval_loader(self, split: str) -> DataLoader:
+        return self._stream_loader(self.segments(split, self.eval_batch_size, StreamedSegments))
+
+    def predict_dataloader(self) -> DataLoader:
+        if self.predict_path is None:
+            raise ValueError("predict scores a file: pass --data.predict_path FILE")
+        data = read_bytes(self.predict_path)
+        if len(data) < 2:
+            raise DataError(f"data.predict_path {self.predict_path!r} holds {len(data)} bytes: nothing to predict")
+        try:
+            ids = self.vocab.encode(data)
+        except DataError as e:
+            raise DataError(f"data.predict_path {self.predict_path!r}: {e}") from e
+        return self._stream_loader(StreamedSegments(ids, self.context, self.eval_batch_size, range(self.eval_batch_size)))
+
+    @property
+    def protocol(self) -> str:
+        return (
+            f"{self.eval_batch_size} streams in consecutive segments of {self.context} bytes with the model's memory "
+            "(every byte scored once)"
+        )

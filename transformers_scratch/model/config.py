@@ -131,6 +131,61 @@ class LMConfig(TransformerConfig):
     """Share the token embedding matrix with the output layer (GPT-2, nanoGPT)."""
 
 
+MAX_MEMORY = 100_000
+"""The longest Transformer-XL memory accepted: each layer keeps (batch, memory, width) hidden states."""
+
+
+@dataclass
+class XLConfig(TransformerConfig):
+    """Transformer-XL (Dai et al. 2019): a causal LM whose layers also attend over the cached hidden states of
+    the segments before (the memory), with relative positions. ``context`` is the segment length. Defaults: the
+    authors' parameterization (post-norm, ReLU, tied output layer with its own bias)."""
+
+    positions: Literal["relative"] = "relative"
+    """Relative positions inside attention: sinusoids of the query-key distance, projected per layer, and two
+    learned biases (the paper's u and v). The only choice: absolute positions would repeat in every segment."""
+    pre_norm: bool = False
+    """Layer norm after each residual sum (the authors' default); True: before each sublayer, with no final
+    norm, as their ``pre_lnorm``."""
+    mem_len: int = 64
+    """Positions of memory per layer during training: the hidden states of the segments before, no gradient."""
+    clamp_len: int | None = None
+    """Distances past this use its sinusoid (the authors evaluate enwik8 with 820); None: no clamp."""
+    same_length: bool = False
+    """Every query sees exactly ``mem_len`` keys, itself included (the authors' enwik8 evaluation)."""
+    untie_r: bool = False
+    """One pair of biases u, v per layer instead of one pair shared by all layers."""
+    dropatt: float = 0.0
+    """Dropout on the attention weights (``dropout`` acts on embeddings, positions and sublayer outputs)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not isinstance(self.mem_len, int) or not 0 <= self.mem_len <= MAX_MEMORY:
+            raise ValueError(
+                f"model mem_len={self.mem_len!r} must lie in [0, {MAX_MEMORY:,}] positions; each layer keeps "
+                "that many hidden states per sequence: pass a shorter memory"
+            )
+        if self.clamp_len is not None and (not isinstance(self.clamp_len, int) or self.clamp_len < 1):
+            raise ValueError(f"model clamp_len={self.clamp_len!r} must be a positive distance, or None (no clamp)")
+        if not 0.0 <= self.dropatt < 1.0:
+            raise ValueError(f"model dropatt={self.dropatt} must lie in [0, 1)")
+        if self.activation == "swiglu":
+            raise ValueError("model activation swiglu: Transformer-XL's feed-forward is one hidden layer; use relu or gelu")
+        if self.same_length and self.mem_len < 1:
+            raise ValueError("model same_length shows every query mem_len keys: give it a memory (mem_len >= 1)")
+        unused = [f"{name} {getattr(self, name)}" for name, default in XL_FIXED.items()
+                  if getattr(self, name) != default]  # fmt: skip
+        if unused:
+            raise ValueError(
+                f"model {', '.join(unused)}: Transformer-XL has no such option here (its attention has no biases "
+                "and one key/value head per head, its output layer is tied); leave them at their defaults"
+            )
+
+
+XL_FIXED = {"kv_heads": None, "qkv_bias": False, "embed_norm": False, "token_types": 0}
+"""Settings of :class:`TransformerConfig` that Transformer-XL does not take: they must keep these values."""
+
+
 @dataclass
 class EncoderDecoderConfig(TransformerConfig):
     """Encoder-decoder transformer (Vaswani et al. 2017). ``vocab_size`` is the source vocabulary."""

@@ -20,13 +20,15 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .config import ClassifierConfig, EncoderDecoderConfig, LMConfig
+from .config import ClassifierConfig, EncoderDecoderConfig, LMConfig, XLConfig
 from .models import CausalLM, EncoderDecoder, SequenceClassifier
+from .xl import TransformerXL
 
 MODELS = {
     "CausalLM": (CausalLM, LMConfig),
     "SequenceClassifier": (SequenceClassifier, ClassifierConfig),
     "EncoderDecoder": (EncoderDecoder, EncoderDecoderConfig),
+    "TransformerXL": (TransformerXL, XLConfig),
 }
 WEIGHTS, CONFIG = "model.safetensors", "config.json"
 FORMAT = 1  # config.json's layout; a reader refuses a newer one

@@ -2,6 +2,6 @@
 callbacks, the loggers, and reading checkpoints. A config names a module as
 ``transformers_scratch.training.LitCharLM``."""
 
-from .modules import LitCharLM, LitClassifier, LitMaskedLM, LitSeq2Seq, LitTransformer
+from .modules import LitCharLM, LitClassifier, LitMaskedLM, LitSeq2Seq, LitTransformer, LitXL
 
-__all__ = ["LitCharLM", "LitClassifier", "LitMaskedLM", "LitSeq2Seq", "LitTransformer"]
+__all__ = ["LitCharLM", "LitClassifier", "LitMaskedLM", "LitSeq2Seq", "LitTransformer", "LitXL"]

@@ -26,9 +26,18 @@ from ..data import checkpoint_vocab
 from ..data.ids import IGNORE_INDEX
 from ..data.vocab import Vocab
 from ..model.blocks import TransformerBlock
-from ..model.config import ClassifierConfig, EncoderDecoderConfig, LMConfig, MaskedLMConfig, read_settings
+from ..model.config import (
+    MAX_MEMORY,
+    ClassifierConfig,
+    EncoderDecoderConfig,
+    LMConfig,
+    MaskedLMConfig,
+    XLConfig,
+    read_settings,
+)
 from ..model.hf import from_hf
 from ..model.models import CausalLM, EncoderDecoder, MaskedLM, SequenceClassifier, encoder_state
+from ..model.xl import TransformerXL
 from .console import note
 from .optim import OptimConfig, build_optimizer, continue_from, save_resume_state
 
@@ -36,7 +45,9 @@ LN2 = math.log(2)
 
 
 # Checkpoints hold these configs in their hyper-parameters; let torch.load(weights_only=True) rebuild them.
-torch.serialization.add_safe_globals([MaskedLMConfig, LMConfig, ClassifierConfig, EncoderDecoderConfig, OptimConfig])
+torch.serialization.add_safe_globals(
+    [MaskedLMConfig, LMConfig, ClassifierConfig, EncoderDecoderConfig, XLConfig, OptimConfig]
+)
 
 
 def as_config(value, cls):
@@ -410,6 +421,159 @@ class LitCharLM(LitTransformer):
 
     def predict_step(self, batch, batch_idx: int) -> Tensor:
         return torch.stack(self.scored_bits(batch))  # bits, bytes scored
+
+
+MEMORY = "xl_memory"  # the checkpoint's entry: every process's training memory, (world, depth, b, m, k), or None
+
+
+class LitXL(LitTransformer):
+    """Transformer-XL on ordered byte streams (``OrderedTextDataModule``): every training step carries the memory
+    its segment leaves to the next, and the checkpoint keeps it, so a resumed run continues the very streams and
+    memory. Validation and test walk their split in consecutive segments with their own memory, of
+    ``eval_mem_len`` positions. Bits per byte, as :class:`LitCharLM`."""
+
+    checkpoint_metric = LitCharLM.checkpoint_metric
+
+    def __init__(
+        self,
+        model: XLConfig | None = None,
+        optim: OptimConfig | None = None,
+        compile: Compile = False,
+        eval_mem_len: int | None = None,
+        eval_same_length: bool | None = None,
+        eval_clamp_len: int | None = None,
+        init_from: str | None = None,
+    ) -> None:
+        """
+        Args:
+            model: The transformer's sizes, and its memory (model.mem_len) during training.
+            optim: Optimiser and schedule.
+            compile: Run the model through torch.compile, true or a mode (checkpoints still load without it).
+            eval_mem_len: Memory during validation, test and predict (None: model.mem_len). Longer than in
+                training helps (the paper evaluates enwik8 with 2,100 after training with 512).
+            eval_same_length: Every evaluated byte sees exactly eval_mem_len keys (None: model.same_length).
+            eval_clamp_len: Clamp distances in evaluation (None: model.clamp_len); the paper's enwik8: 820.
+            init_from: Start from the weights of another LitXL checkpoint (such as the one ``convert_xl`` writes);
+                its config decides the architecture. Training then starts afresh: steps, optimizer, memory.
+        """
+        super().__init__()
+        self.save_hyperparameters()
+        model = as_config(model, XLConfig)
+        if eval_mem_len is not None and not 0 <= eval_mem_len <= MAX_MEMORY:
+            raise ValueError(f"model.eval_mem_len={eval_mem_len} must lie in [0, {MAX_MEMORY:,}]; pass a shorter memory")
+        if eval_same_length and not (eval_mem_len or model.mem_len):
+            raise ValueError("model.eval_same_length shows every byte eval_mem_len keys: give it a memory")
+        if eval_clamp_len is not None and eval_clamp_len < 1:
+            raise ValueError(f"model.eval_clamp_len={eval_clamp_len} must be a positive distance, or None")
+        self.optim, self.compile = as_config(optim, OptimConfig), compile
+        self.eval_options = {
+            "mem_len": model.mem_len if eval_mem_len is None else eval_mem_len,
+            "same_length": model.same_length if eval_same_length is None else eval_same_length,
+            "clamp_len": model.clamp_len if eval_clamp_len is None else eval_clamp_len,
+        }
+        self.model = TransformerXL(model)
+        if init_from:
+            self.model = weights_of(init_from, self)
+        self.output_size = model.vocab_size
+        self.val_bpc, self.test_bpc = torchmetrics.MeanMetric(), torchmetrics.MeanMetric()
+        self.memory: list[Tensor] | None = None  # the training streams' memory
+        self.eval_memory: list[Tensor] | None = None
+
+    @staticmethod
+    def _segment(batch) -> tuple[Tensor, Tensor, bool]:
+        if len(batch) != 3:
+            raise ValueError(
+                "LitXL reads ordered streams: use data class_path transformers_scratch.data.OrderedTextDataModule "
+                "(its batches say where the streams begin)"
+            )
+        return batch
+
+    def _carried(self, memory: list[Tensor] | None, fresh: bool, x: Tensor) -> list[Tensor] | None:
+        if fresh or memory is None:
+            return None
+        if memory[0].size(0) != x.size(0):
+            raise ValueError(
+                f"the memory holds {memory[0].size(0)} streams and the batch has {x.size(0)} rows: resume with the "
+                "data.batch_size the run was trained with"
+            )
+        return [m.to(x.device) for m in memory]
+
+    def training_step(self, batch, batch_idx: int) -> Tensor:
+        x, y, fresh = self._segment(batch)
+        logits, self.memory = self.net(x, self._carried(self.memory, fresh, x))
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
+        if self.should_log():
+            self.log_train(loss=loss, bpc=loss / LN2)
+        return loss
+
+    def scored_bits(self, batch) -> tuple[Tensor, Tensor]:
+        """Total bits over the bytes this segment scores and how many, carrying the evaluation memory."""
+        x, y, fresh = self._segment(batch)
+        logits, self.eval_memory = self.net(x, self._carried(self.eval_memory, fresh, x), **self.eval_options)
+        nats = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum", ignore_index=IGNORE_INDEX)
+        return nats / LN2, (y != IGNORE_INDEX).sum()
+
+    def _eval_step(self, batch, metric: torchmetrics.MeanMetric) -> None:
+        bits, count = self.scored_bits(batch)
+        if count:
+            metric.update(bits / count, weight=count)
+
+    def on_validation_epoch_start(self) -> None:
+        self.eval_memory = None
+
+    on_test_epoch_start = on_predict_epoch_start = on_validation_epoch_start
+
+    def validation_step(self, batch, batch_idx: int) -> None:
+        self._eval_step(batch, self.val_bpc)
+        self.log("val/bpc", self.val_bpc, prog_bar=True)
+
+    def test_step(self, batch, batch_idx: int) -> None:
+        self._eval_step(batch, self.test_bpc)
+        self.log("test/bpc", self.test_bpc)
+
+    def predict_step(self, batch, batch_idx: int) -> Tensor:
+        return torch.stack(self.scored_bits(batch))  # bits, bytes scored
+
+    # ---- the memory in checkpoints: every process's, so that each resumes its own streams ----
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        super().on_save_checkpoint(checkpoint)
+        memory = None
+        if self.memory is not None:
+            memory = torch.stack(self.memory)  # (depth, b, m, k)
+            if self.trainer.world_size > 1:
+                memory = self.all_gather(memory)  # (world, depth, b, m, k)
+            else:
+                memory = memory[None]
+            memory = memory.cpu()
+        checkpoint[MEMORY] = memory
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        super().on_load_checkpoint(checkpoint)
+        if MEMORY not in checkpoint:
+            raise ValueError(
+                "the checkpoint holds no Transformer-XL memory, so a run cannot resume from it exactly: resume from "
+                "a last.ckpt written by fit, or start a new run from its weights with --model.init_from"
+            )
+        memory = checkpoint[MEMORY]
+        if memory is None:
+            self.memory = None
+            return
+        rank, world = (self.trainer.global_rank, self.trainer.world_size) if self._trainer else (0, 1)
+        if memory.dim() != 5 or memory.size(0) != world or memory.size(1) != self.model.cfg.depth:
+            raise ValueError(
+                f"the checkpoint's memory is of {memory.size(0) if memory.dim() == 5 else '?'} processes and this run "
+                f"has {world}: resume with the --trainer.devices it was trained with"
+            )
+        self.memory = list(memory[rank].unbind(0))
+
+
+def weights_of(path: str, module: LitXL) -> TransformerXL:
+    """``init_from``: the model of a LitXL checkpoint (its weights and architecture)."""
+    from .checkpoints import load_trained
+
+    trained, _ = load_trained(path, LitXL, command="model.init_from")
+    module.hparams["model"], module.hparams["init_from"] = dataclasses.asdict(trained.model.cfg), None
+    return trained.model.train()
 
 
 class LitSeq2Seq(LitTransformer):

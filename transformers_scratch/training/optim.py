@@ -97,9 +97,10 @@ def muon_matrices(module: nn.Module) -> list[nn.Parameter]:
     """The weight matrices of the linear layers inside transformer blocks: what Muon updates. Embeddings and
     the output layer stay with AdamW (Muon is for hidden layers), and so do norms and biases."""
     from ..model.blocks import TransformerBlock
+    from ..model.xl import XLBlock
 
     found: dict[int, nn.Parameter] = {}
-    for block in (m for m in module.modules() if isinstance(m, TransformerBlock)):
+    for block in (m for m in module.modules() if isinstance(m, (TransformerBlock, XLBlock))):
         for m in block.modules():
             if isinstance(m, nn.Linear) and m.weight.requires_grad:
                 found[id(m.weight)] = m.weight
