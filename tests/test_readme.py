@@ -46,7 +46,7 @@ def test_the_readme_is_short_and_about_the_project():
         assert not [w for w in ("session", "issue #", "closing note") if w in words], page.name
 
 
-OWN = {name for name in FUNCTIONS if name != "plot"}  # beside LightningCLI's; each takes --ckpt_path
+OWN = {name for name in FUNCTIONS if name != "plot"}  # beside LightningCLI's; each reads a file of weights
 
 
 @pytest.mark.parametrize("argv", [a for a in CLI_LINES if a[0] not in (*FUNCTIONS, *EXPERIMENTS)], ids=" ".join)
@@ -61,7 +61,7 @@ def test_cli_lines_parse(argv, monkeypatch, capsys):
 @pytest.mark.parametrize("argv", [a for a in CLI_LINES if a[0] in OWN], ids=" ".join)
 def test_sample_and_export_lines_parse(argv, monkeypatch, capsys):
     monkeypatch.chdir(ROOT)
-    ckpt = argv.index("--ckpt_path") + 1
+    ckpt = argv.index("--ckpt_path" if "--ckpt_path" in argv else "--state_dict") + 1  # convert_xl reads the latter
     with pytest.raises(FileNotFoundError, match="does not exist"):  # flags parsed; no trained model here
         run_function(argv[0], [*argv[1:ckpt], "no/such.ckpt", *argv[ckpt + 1 :]])
 

@@ -31,7 +31,7 @@ LIGHTNING = {
     "predict": "Score or classify a file with a checkpoint.",
 }
 FUNCTIONS = {f.__name__: f for f in (commands.sample, commands.decode, commands.export, commands.attention,
-                                     commands.plot)}  # fmt: skip
+                                     commands.plot, commands.convert_xl)}  # fmt: skip
 EXPERIMENTS = {"extrapolate": extrapolate.main, "soak": soak.main}  # argparse scripts that build runs with build_cli
 
 

@@ -3,6 +3,7 @@ options and ``--help``. Each reads its checkpoint once, prints its output on std
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Literal
@@ -154,6 +155,85 @@ def export(ckpt_path: str, out: str, format: Literal["project", "hf"] = "project
     print(f"exported {type(module).__name__}'s model to {folder}/ (model.safetensors, config.json)")
 
 
+def convert_xl(
+    state_dict: str,
+    out: str,
+    symbols: str | None = None,
+    pre_norm: bool = False,
+    context: int = 512,
+    mem_len: int = 512,
+    clamp_len: int | None = None,
+    same_length: bool = False,
+) -> None:
+    """Convert a Transformer-XL trained with the authors' code into a LitXL checkpoint (evaluate, sample, fine-tune).
+
+    Args:
+        state_dict: A file of their MemTransformerLM's state_dict() (torch.save of the tensors; a pickled whole
+            model is refused: it would run code when read).
+        out: The checkpoint to write (.ckpt), a new file.
+        symbols: A text file of their vocabulary, one symbol a line in id order: each the decimal byte value that
+            their enwik8 and text8 data use (their corpus's vocab.idx2sym). None: id i is byte i (256 ids).
+        pre_norm: Their --pre_lnorm.
+        context: Their --tgt_len: the segment length.
+        mem_len: Their --mem_len: the training memory (evaluation may use another: --model.eval_mem_len).
+        clamp_len: Their --clamp_len (None: no clamp).
+        same_length: Their --same_length.
+    """
+    import lightning
+
+    from ..data.vocab import vocab_state
+    from ..model.xl import from_authors
+    from ..training.checkpoints import read_state_dict
+
+    if Path(out).exists():
+        raise FileExistsError(f"--out {out!r} already exists; pass a new file name")
+    state = read_state_dict(state_dict, "--state_dict")
+    model = from_authors(state, f"--state_dict {state_dict!r}", pre_norm=pre_norm, context=context, mem_len=mem_len,
+                         clamp_len=clamp_len, same_length=same_length)  # fmt: skip
+    vocab = authors_vocab(symbols, model.cfg.vocab_size)
+    module = LitXL(model.cfg)
+    module.model.load_state_dict(model.state_dict())
+    checkpoint = {
+        "state_dict": module.state_dict(),
+        "hyper_parameters": {
+            "model": dataclasses.asdict(model.cfg),
+            "_class_path": "transformers_scratch.training.LitXL",
+        },
+        "OrderedTextDataModule": vocab_state(vocab),
+        "converted_from": str(state_dict),
+        "pytorch-lightning_version": lightning.__version__,  # what Lightning's validate, test and predict check
+        "epoch": 0,
+        "global_step": 0,
+    }
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    torch.save(checkpoint, out)
+    cfg = model.cfg
+    print(f"converted {state_dict} to {out}: a LitXL of {cfg.depth} blocks x {cfg.emb}, {cfg.heads} heads, "
+          f"{cfg.vocab_size} symbols, segment {cfg.context}, memory {cfg.mem_len}")  # fmt: skip
+
+
+def authors_vocab(symbols: str | None, size: int):
+    """The byte each of the authors' ids stands for: their symbols file (decimal byte values, one a line), or the
+    256 byte values in order."""
+    from ..data.vocab import ByteVocab
+
+    if symbols is None:
+        if size != 256:
+            raise ValueError(
+                f"the model reads {size} ids, not the 256 byte values: pass --symbols FILE, their vocabulary one "
+                "symbol a line in id order (their corpus's vocab.idx2sym)"
+            )
+        return ByteVocab(None)
+    text = text_or_file(None, symbols, "symbols", "the vocabulary", "a text file, one decimal byte value a line")
+    lines = text.split()
+    if len(lines) != size or not all(line.isdigit() and int(line) < 256 for line in lines) or len(set(lines)) != size:
+        raise ValueError(
+            f"--symbols {symbols!r} must list the model's {size} ids as distinct decimal byte values (0 to 255), one a "
+            f"line; it holds {len(lines)} lines"
+        )
+    return ByteVocab(bytes(int(line) for line in lines))
+
+
 def attention(
     ckpt_path: str,
     text: str | None = None,
@@ -166,32 +246,41 @@ def attention(
     (characters) for one text, as one PNG grid with the tokens on the axes.
 
     Args:
-        ckpt_path: A LitClassifier or LitCharLM checkpoint written by fit.
+        ckpt_path: A LitClassifier, LitCharLM or LitXL checkpoint written by fit. A LitXL's picture shows its
+            last segment over the memory that the text before it left.
         text: The text to read.
         text_file: Read this file's text instead.
         out: The PNG to write.
         max_tokens: Draw the first N tokens (words or characters).
         dpi: Resolution of the PNG.
     """
-    from ..training.pictures import attention_input, attention_maps, draw_attention
+    from ..training.pictures import attention_input, attention_maps, draw_attention, xl_attention_maps
 
     text = text_or_file(text, text_file, "text", "the text to read", "a text file")
     if not 1 <= max_tokens <= MAX_PICTURED:
         raise ValueError(f"--max_tokens {max_tokens} must lie in [1, {MAX_PICTURED}]: a panel holds that many")
-    module, vocab = load_trained(ckpt_path, LitClassifier, LitCharLM, command="attention")
+    module, vocab = load_trained(ckpt_path, LitClassifier, LitCharLM, LitXL, command="attention")
     model = module.model
     if vocab is None:
         raise ValueError(f"--ckpt_path {ckpt_path!r} holds no vocabulary; pass a checkpoint written by fit")
-    ids, tokens, total = attention_input(vocab, text, min(max_tokens, model.cfg.context))
+    xl = isinstance(module, LitXL)  # a segment after its memory: the text may be longer than one segment
+    ids, tokens, total = attention_input(vocab, text, max_tokens if xl else min(max_tokens, model.cfg.context))
     if ids.size(1) == 0:
         raise ValueError("the text holds no tokens to read; give some words")
     if total > ids.size(1):
         print(f"note: drawing the first {ids.size(1)} of {total} tokens (--max_tokens {max_tokens})", file=sys.stderr)
     if getattr(model.cfg, "pool", None) == "cls":
         tokens = ["[CLS]", *tokens]
-    weights = attention_maps(model, ids)[:, 0]  # (l, h, t, t)
     kind = "words" if isinstance(vocab, WordVocab) else "characters"
     title = f"{type(module).__name__} attention over {len(tokens)} {kind}: queries down, keys across"
+    if xl:  # the last segment (at most half the tokens) over its memory of the text before
+        queries = min(model.cfg.context, max(1, ids.size(1) // 2))
+        weights = xl_attention_maps(model, ids, queries)[:, 0]  # (l, h, t, m + t)
+        tokens = tokens[len(tokens) - weights.size(-1) :]
+        title = (f"{type(module).__name__}: {queries} {kind} (down) over a memory of {weights.size(-1) - queries} "
+                 "and themselves (across)")  # fmt: skip
+    else:
+        weights = attention_maps(model, ids)[:, 0]  # (l, h, t, t)
     draw_attention(weights, tokens, png_out(out), title, dpi)
     print(f"wrote {out}: {weights.size(0)} layers x {weights.size(1)} heads over {len(tokens)} {kind}")
 

@@ -30,7 +30,14 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from ..data import checkpoint_vocab
 from ..data.vocab import vocab_state
-from ..model.config import ClassifierConfig, EncoderDecoderConfig, LMConfig, MaskedLMConfig, TransformerConfig
+from ..model.config import (
+    ClassifierConfig,
+    EncoderDecoderConfig,
+    LMConfig,
+    MaskedLMConfig,
+    TransformerConfig,
+    XLConfig,
+)
 from ..model.models import count_parameters
 from ..training.callbacks import (
     PhaseTimes,
@@ -146,13 +153,14 @@ def sizes_help() -> str:
         "Train a model. Its sizes and choices, as --model.model.NAME VALUE (defaults: the tutorial's enwik8 "
         f"model; vocab_size, num_classes and context come from the data): {shown_sizes}. "
         "Every model setting with its meaning: --model.model.help LMConfig (or ClassifierConfig, MaskedLMConfig, "
-        "EncoderDecoderConfig); the optimiser's: --model.optim.help OptimConfig; a module's: --model.help LitCharLM "
-        "(or LitClassifier, LitMaskedLM, LitSeq2Seq); a config's settings: --config CONFIG --print_config."
+        "EncoderDecoderConfig, XLConfig); the optimiser's: --model.optim.help OptimConfig; a module's: --model.help "
+        "LitCharLM (or LitClassifier, LitMaskedLM, LitSeq2Seq, LitXL); a config's settings: --config CONFIG "
+        "--print_config."
     )
 
 
 CONFIG_CLASSES = {
-    c.__name__: c for c in (LMConfig, ClassifierConfig, MaskedLMConfig, EncoderDecoderConfig, OptimConfig)
+    c.__name__: c for c in (LMConfig, ClassifierConfig, MaskedLMConfig, EncoderDecoderConfig, XLConfig, OptimConfig)
 }
 
 
@@ -411,6 +419,7 @@ class CLI(LightningCLI):
             f"run {self.name}: checkpoints in {shown(self.checkpoint_dir)}/, logs in {', '.join(logs) or 'none'}\n"
             f"model: {type(model).__name__}, {count_parameters(model) / 1e6:.2f}M parameters, {cfg.depth} blocks x "
             f"{cfg.emb}, {cfg.heads} heads, context {cfg.context}"
+            + (f" and a memory of {cfg.mem_len}" if isinstance(cfg, XLConfig) else "")
         ).lstrip("\n")
 
     @property

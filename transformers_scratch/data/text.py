@@ -381,7 +381,9 @@ class OrderedTextDataModule(TextDataModule):
             ids = self.vocab.encode(data)
         except DataError as e:
             raise DataError(f"data.predict_path {self.predict_path!r}: {e}") from e
-        return self._stream_loader(StreamedSegments(ids, self.context, self.eval_batch_size, range(self.eval_batch_size)))
+        return self._stream_loader(
+            StreamedSegments(ids, self.context, self.eval_batch_size, range(self.eval_batch_size))
+        )
 
     @property
     def protocol(self) -> str:

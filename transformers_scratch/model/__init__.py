@@ -6,6 +6,7 @@
     cache.py       the key/value cache of decoding
     blocks.py      embeddings, feed-forward, the block (pre- and post-norm), the stack
     models.py      the classifier, the masked LM, the causal LM, the encoder-decoder
+    xl.py          Transformer-XL: relative attention over a memory of the segments before
     generation.py  sampling, cached decoding loops, the CUDA-graph step
     pretrained.py  the safetensors export and import
     hf.py          Hugging Face GPT-2, BERT and Llama-family weights in and out
@@ -23,12 +24,13 @@ from .attention import (
 )
 from .blocks import Embedding, FeedForward, Stack, TransformerBlock
 from .cache import KVCache
-from .config import ClassifierConfig, EncoderDecoderConfig, LMConfig, MaskedLMConfig, TransformerConfig
+from .config import ClassifierConfig, EncoderDecoderConfig, LMConfig, MaskedLMConfig, TransformerConfig, XLConfig
 from .generation import nucleus, sample_next
 from .hf import from_hf, save_hf
 from .models import CausalLM, EncoderDecoder, MaskedLM, SequenceClassifier, count_parameters
 from .positions import LearnedPositions, SinusoidalPositions
 from .pretrained import from_pretrained, save_pretrained
+from .xl import TransformerXL, from_authors
 
 __all__ = [
     "ATTENTION",
@@ -49,11 +51,14 @@ __all__ = [
     "Stack",
     "TransformerBlock",
     "TransformerConfig",
+    "TransformerXL",
+    "XLConfig",
     "basic_self_attention",
     "causal_mask",
     "count_parameters",
     "from_hf",
     "from_pretrained",
+    "from_authors",
     "fused_attention",
     "nucleus",
     "reference_attention",

@@ -170,7 +170,9 @@ class XLConfig(TransformerConfig):
         if not 0.0 <= self.dropatt < 1.0:
             raise ValueError(f"model dropatt={self.dropatt} must lie in [0, 1)")
         if self.activation == "swiglu":
-            raise ValueError("model activation swiglu: Transformer-XL's feed-forward is one hidden layer; use relu or gelu")
+            raise ValueError(
+                "model activation swiglu: Transformer-XL's feed-forward is one hidden layer; use relu or gelu"
+            )
         if self.same_length and self.mem_len < 1:
             raise ValueError("model same_length shows every query mem_len keys: give it a memory (mem_len >= 1)")
         unused = [f"{name} {getattr(self, name)}" for name, default in XL_FIXED.items()

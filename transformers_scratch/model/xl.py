@@ -114,7 +114,9 @@ class XLBlock(nn.Module):
         self.attn = RelativeAttention(cfg)
         self.norm1 = make_norm(cfg)
         act = ACTIVATIONS[cfg.activation]()
-        self.ff = nn.Sequential(nn.Linear(cfg.emb, cfg.hidden), act, nn.Dropout(cfg.dropout), nn.Linear(cfg.hidden, cfg.emb))
+        self.ff = nn.Sequential(
+            nn.Linear(cfg.emb, cfg.hidden), act, nn.Dropout(cfg.dropout), nn.Linear(cfg.hidden, cfg.emb)
+        )
         self.norm2 = make_norm(cfg)
         self.drop = nn.Dropout(cfg.dropout)
 
@@ -333,8 +335,8 @@ def from_authors(state: dict, source: str = "the state dict", **settings) -> Tra
         if theirs not in state:
             raise ValueError(f"{source} lacks {theirs!r}; {AUTHORS_FIX}")
         if state[theirs].shape != expected[ours].shape:
-            raise ValueError(f"{source}'s {theirs!r} has shape {tuple(state[theirs].shape)}, and a model of these sizes "
-                             f"needs {tuple(expected[ours].shape)}; {AUTHORS_FIX}")  # fmt: skip
+            raise ValueError(f"{source}'s {theirs!r} has shape {tuple(state[theirs].shape)}, and a model of these "
+                             f"sizes needs {tuple(expected[ours].shape)}; {AUTHORS_FIX}")  # fmt: skip
         converted[ours] = state[theirs].float()
     model.load_state_dict(converted, strict=False)  # head.weight is the embedding
     return model.eval()

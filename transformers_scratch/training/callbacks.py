@@ -495,9 +495,11 @@ class PhaseTimes(Callback):
 
     def teardown(self, trainer, pl_module, stage: str) -> None:
         self.times["sample_s"] = sum(getattr(c, "seconds", 0.0) for c in trainer.callbacks if isinstance(c, SampleText))
-        if trainer.is_global_zero and trainer.loggers and trainer.log_dir:  # no logger: no run folder to write to
-            Path(trainer.log_dir).mkdir(parents=True, exist_ok=True)
-            (Path(trainer.log_dir) / "phases.json").write_text(json.dumps(self.times, indent=1) + "\n")
+        log_dir = trainer.log_dir if trainer.loggers else None  # no logger: no run folder to write to
+        # (every process asks: under DDP trainer.log_dir is a broadcast, which one process alone would hang on)
+        if trainer.is_global_zero and log_dir:
+            Path(log_dir).mkdir(parents=True, exist_ok=True)
+            (Path(log_dir) / "phases.json").write_text(json.dumps(self.times, indent=1) + "\n")
 
 
 class PredictionWriter(BasePredictionWriter):

@@ -47,6 +47,26 @@ def read_checkpoint(ckpt_path: str) -> dict:
     return checkpoint
 
 
+def read_state_dict(path: str, flag: str) -> dict:
+    """A file of named tensors (``torch.save(model.state_dict())``), read as data: a pickled model, which would
+    run code when read, and anything but tensors, are refused in one line."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(
+            f"{flag} {path!r} does not exist; pass a file written by torch.save(model.state_dict())"
+        )
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (EOFError, RuntimeError, pickle.UnpicklingError, ValueError) as e:
+        reason = (str(e).splitlines() or ["empty file"])[0][:200]
+        raise ValueError(
+            f"{flag} {path!r} is not a file of tensors ({type(e).__name__}: {reason}); save the model's "
+            "state_dict(), not the model (a pickled model runs code when it is read)"
+        ) from e
+    if not isinstance(state, dict):
+        raise ValueError(f"{flag} {path!r} holds a {type(state).__name__}, not a state dict; save model.state_dict()")
+    return state
+
+
 def check_settings(ckpt_path: str, module_class: type[LitTransformer], settings):
     """A checkpoint's model settings against the config class of the module that will take them, before
     anything is built (:func:`~..model.config.read_settings`); returned as a dict of every setting."""

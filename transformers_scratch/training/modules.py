@@ -460,7 +460,9 @@ class LitXL(LitTransformer):
         self.save_hyperparameters()
         model = as_config(model, XLConfig)
         if eval_mem_len is not None and not 0 <= eval_mem_len <= MAX_MEMORY:
-            raise ValueError(f"model.eval_mem_len={eval_mem_len} must lie in [0, {MAX_MEMORY:,}]; pass a shorter memory")
+            raise ValueError(
+                f"model.eval_mem_len={eval_mem_len} must lie in [0, {MAX_MEMORY:,}]; pass a shorter memory"
+            )
         if eval_same_length and not (eval_mem_len or model.mem_len):
             raise ValueError("model.eval_same_length shows every byte eval_mem_len keys: give it a memory")
         if eval_clamp_len is not None and eval_clamp_len < 1:
@@ -549,6 +551,9 @@ class LitXL(LitTransformer):
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         super().on_load_checkpoint(checkpoint)
+        fitting = self._trainer is not None and self.trainer.state.fn == "fit"
+        if MEMORY not in checkpoint and not fitting:  # scoring or sampling: the memory starts empty anyway
+            return
         if MEMORY not in checkpoint:
             raise ValueError(
                 "the checkpoint holds no Transformer-XL memory, so a run cannot resume from it exactly: resume from "

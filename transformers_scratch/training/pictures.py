@@ -31,6 +31,25 @@ def attention_maps(model: nn.Module, ids: Tensor, mask: Tensor | None = None) ->
     return torch.stack([weights[0] for weights in kept]).float()  # (l, b, h, t', t')
 
 
+def xl_attention_maps(model: nn.Module, ids: Tensor, queries: int) -> Tensor:
+    """A Transformer-XL's attention weights over memory and segment: ids (1, n) are read in segments of its
+    context with its memory, and the last ``queries`` of them make the pictured segment. Returns (l, 1, h, t, m + t)
+    with m the memory that segment reads (at most the model's mem_len)."""
+    was_training = model.training
+    model.eval()
+    n, t = ids.size(1), queries
+    memory = None
+    try:
+        with torch.no_grad():
+            for start in range(0, n - t, model.cfg.context):  # the text before, read as training reads it
+                _, memory = model(ids[:, start : min(n - t, start + model.cfg.context)], memory)
+            with recording(block.attn for block in model.blocks) as kept:
+                model(ids[:, n - t :], memory)
+    finally:
+        model.train(was_training)
+    return torch.stack([weights[0] for weights in kept]).float()  # (l, 1, h, t, m + t)
+
+
 def _shown_token(token: str) -> str:
     return {" ": "␣", "\n": "⏎", "\t": "⇥"}.get(token, token)
 
@@ -64,16 +83,18 @@ MAX_INCHES = 16.0  # the attention grid's width and height at most, before the c
 
 
 def draw_attention(weights: Tensor, tokens: list[str], out: str | Path, title: str = "", dpi: int = 100):
-    """One PNG grid of weights (l, h, t, t): a row per layer, a column per head, each panel a query (down)
-    by key (across) matrix with the tokens on its axes. The picture stays readable however many tokens: at most
-    :data:`MAX_INCHES` across, and every n-th token labelled (with its position) when all would not fit.
-    Returns the figure (closed, for its data)."""
+    """One PNG grid of weights (l, h, t, u): a row per layer, a column per head, each panel a query (down)
+    by key (across) matrix with the tokens on its axes: ``tokens`` are the u keys, and the queries are the last t
+    of them (a Transformer-XL's segment after its memory, which a white line then divides from the segment). The
+    picture stays readable however many tokens: at most :data:`MAX_INCHES` across, and every n-th token labelled
+    (with its position) when all would not fit. Returns the figure (closed, for its data)."""
     plt = _pyplot()
-    layers, heads, t, _ = weights.shape
-    cell = min(max(1.4, 0.11 * t), MAX_INCHES / heads, MAX_INCHES / layers)  # inches per panel
-    every = max(1, math.ceil(t / (cell / 0.16)))  # a readable label needs about 0.16 inch
-    marks = list(range(0, t, every))
+    layers, heads, t, u = weights.shape
+    cell = min(max(1.4, 0.11 * u), MAX_INCHES / heads, MAX_INCHES / layers)  # inches per panel
+    every = max(1, math.ceil(u / (cell / 0.16)))  # a readable label needs about 0.16 inch
+    marks = list(range(0, u, every))
     labels = [tokens[k] if every == 1 else f"{k}:{tokens[k]}" for k in marks]
+    rows = [k for k in marks if k >= u - t]  # query labels: the keys that are also queries
     font = max(4.0, min(8.0, 0.7 * 72 * cell / max(len(marks), 1)))  # points: most of the space a label has
     top = float(weights.max())  # one colour scale for every panel: a uniform head looks uniform, not bright
     fig, axes = plt.subplots(layers, heads, figsize=(heads * cell + 1.6, layers * cell + 1), squeeze=False)
@@ -85,7 +106,9 @@ def draw_attention(weights: Tensor, tokens: list[str], out: str | Path, title: s
             if i == layers - 1:  # keys along the bottom row, queries down the first column
                 ax.set_xticks(marks, labels, rotation=90, fontsize=font)
             if j == 0:
-                ax.set_yticks(marks, labels, fontsize=font)
+                ax.set_yticks([k - (u - t) for k in rows], [labels[marks.index(k)] for k in rows], fontsize=font)
+            if u > t:  # the memory ends here
+                ax.axvline(u - t - 0.5, color="white", linewidth=0.8)
             ax.tick_params(length=0)
             if i == 0:
                 ax.set_title(f"head {j + 1}", fontsize=8)
