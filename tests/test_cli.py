@@ -319,10 +319,10 @@ def test_the_help_lists_every_command_under_the_name_it_was_invoked_by(tmp_path)
     assert result.returncode == 0 and result.stdout.startswith("usage: cli.py COMMAND")
     listed = [line.split()[0] for line in result.stdout.splitlines()[2:] if line.strip()]
     assert listed == ["fit", "validate", "test", "predict", "sample", "decode", "export", "attention", "plot",
-                      "extrapolate", "soak"]  # fmt: skip
+                      "convert_xl", "extrapolate", "soak"]  # fmt: skip
     sample = cli("sample", "--help", cwd=tmp_path)
     assert sample.returncode == 0 and sample.stdout.startswith("usage: cli.py sample --ckpt_path CKPT_PATH")
-    assert "A LitCharLM checkpoint written by fit." in " ".join(sample.stdout.split())  # from the docstring
+    assert "A LitCharLM or LitXL checkpoint written by fit" in " ".join(sample.stdout.split())  # from the docstring
 
 
 def test_only_the_subcommand_being_run_is_built():

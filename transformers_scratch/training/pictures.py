@@ -97,7 +97,7 @@ def draw_attention(weights: Tensor, tokens: list[str], out: str | Path, title: s
     rows = [k for k in marks if k >= u - t]  # query labels: the keys that are also queries
     font = max(4.0, min(8.0, 0.7 * 72 * cell / max(len(marks), 1)))  # points: most of the space a label has
     top = float(weights.max())  # one colour scale for every panel: a uniform head looks uniform, not bright
-    fig, axes = plt.subplots(layers, heads, figsize=(heads * cell + 1.6, layers * cell * t / u + 1.4), squeeze=False)
+    fig, axes = plt.subplots(layers, heads, figsize=(heads * cell + 1.6, layers * cell * t / u + 1), squeeze=False)
     for i in range(layers):
         for j in range(heads):
             ax = axes[i][j]
