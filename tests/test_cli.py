@@ -161,7 +161,7 @@ def test_resume_continues_from_last(trained):
     result = cli("fit", "--config", TINY_LM, "--data.path", str(data), "--data.vocab", "file",
                  *FAST, "--trainer.max_steps", "9", "--ckpt_path", "last", cwd=cwd)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "resuming from checkpoints/tiny_charlm/last.ckpt" in result.stderr
+    assert "resuming from checkpoints/tiny_charlm/last.ckpt\nrun tiny_charlm: checkpoints in" in result.stderr
     assert torch.load(cwd / "checkpoints" / "tiny_charlm" / "last.ckpt", weights_only=True)["global_step"] == 9
 
 

@@ -414,7 +414,7 @@ class CLI(LightningCLI):
         logs = [f"{lg.log_dir}/" if isinstance(lg, CSVLogger) else f"W&B ({lg.mode})" if isinstance(lg, WandbLogger)
                 else type(lg).__name__ for lg in self.trainer.loggers]  # fmt: skip
         model, cfg = self.model.model, self.model.model.cfg
-        resuming = f"\nresuming from {shown(self.config.fit.ckpt_path)}" if self.config.fit.get("ckpt_path") else ""
+        resuming = f"resuming from {shown(self.config.fit.ckpt_path)}\n" if self.config.fit.get("ckpt_path") else ""
         return resuming + (
             f"run {self.name}: checkpoints in {shown(self.checkpoint_dir)}/, logs in {', '.join(logs) or 'none'}\n"
             f"model: {type(model).__name__}, {count_parameters(model) / 1e6:.2f}M parameters, {cfg.depth} blocks x "
