@@ -359,7 +359,31 @@ class LitMaskedLM(LitTransformer):
         self.log("val/acc", self.val_acc, prog_bar=True)
 
 
-class LitCharLM(LitTransformer):
+class BitsPerByte:
+    """Validation, test and predict of a language model in bits per byte, from its ``scored_bits(batch)``: the
+    bits over the bytes a batch scores and how many it scores."""
+
+    val_bpc: torchmetrics.MeanMetric
+    test_bpc: torchmetrics.MeanMetric
+
+    def _eval_step(self, batch, metric: torchmetrics.MeanMetric) -> None:
+        bits, count = self.scored_bits(batch)
+        if count:  # a batch may score nothing (the end of a Transformer-XL's streams)
+            metric.update(bits / count, weight=count)  # a count-weighted mean: exact bits per byte
+
+    def validation_step(self, batch, batch_idx: int) -> None:
+        self._eval_step(batch, self.val_bpc)
+        self.log("val/bpc", self.val_bpc, prog_bar=True)
+
+    def test_step(self, batch, batch_idx: int) -> None:
+        self._eval_step(batch, self.test_bpc)
+        self.log("test/bpc", self.test_bpc)
+
+    def predict_step(self, batch, batch_idx: int) -> Tensor:
+        return torch.stack(self.scored_bits(batch))  # bits, bytes scored
+
+
+class LitCharLM(BitsPerByte, LitTransformer):
     """Next-byte prediction, measured in bits per byte (enwik8, Shakespeare)."""
 
     checkpoint_metric = ("val/bpc", "min", "step{step}-bpc{val/bpc:.4f}")
@@ -407,26 +431,11 @@ class LitCharLM(LitTransformer):
         nats = F.cross_entropy(self(x).flatten(0, 1).float(), y.flatten(), reduction="sum", ignore_index=IGNORE_INDEX)
         return nats / LN2, (y != IGNORE_INDEX).sum()
 
-    def _eval_step(self, batch, metric: torchmetrics.MeanMetric) -> None:
-        bits, count = self.scored_bits(batch)
-        metric.update(bits / count, weight=count)  # a count-weighted mean: exact bits per byte
-
-    def validation_step(self, batch, batch_idx: int) -> None:
-        self._eval_step(batch, self.val_bpc)
-        self.log("val/bpc", self.val_bpc, prog_bar=True)
-
-    def test_step(self, batch, batch_idx: int) -> None:
-        self._eval_step(batch, self.test_bpc)
-        self.log("test/bpc", self.test_bpc)
-
-    def predict_step(self, batch, batch_idx: int) -> Tensor:
-        return torch.stack(self.scored_bits(batch))  # bits, bytes scored
-
 
 MEMORY = "xl_memory"  # the checkpoint's entry: every process's training memory, (world, depth, b, m, k), or None
 
 
-class LitXL(LitTransformer):
+class LitXL(BitsPerByte, LitTransformer):
     """Transformer-XL on ordered byte streams (``OrderedTextDataModule``): every training step carries the memory
     its segment leaves to the next, and the checkpoint keeps it, so a resumed run continues the very streams and
     memory. Validation and test walk their split in consecutive segments with their own memory, of
@@ -515,26 +524,10 @@ class LitXL(LitTransformer):
         nats = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum", ignore_index=IGNORE_INDEX)
         return nats / LN2, (y != IGNORE_INDEX).sum()
 
-    def _eval_step(self, batch, metric: torchmetrics.MeanMetric) -> None:
-        bits, count = self.scored_bits(batch)
-        if count:
-            metric.update(bits / count, weight=count)
-
     def on_validation_epoch_start(self) -> None:
         self.eval_memory = None
 
     on_test_epoch_start = on_predict_epoch_start = on_validation_epoch_start
-
-    def validation_step(self, batch, batch_idx: int) -> None:
-        self._eval_step(batch, self.val_bpc)
-        self.log("val/bpc", self.val_bpc, prog_bar=True)
-
-    def test_step(self, batch, batch_idx: int) -> None:
-        self._eval_step(batch, self.test_bpc)
-        self.log("test/bpc", self.test_bpc)
-
-    def predict_step(self, batch, batch_idx: int) -> Tensor:
-        return torch.stack(self.scored_bits(batch))  # bits, bytes scored
 
     # ---- the memory in checkpoints: every process's, so that each resumes its own streams ----
     def on_save_checkpoint(self, checkpoint: dict) -> None:
