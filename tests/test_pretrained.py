@@ -124,6 +124,21 @@ def test_an_export_whose_config_is_not_one_is_refused(tmp_path, content):
         from_pretrained(tmp_path / "out")
 
 
+@pytest.mark.parametrize(
+    "break_it",
+    [lambda b: b[: len(b) // 2], lambda b: (2**62).to_bytes(8, "little") + b[8:]],
+    ids=["truncated", "header-length-2**62"],
+)
+def test_a_broken_safetensors_file_is_refused_naming_it_and_the_fix(tmp_path, break_it):
+    """safetensors' own SafetensorError named neither the file nor the fix."""
+    save_pretrained(trained_a_little("lm"), tmp_path / "out")
+    weights = tmp_path / "out" / "model.safetensors"
+    weights.write_bytes(break_it(weights.read_bytes()))
+    with pytest.raises(ValueError, match="is not a readable safetensors file .*; export the model again") as e:
+        from_pretrained(tmp_path / "out")
+    assert str(weights) in str(e.value)
+
+
 def test_the_project_export_carries_the_pretrained_family_options(tmp_path):
     """A Llama-layout model (RMSNorm, SwiGLU with its own width, grouped-query attention, no biases) goes out
     and back through this project's own format with the same logits."""

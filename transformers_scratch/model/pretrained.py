@@ -100,6 +100,7 @@ def read_config(folder: str | os.PathLike) -> dict:
 
 def from_pretrained(folder: str | os.PathLike, device: str | torch.device = "cpu") -> nn.Module:
     """The model an exported folder holds, in eval mode, on ``device``."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_model
 
     config = read_config(folder)
@@ -115,6 +116,11 @@ def from_pretrained(folder: str | os.PathLike, device: str | torch.device = "cpu
     model = model_class(cfg)
     try:
         load_model(model, str(weights), strict=True, device=str(device))
+    except SafetensorError as e:  # a truncated file, a header past its length: safetensors' own error type
+        reason = " ".join(str(e).split())[:200]
+        raise ValueError(
+            f"{str(weights)!r} is not a readable safetensors file ({reason}); export the model again"
+        ) from None
     except (RuntimeError, ValueError, OSError) as e:  # missing or extra tensors, wrong shapes, a broken file
         reason = " ".join(str(e).split())[:300]
         raise ValueError(f"{str(weights)!r} does not fit {CONFIG} ({reason}); export the model again") from None
