@@ -192,7 +192,7 @@ def convert_xl(
                          clamp_len=clamp_len, same_length=same_length)  # fmt: skip
     vocab = authors_vocab(symbols, model.cfg.vocab_size)
     module = LitXL(model.cfg)
-    module.model.load_state_dict(model.state_dict())
+    module.model = model  # the converted weights, in place of the fresh model
     checkpoint = {
         "state_dict": module.state_dict(),
         "hyper_parameters": {

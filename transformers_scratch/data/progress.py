@@ -76,10 +76,14 @@ class ResumableData(L.LightningDataModule):
         super().__init__()
         self.progress = Progress()
 
+    def ranks(self) -> tuple[int, int]:
+        """This process's rank and the number of processes (0 and 1 outside a trainer)."""
+        return (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
+
     def train_loader(self, batches: Dataset, n: int, shuffle: bool, share: bool = True) -> DataLoader:
         """A loader of whole batches (``batches[i]`` is batch number i) in a resumable order. ``share``: the ranks
         share the epoch's batches out; else every rank walks all of them (its dataset gives it its own rows)."""
-        rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer and share else (0, 1)
+        rank, world = self.ranks() if share else (0, 1)
         order = ResumableOrder(n, self.seed, shuffle, rank, world, self.progress)
         return DataLoader(
             batches, batch_size=None, sampler=order, num_workers=self.num_workers,

@@ -47,6 +47,12 @@ class RandomWindows(Dataset):
         return windows[:, :-1], windows[:, 1:]  # inputs, next-byte targets: (b, context) each
 
 
+def ids_at(data, p: int, length: int) -> Tensor:
+    """Long ids of positions p .. p + length - 1 (fewer at the end) of ``data``: ids (n,), or a file read in
+    windows (:class:`FileWindows`)."""
+    return (data.window(p, length) if hasattr(data, "window") else data[p : p + length]).long()
+
+
 class StridedWindows(Dataset):
     """Windows of context + 1 bytes starting every ``stride`` bytes, each scoring only targets that no
     earlier window scored, so every byte after the first is predicted exactly once.
@@ -79,11 +85,7 @@ class StridedWindows(Dataset):
     def __getitem__(self, i: int) -> tuple[Tensor, Tensor]:
         if not 0 <= i < len(self):
             raise IndexError(i)
-        p = self.start(i)
-        if hasattr(self.data, "window"):
-            window = self.data.window(p, self.context + 1).long()
-        else:
-            window = self.data[p : p + self.context + 1].long()  # (context + 1,)
+        window = ids_at(self.data, self.start(i), self.context + 1)  # (context + 1,)
         targets = window[1:].clone()
         targets[: self.first(i)] = IGNORE_INDEX
         return window[:-1], targets
@@ -237,23 +239,26 @@ class TextDataModule(ResumableData):
     def test_dataloader(self) -> DataLoader:
         return self._eval_loader("test")
 
-    def predict_dataloader(self) -> DataLoader:
-        """``predict_path`` in evaluation windows, encoded with the (checkpoint's) vocabulary."""
+    def predict_ids(self, minimum: int, least: str):
+        """``predict_path``'s ids, encoded with the (checkpoint's) vocabulary: a raw byte file read in windows
+        (:class:`FileWindows`), anything else whole. A file of fewer than ``minimum`` bytes is refused, the message
+        saying ``least``."""
         if self.predict_path is None:
             raise ValueError("predict scores a file: pass --data.predict_path FILE")
         path = Path(self.predict_path)
         # memory flat whatever the size; a sub-word tokenizer reads the text whole (tokens do not start at bytes)
         streamed = path.is_file() and path.suffix not in (".zip", ".gz") and isinstance(self.vocab, ByteVocab)
         data = FileWindows(path, self.vocab) if streamed else read_bytes(self.predict_path)
-        if len(data) < self.context + 1:
-            raise DataError(
-                f"data.predict_path {self.predict_path!r} holds {len(data)} bytes, fewer than one window "
-                f"of data.context + 1 = {self.context + 1}"
-            )
+        if len(data) < minimum:
+            raise DataError(f"data.predict_path {self.predict_path!r} holds {len(data)} bytes, fewer than {least}")
         try:
-            ids = data if streamed else self.vocab.encode(data)
+            return data if streamed else self.vocab.encode(data)
         except DataError as e:
             raise DataError(f"data.predict_path {self.predict_path!r}: {e}") from e
+
+    def predict_dataloader(self) -> DataLoader:
+        """``predict_path`` in evaluation windows."""
+        ids = self.predict_ids(self.context + 1, f"one window of data.context + 1 = {self.context + 1}")
         dataset = StridedWindows(ids, self.context, self.eval_stride)
         return DataLoader(dataset, batch_size=self.eval_batch_size, num_workers=self.num_workers)
 
@@ -334,7 +339,7 @@ class StreamedSegments(Dataset):
             end = min(n - 1, (row + 1) * self.length)  # the stream's last target's input + 1
             if first >= end:
                 continue
-            piece = self.data[first : min(n, first + self.context + 1)].long()
+            piece = ids_at(self.data, first, min(n, first + self.context + 1) - first)
             ids[r, : len(piece) - 1] = piece[:-1] if len(piece) > 1 else piece[:0]
             scored = min(end - first, len(piece) - 1)
             targets[r, :scored] = piece[1 : 1 + scored]
@@ -348,11 +353,8 @@ class OrderedTextDataModule(TextDataModule):
     and :class:`StreamedSegments`). ``context`` is the segment length. ``batches_per_epoch`` and ``eval_stride`` do
     not apply: an epoch is one pass down the streams, and evaluation scores every byte once."""
 
-    def _ranks(self) -> tuple[int, int]:
-        return (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
-
     def segments(self, split: str, streams_per_rank: int, cls: type) -> Dataset:
-        rank, world = self._ranks()
+        rank, world = self.ranks()
         rows = range(rank * streams_per_rank, (rank + 1) * streams_per_rank)
         return cls(self.splits[split], self.context, streams_per_rank * world, rows)
 
@@ -372,15 +374,7 @@ class OrderedTextDataModule(TextDataModule):
         return self._stream_loader(self.segments(split, self.eval_batch_size, StreamedSegments))
 
     def predict_dataloader(self) -> DataLoader:
-        if self.predict_path is None:
-            raise ValueError("predict scores a file: pass --data.predict_path FILE")
-        data = read_bytes(self.predict_path)
-        if len(data) < 2:
-            raise DataError(f"data.predict_path {self.predict_path!r} holds {len(data)} bytes: nothing to predict")
-        try:
-            ids = self.vocab.encode(data)
-        except DataError as e:
-            raise DataError(f"data.predict_path {self.predict_path!r}: {e}") from e
+        ids = self.predict_ids(2, "2: a byte and the byte it predicts")
         return self._stream_loader(
             StreamedSegments(ids, self.context, self.eval_batch_size, range(self.eval_batch_size))
         )

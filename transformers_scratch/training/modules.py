@@ -360,11 +360,29 @@ class LitMaskedLM(LitTransformer):
 
 
 class BitsPerByte:
-    """Validation, test and predict of a language model in bits per byte, from its ``scored_bits(batch)``: the
-    bits over the bytes a batch scores and how many it scores."""
+    """A language model's steps in bits per byte: the training loss, and validation, test and predict. The model
+    says how a batch becomes next-byte logits and targets (``logits_of``); every step here is shared."""
 
     val_bpc: torchmetrics.MeanMetric
     test_bpc: torchmetrics.MeanMetric
+
+    def logits_of(self, batch, training: bool) -> tuple[Tensor, Tensor]:
+        """Logits (b, t, v) and targets (b, t) of a batch, for training or for scoring."""
+        raise NotImplementedError
+
+    def training_step(self, batch, batch_idx: int) -> Tensor:
+        logits, y = self.logits_of(batch, training=True)
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
+        if self.should_log():
+            self.log_train(loss=loss, bpc=loss / LN2)
+        return loss
+
+    def scored_bits(self, batch) -> tuple[Tensor, Tensor]:
+        """Total bits over the bytes this batch scores, and how many it scores (targets of IGNORE_INDEX are scored
+        by another window, or lie past a stream's end)."""
+        logits, y = self.logits_of(batch, training=False)
+        nats = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum", ignore_index=IGNORE_INDEX)
+        return nats / LN2, (y != IGNORE_INDEX).sum()
 
     def _eval_step(self, batch, metric: torchmetrics.MeanMetric) -> None:
         bits, count = self.scored_bits(batch)
@@ -417,19 +435,9 @@ class LitCharLM(BitsPerByte, LitTransformer):
     def forward(self, ids: Tensor) -> Tensor:
         return self.net(ids)
 
-    def training_step(self, batch, batch_idx: int) -> Tensor:
+    def logits_of(self, batch, training: bool) -> tuple[Tensor, Tensor]:
         x, y = batch
-        loss = F.cross_entropy(self(x).flatten(0, 1).float(), y.flatten())
-        if self.should_log():
-            self.log_train(loss=loss, bpc=loss / LN2)
-        return loss
-
-    def scored_bits(self, batch) -> tuple[Tensor, Tensor]:
-        """Total bits over the bytes this batch scores, and how many it scores (targets of IGNORE_INDEX are scored
-        by another window)."""
-        x, y = batch
-        nats = F.cross_entropy(self(x).flatten(0, 1).float(), y.flatten(), reduction="sum", ignore_index=IGNORE_INDEX)
-        return nats / LN2, (y != IGNORE_INDEX).sum()
+        return self(x), y
 
 
 MEMORY = "xl_memory"  # the checkpoint's entry: every process's training memory, (world, depth, b, m, k), or None
@@ -509,20 +517,14 @@ class LitXL(BitsPerByte, LitTransformer):
             )
         return [m.to(x.device) for m in memory]
 
-    def training_step(self, batch, batch_idx: int) -> Tensor:
+    def logits_of(self, batch, training: bool) -> tuple[Tensor, Tensor]:
+        """A segment's logits, carrying the training memory, or in scoring the evaluation memory and settings."""
         x, y, fresh = self._segment(batch)
-        logits, self.memory = self.net(x, self._carried(self.memory, fresh, x))
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
-        if self.should_log():
-            self.log_train(loss=loss, bpc=loss / LN2)
-        return loss
-
-    def scored_bits(self, batch) -> tuple[Tensor, Tensor]:
-        """Total bits over the bytes this segment scores and how many, carrying the evaluation memory."""
-        x, y, fresh = self._segment(batch)
-        logits, self.eval_memory = self.net(x, self._carried(self.eval_memory, fresh, x), **self.eval_options)
-        nats = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum", ignore_index=IGNORE_INDEX)
-        return nats / LN2, (y != IGNORE_INDEX).sum()
+        if training:
+            logits, self.memory = self.net(x, self._carried(self.memory, fresh, x))
+        else:
+            logits, self.eval_memory = self.net(x, self._carried(self.eval_memory, fresh, x), **self.eval_options)
+        return logits, y
 
     def on_validation_epoch_start(self) -> None:
         self.eval_memory = None
