@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from .cache import KVCache
 from .positions import RELATIVE, alibi_bias, alibi_slopes, rotate
+from .sparse import SparsePattern, flex_sparse_attention, sparse_attention
 
 
 def basic_self_attention(x: Tensor) -> Tensor:
@@ -164,6 +165,9 @@ class MultiHeadAttention(nn.Module):
         qkv_bias: bool = False,
         bias: bool = True,
         rope_base: float = 10000.0,
+        sparse: SparsePattern | None = None,
+        layer: int = 0,
+        sparse_kernel: str = "auto",
     ) -> None:
         super().__init__()
         if emb % heads:
@@ -179,6 +183,7 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"{kv_heads} key/value heads must divide the {heads} query heads")
         self.emb, self.heads, self.causal, self.dropout, self.impl = emb, heads, causal, dropout, impl
         self.kv_heads, self.rope_base = kv_heads, rope_base
+        self.sparse, self.layer, self.sparse_kernel = sparse, layer, sparse_kernel  # sparse: self-attention only
         self.positions = positions  # rope or alibi: where the positions enter (self-attention only)
         if positions == "alibi":
             self.register_buffer("slopes", alibi_slopes(heads), persistent=False)  # derived: not in checkpoints
@@ -188,10 +193,13 @@ class MultiHeadAttention(nn.Module):
         self.out = nn.Linear(emb, emb, bias=bias)  # the tutorial's "unifyheads"
 
     @classmethod
-    def of(cls, cfg, causal: bool = False, positions: str | None = None) -> MultiHeadAttention:
-        """The attention a model config asks for."""
-        return cls(cfg.emb, cfg.heads, causal, cfg.dropout, cfg.attention, positions, cfg.kv_heads, cfg.qkv_bias,
-                   cfg.bias, cfg.rope_base)  # fmt: skip
+    def of(cls, cfg, causal: bool = False, positions: str | None = None, layer: int = 0,
+           cross: bool = False) -> MultiHeadAttention:  # fmt: skip
+        """The attention a model config asks for: block ``layer``'s self-attention, or its cross-attention."""
+        sparse = cfg.sparse() if cfg.attention == "sparse" and not cross else None
+        impl = "sdpa" if cfg.attention == "sparse" else cfg.attention  # sparse masks go to the fused kernel
+        return cls(cfg.emb, cfg.heads, causal, cfg.dropout, impl, positions, cfg.kv_heads, cfg.qkv_bias,
+                   cfg.bias, cfg.rope_base, sparse, layer, cfg.sparse_kernel)  # fmt: skip
 
     def _rows(self, start: int, end: int | None, x: Tensor) -> Tensor:
         """x through the rows start:end of the fused projection (and of its bias)."""
@@ -242,9 +250,16 @@ class MultiHeadAttention(nn.Module):
         if cache is not None and cache.at is not None:  # a static decoding step: a causal model, no padding
             if mask is not None:
                 raise ValueError("a static decoding step reads the whole cache through its own mask: no key_mask")
-            y = decode_attention(q, key, val, cache.seen, bias)  # (b, h, 1, s)
+            seen = cache.seen
+            if self.sparse is not None:  # (h, 1, u): the pattern's row of the step's position
+                j = torch.arange(seen.numel(), device=seen.device)[None, :]
+                seen = seen & self.sparse.allowed(self.layer, h, cache.at.view(1, 1), j, causal=True)
+            y = decode_attention(q, key, val, seen, bias)  # (b, h, 1, s)
             return self.out(y.transpose(1, 2).reshape(b, t, k))
         dropout_p = self.dropout if self.training else 0.0
+        if self.sparse is not None:
+            y = self._sparse(q, key, val, mask, key_mask, offset, dropout_p)
+            return self.out(y.transpose(1, 2).reshape(b, t, k))
         if self.record is not None:  # attention pictures: the weights of this very forward pass
             y = reference_attention(q, key, val, mask, self.causal, dropout_p, bias=bias, keep=self.record)
         else:
@@ -252,8 +267,25 @@ class MultiHeadAttention(nn.Module):
         y = y.transpose(1, 2).reshape(b, t, k)  # (b, t, k): heads side by side again
         return self.out(y)
 
+    def _sparse(self, q: Tensor, key: Tensor, val: Tensor, mask: Tensor | None, key_mask: Tensor | None,
+                offset: int, dropout_p: float) -> Tensor:  # fmt: skip
+        """Self-attention under the sparse pattern: the blocked or FlexAttention fast path from position 0, or the
+        dense kernel under the pattern's (h, t, u) mask (pictures, decoding steps after the first, kernel dense)."""
+        sp, t, u = self.sparse, q.size(2), key.size(2)
+        kernel = self.sparse_kernel if self.sparse_kernel != "auto" else "flex" if q.is_cuda else "blocked"
+        if self.record is None and offset == 0 and t == u and kernel != "dense":
+            if kernel == "flex":
+                return flex_sparse_attention(q, key, val, sp, self.layer, self.causal, key_mask)
+            return sparse_attention(q, key, val, sp, self.layer, self.causal, key_mask, dropout_p)
+        allowed = sp.mask(self.layer, self.heads, t, u, offset, self.causal, q.device)  # (h, t, u)
+        allowed = allowed if mask is None else allowed & mask  # (b|1, h, t, u)
+        if self.record is not None:
+            return reference_attention(q, key, val, allowed, False, dropout_p, keep=self.record)
+        return ATTENTION[self.impl](q, key, val, allowed, False, dropout_p)  # (b, h, t, s)
+
     def extra_repr(self) -> str:
         extra = f", positions={self.positions!r}" if self.positions else ""
+        extra += f", sparse={self.sparse}, layer={self.layer}" if self.sparse else ""
         extra += f", kv_heads={self.kv_heads}" if self.kv_heads != self.heads else ""
         return f"emb={self.emb}, heads={self.heads}, causal={self.causal}, impl={self.impl!r}{extra}"
 

@@ -115,13 +115,13 @@ class TransformerBlock(nn.Module):
     (bidirectional), decoder-only (causal) and encoder-decoder decoder (causal + cross) layers.
     """
 
-    def __init__(self, cfg: TransformerConfig, causal: bool = False, cross: bool = False) -> None:
+    def __init__(self, cfg: TransformerConfig, causal: bool = False, cross: bool = False, layer: int = 0) -> None:
         super().__init__()
         self.pre_norm = cfg.pre_norm
         relative = cfg.positions if cfg.positions in RELATIVE else None
-        self.attn = MultiHeadAttention.of(cfg, causal, positions=relative)
+        self.attn = MultiHeadAttention.of(cfg, causal, positions=relative, layer=layer)  # layer: sparse patterns
         self.norm1 = make_norm(cfg)
-        self.cross = MultiHeadAttention.of(cfg) if cross else None
+        self.cross = MultiHeadAttention.of(cfg, cross=True) if cross else None
         self.norm_cross = make_norm(cfg) if cross else None
         self.ff = feed_forward(cfg)
         self.norm2 = make_norm(cfg)
@@ -156,7 +156,7 @@ class Stack(nn.Module):
 
     def __init__(self, cfg: TransformerConfig, depth: int, causal: bool = False, cross: bool = False) -> None:
         super().__init__()
-        self.blocks = nn.ModuleList(TransformerBlock(cfg, causal=causal, cross=cross) for _ in range(depth))
+        self.blocks = nn.ModuleList(TransformerBlock(cfg, causal, cross, layer) for layer in range(depth))
         self.norm = make_norm(cfg) if cfg.pre_norm else nn.Identity()
         self.checkpointing = cfg.activation_checkpointing
 

@@ -6,6 +6,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal, get_args, get_origin, get_type_hints
 
+from .sparse import SparsePattern
+
 
 @dataclass
 class TransformerConfig:
@@ -35,8 +37,23 @@ class TransformerConfig:
     """Learned position embeddings (tutorial), fixed sinusoidal encodings (Vaswani et al. 2017), rotary
     embeddings of queries and keys (RoPE, Su et al. 2021) or linear attention biases (ALiBi, Press et al.
     2022). All but learned accept sequences longer than the context."""
-    attention: Literal["sdpa", "reference"] = "sdpa"
-    """Attention kernel: fused scaled_dot_product_attention, or the explicit matmul-softmax-matmul."""
+    attention: Literal["sdpa", "reference", "sparse"] = "sdpa"
+    """Attention kernel: fused scaled_dot_product_attention, the explicit matmul-softmax-matmul, or sparse
+    attention (Child et al. 2019): each head sees a strided or fixed pattern of about sqrt(t) keys per query."""
+    sparse_pattern: Literal["strided", "fixed"] = "strided"
+    """With attention sparse: strided (the previous sparse_block positions, and every sparse_block-th one before)
+    or fixed (the query's own block, and the last sparse_summary positions of every block)."""
+    sparse_layout: Literal["split", "alternate", "union"] = "split"
+    """With attention sparse: half the heads take each part of the pattern (split), whole layers take them in
+    turn (alternate), or every head takes both (union)."""
+    sparse_block: int = 64
+    """With attention sparse: the block length l, about sqrt(context)."""
+    sparse_summary: int = 4
+    """With attention sparse and the fixed pattern: c, the summary positions at the end of each block (< l)."""
+    sparse_kernel: Literal["auto", "blocked", "flex", "dense"] = "auto"
+    """With attention sparse: blocked (fused kernels on blocks, t sqrt(t) time, any device), flex (PyTorch's
+    FlexAttention with a block mask; trains on a GPU, forward only on a CPU), dense (the masked t^2 reference),
+    or auto: flex on a GPU, blocked elsewhere."""
     activation_checkpointing: bool = False
     """Recompute each block's activations in the backward pass: less memory, about a third more compute."""
     ff_hidden: int | None = None
@@ -82,6 +99,18 @@ class TransformerConfig:
             raise ValueError(f"model norm_eps={self.norm_eps} and rope_base={self.rope_base} must be positive")
         if not isinstance(self.token_types, int) or self.token_types < 0:
             raise ValueError(f"model token_types={self.token_types!r} must be 0 (none) or a positive integer")
+        if self.attention == "sparse":
+            self.sparse().check(self.context)
+            if self.positions == "alibi":
+                raise ValueError("model positions alibi adds a bias to every score; sparse attention takes none: "
+                                 "use learned, sinusoidal or rope positions with attention sparse")  # fmt: skip
+            if self.sparse_layout == "split" and self.heads < 2:
+                raise ValueError(f"model sparse_layout split gives half the heads each part: heads={self.heads} "
+                                 "is too few; use 2 heads or more, or sparse_layout alternate")  # fmt: skip
+
+    def sparse(self) -> SparsePattern:
+        """The sparse attention pattern these settings describe (refusing settings that make none)."""
+        return SparsePattern(self.sparse_pattern, self.sparse_layout, self.sparse_block, self.sparse_summary)
 
     @property
     def hidden(self) -> int:
@@ -173,6 +202,9 @@ class XLConfig(TransformerConfig):
             raise ValueError(
                 "model activation swiglu: Transformer-XL's feed-forward is one hidden layer; use relu or gelu"
             )
+        if self.attention == "sparse":
+            raise ValueError("model attention sparse: Transformer-XL's relative attention is dense over its memory; "
+                             "use attention sdpa or reference")  # fmt: skip
         if self.same_length and self.mem_len < 1:
             raise ValueError("model same_length shows every query mem_len keys: give it a memory (mem_len >= 1)")
         unused = [f"{name} {getattr(self, name)}" for name, default in XL_FIXED.items()
