@@ -375,3 +375,50 @@ def test_a_nanogpt_checkout_the_speedrun_cannot_patch_gets_one_error_line(tmp_pa
         assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]
         want = f"error: --nanogpt-train {str(path)!r}{says}; pass train.py of a karpathy/nanoGPT checkout"
         assert out.stderr.strip().splitlines() == [want]
+
+
+# ---- long context: attention and model steps over the context, dense and sparse ------------------------
+def test_an_attention_job_times_one_pass_and_its_memory_for_every_kernel():
+    from transformers_scratch.experiments.scaling import KERNELS, attention_job
+
+    for kernel in KERNELS:
+        job = {"kind": "attention", "device": "cpu", "kernel": kernel, "context": 256, "batch": 1, "heads": 2,
+               "head_width": 8}  # fmt: skip
+        result = run_job(job)
+        assert result["seconds"] > 0 and result["added_mb"] >= 0, kernel
+    assert attention_job({**job, "kernel": "sdpa"}).keys() == {"seconds", "added_mb"}
+
+
+def test_the_scaling_report_fits_exponents_and_draws_a_log_log_picture(tmp_path):
+    from transformers_scratch.experiments.scaling import block_for, draw_scaling, exponent, format_scaling
+
+    assert [block_for(t) for t in (1024, 4096, 16384, 65536)] == [32, 64, 128, 256]
+    assert exponent([(1024, 9.0), (4096, 1.0), (8192, 4.0), (16384, 16.0)]) == pytest.approx(2.0)  # from 4096 up
+    assert exponent([(4096, 1.0)]) is None
+    points = lambda p: [{"context": t, "seconds": (t / 4096) ** p, "added_mb": t / 1000} for t in (4096, 8192)]  # noqa: E731
+    rows = [{"kernel": k, "points": points(p), "exponent": p} for k, p in (("sdpa", 2), ("explicit", 2),
+                                                                             ("fixed/split", 1.5))]  # fmt: skip
+    model = [{"kernel": k, "points": [{"context": 4096, "tokens_per_s": v}]} for k, v in (("sdpa", 10),
+                                                                                       ("fixed/split", 30))]  # fmt: skip
+    report = {"contexts": [4096, 8192], "attention": rows, "model": model, "summary": 4,
+              "attention_shape": "batch 1, 4 heads of 32"}  # fmt: skip
+    text = "\n".join(format_scaling(report, {"depth": 6, "emb": 256, "heads": 8}))
+    assert "fixed/split over SDPA: 1.0x at 4,096, 1.4x at 8,192" in text
+    assert "fixed/split over SDPA: 3.0x at 4,096" in text and " 2.00" in text and " 1.50" in text
+    draw_scaling(report, str(tmp_path / "s.png"))
+    assert (tmp_path / "s.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_the_long_context_command_measures_every_kernel_and_a_model_step(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "transformers_scratch.experiments.bench", "--long-context", "--start-context", "64",
+         "--max-context", "128", "--depth", "1", "--emb", "32", "--heads", "2", "--attn-heads", "2",
+         "--attn-head-width", "8", "--model-steps", "1", "--plot", str(tmp_path / "s.png"), "--json"],
+        capture_output=True, text=True, timeout=900, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout)["scaling"]
+    assert [row["kernel"] for row in report["attention"]][:2] == ["sdpa", "explicit"]
+    assert all(len(row["points"]) == 2 for row in report["attention"] + report["model"])
+    assert (tmp_path / "s.png").stat().st_size > 0

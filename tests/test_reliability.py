@@ -78,6 +78,28 @@ def test_out_of_range_settings_get_one_line(capsys, text, args, message):
     assert "Does not validate" not in err and "usage:" not in err
 
 
+SPARSE = ["--model.model.attention", "sparse"]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--model.model.sparse_block", "0"], "model sparse_block=0 must be a positive block length"),
+        (["--model.model.sparse_block", "65"], "model sparse_block=65 is longer than the context 64: every query "
+         "would see everything before it; pass a sparse_block near sqrt(context), such as 8"),
+        (["--model.model.sparse_pattern", "fixed", "--model.model.sparse_block", "8", "--model.model.sparse_summary",
+          "8"], "model sparse_summary=8 must lie in [1, sparse_block=8)"),
+        (["--model.model.sparse_pattern", "banded"], "sparse_pattern"),
+        (["--model.model.sparse_layout", "diagonal"], "sparse_layout"),
+        (["--model.model.positions", "alibi"], "sparse attention takes none"),
+    ],
+    ids=["block-0", "block-past-context", "summary", "pattern", "layout", "alibi"],
+)
+def test_hostile_sparse_flags_get_one_line(capsys, text, args, message):
+    err = fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), *SPARSE, *args, message=message)
+    assert "Does not validate" not in err and "usage:" not in err
+
+
 # ---- the optimizer is the project's ---------------------------------------------------------------------
 @pytest.mark.parametrize("flag", [["--optimizer", "AdamW"], ["--lr_scheduler=StepLR"], ["--optimizer.lr", "1"]])
 def test_optimizer_flags_are_refused_with_the_settings_to_use(capsys, text, flag):

@@ -254,7 +254,13 @@ def attention(
         max_tokens: Draw the first N tokens (words or characters).
         dpi: Resolution of the PNG.
     """
-    from ..training.pictures import attention_input, attention_maps, draw_attention, xl_attention_maps
+    from ..training.pictures import (
+        attention_input,
+        attention_maps,
+        attention_patterns,
+        draw_attention,
+        xl_attention_maps,
+    )
 
     text = text_or_file(text, text_file, "text", "the text to read", "a text file")
     if not 1 <= max_tokens <= MAX_PICTURED:
@@ -273,6 +279,7 @@ def attention(
         tokens = ["[CLS]", *tokens]
     kind = "words" if isinstance(vocab, WordVocab) else "characters"
     title = f"{type(module).__name__} attention over {len(tokens)} {kind}: queries down, keys across"
+    allowed = None
     if xl:  # the last segment (at most half the tokens) over its memory of the text before
         queries = min(model.cfg.context, max(1, ids.size(1) // 2))
         weights = xl_attention_maps(model, ids, queries)[:, 0]  # (l, h, t, m + t)
@@ -281,7 +288,11 @@ def attention(
                  "and themselves (across)")  # fmt: skip
     else:
         weights = attention_maps(model, ids)[:, 0]  # (l, h, t, t)
-    draw_attention(weights, tokens, png_out(out), title, dpi)
+        allowed = attention_patterns(model, ids.size(1))  # a sparse model's pattern: the rest is drawn grey
+        if allowed is not None:
+            sp = model.cfg.sparse()
+            title += f"; {sp.pattern} pattern, l={sp.block}, {sp.layout} heads (grey: outside the pattern)"
+    draw_attention(weights, tokens, png_out(out), title, dpi, allowed)
     print(f"wrote {out}: {weights.size(0)} layers x {weights.size(1)} heads over {len(tokens)} {kind}")
 
 

@@ -3,7 +3,8 @@
     python -m transformers_scratch.experiments.bench                    # the CPU target: 4 x 256, ctx 256, batch 8
     python -m transformers_scratch.experiments.bench --config configs/enwik8.yaml  # a config's sizes (GPU: bf16)
     python -m transformers_scratch.experiments.bench --json             # machine-readable
-    python -m transformers_scratch.experiments.bench --long-context --emb 64 --heads 2 --depth 2 --batch 1
+    python -m transformers_scratch.experiments.bench --long-context --depth 6 --plot scaling.png  # dense vs sparse
+    python -m transformers_scratch.experiments.bench --long-context --search --emb 64 --heads 2 --depth 2 --batch 1
     python -m transformers_scratch.experiments.bench --nanogpt ../nanoGPT/model.py   # beside nanoGPT's GPT
     python -m transformers_scratch.experiments.bench --end-to-end --data.path input.txt \
         --nanogpt-train ../nanoGPT/train.py
@@ -35,6 +36,7 @@ from ..model.config import EncoderDecoderConfig, LMConfig
 from ..model.models import CausalLM, EncoderDecoder
 from ..training.perf import peak_flops, train_flops_per_token
 from .nanogpt import import_model_py
+from .scaling import attention_job, draw_scaling, format_scaling, scaling, sparse_settings
 
 
 def _sync(device: torch.device) -> None:
@@ -50,6 +52,8 @@ def run_job(job: dict) -> dict:
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     if job["kind"] == "seq2seq":
         return decode_job(job, device)
+    if job["kind"] == "attention":
+        return attention_job(job)
     cfg = LMConfig(**job["model"])
     nanogpt = job.get("nanogpt")  # the same step on nanoGPT's GPT, for a side-by-side comparison
     model = (nanogpt_model(nanogpt, cfg) if nanogpt else CausalLM(cfg)).to(device)
@@ -223,13 +227,15 @@ def load_sizes(config: str | None) -> tuple[dict, int, int]:
 
 
 def long_context(args, model: dict, device: str) -> list[dict]:
-    """The largest power-of-two context that trains one step at the given batch, per attention kernel."""
+    """The largest power-of-two context that trains one step at the given batch, per attention kernel (the
+    sparse ones with a block of about sqrt(t))."""
     rows = []
-    for attention in ("reference", "sdpa"):
-        best, t = None, args.start_context
+    for attention in ("reference", "sdpa", "strided/split", "fixed/split"):
+        best, t = None, args.start_context or 512
         while t <= args.max_context:
-            job = train_job(device, {**model, "context": t, "attention": attention}, args.batch, t, steps=1,
-                            warmup=0, precision=args.precision)  # fmt: skip
+            kernel = {"attention": attention} if "/" not in attention else sparse_settings(attention, t)
+            job = train_job(device, {**model, "context": t, **kernel}, args.batch, t, steps=1, warmup=0,
+                            precision=args.precision)  # fmt: skip
             res = run_isolated(job, args.memory_budget_gb if device == "cpu" else None, timeout=args.timeout)
             peak = res.get("peak_rss_gb", res.get("peak_mem_gb", 0.0))
             over = device == "cpu" and peak > args.memory_budget_gb
@@ -254,8 +260,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first (compile happens here)")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile variant (slow to compile)")
     p.add_argument("--new-tokens", type=int, default=1000, help="characters generated, with and without cache")
-    p.add_argument("--long-context", action="store_true", help="search the largest context per attention kernel")
-    p.add_argument("--start-context", type=int, default=512)
+    p.add_argument("--long-context", action="store_true",
+                   help="time and memory of attention and of a model step from --start-context to --max-context, "
+                   "dense and sparse (with --search: the largest context that trains, per kernel)")  # fmt: skip
+    p.add_argument("--search", action="store_true", help="long context: search the largest context that trains")
+    p.add_argument("--plot", metavar="PNG", help="long context: draw the log-log scaling picture here")
+    p.add_argument("--attn-heads", type=int, default=4, help="long context: heads of the one-attention table")
+    p.add_argument("--attn-head-width", type=int, default=32, help="long context: their width")
+    p.add_argument("--model-steps", type=int, default=2, help="long context: timed steps of each model step")
+    p.add_argument("--start-context", type=int, help="long context: the first context (1024; the search: 512)")
     p.add_argument("--max-context", type=int, default=65536)
     p.add_argument("--memory-budget-gb", type=float, default=4.0, help="CPU long-context budget (peak RSS)")
     p.add_argument("--precision", default="32-true", help="precision of the long-context search")
@@ -325,8 +338,14 @@ def main(argv: list[str] | None = None) -> None:
     report = {"hardware": hardware, "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
               "model": model, "batch": batch, "context": context, "train": [], "generate": []}  # fmt: skip
 
-    if args.long_context:
+    if args.long_context and args.search:
         report["long_context"] = long_context(args, model, device)
+    elif args.long_context:
+        args.start_context = args.start_context or 1024
+        report["scaling"] = scaling(args, model, device, run_isolated, train_job)
+        if args.plot:
+            draw_scaling(report["scaling"], args.plot, f"one attention, forward + backward: {hardware}, "
+                         f"torch {torch.__version__}, {report['date']}")  # fmt: skip
     else:
         for name, v in variants(device, not args.no_compile):
             kernel = {"attention": v["attention"], "activation_checkpointing": v["activation_checkpointing"]}
@@ -393,6 +412,8 @@ def format_report(r: dict) -> str:
         names = ("decoder caches", "decoding the whole target")
         speed_up = f"decoder cache speed-up ({r['seq2seq'][0].get('new_tokens')} tokens)"
         lines += _cache_table("encoder-decoder greedy (b 1)", r["seq2seq"], names, speed_up)
+    if r.get("scaling"):
+        lines += format_scaling(r["scaling"], m)
     for row in r.get("long_context", []):
         lines.append(f"largest context that trains, {row['attention']} attention, batch {r['batch']}: "
                      f"{row['max_context'] or 'none tried fits'}")  # fmt: skip

@@ -2,6 +2,7 @@
 
     config.py      the typed sizes and choices of every model
     positions.py   learned and sinusoidal position vectors, RoPE and ALiBi
+    sparse.py      sparse attention patterns (strided, fixed) and their blocked and FlexAttention kernels
     attention.py   self-attention from scratch, the kernels, MultiHeadAttention
     cache.py       the key/value cache of decoding
     blocks.py      embeddings, feed-forward, the block (pre- and post-norm), the stack

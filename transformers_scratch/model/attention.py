@@ -250,11 +250,13 @@ class MultiHeadAttention(nn.Module):
         if cache is not None and cache.at is not None:  # a static decoding step: a causal model, no padding
             if mask is not None:
                 raise ValueError("a static decoding step reads the whole cache through its own mask: no key_mask")
-            seen = cache.seen
-            if self.sparse is not None:  # (h, 1, u): the pattern's row of the step's position
+            seen, has_key = cache.seen, None
+            if self.sparse is not None:  # (h, 1, u): the pattern's row of the step's position, which may be empty
                 j = torch.arange(seen.numel(), device=seen.device)[None, :]
                 seen = seen & self.sparse.allowed(self.layer, h, cache.at.view(1, 1), j, causal=True)
+                seen, has_key = _guard_empty_rows(seen)
             y = decode_attention(q, key, val, seen, bias)  # (b, h, 1, s)
+            y = y if has_key is None else y.masked_fill(~has_key, 0.0)
             return self.out(y.transpose(1, 2).reshape(b, t, k))
         dropout_p = self.dropout if self.training else 0.0
         if self.sparse is not None:

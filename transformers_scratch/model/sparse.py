@@ -13,14 +13,16 @@ j + (i - j) % l by B, which reaches j by A); under fixed, i reaches the summary 
 which sees j by A.
 
 How parts meet heads (the paper's section 4.2): ``alternate`` gives the whole layer part A in even layers and
-part B in odd ones; ``split`` gives half the heads each; ``union`` lets every head attend to A or B.
+part B in odd ones; ``split`` gives the first half of the heads A and the rest B; ``union`` lets every head
+attend to A or B.
 
 The reference path builds the (h, t, u) mask from :meth:`SparsePattern.allowed` and runs the dense masked
 kernel: t^2 time and memory, exact, for tests, pictures and one-token decoding. The fast path,
 :func:`sparse_attention`, never builds the t^2 matrix: it cuts the sequence into blocks of l and runs the fused
 kernel on blocks (A), on columns of the (t / l, l) grid (strided B), or on the t / l * c summary keys (fixed B).
-Its time grows as t * sqrt(t) when l ~ sqrt(t), and its memory as t. FlexAttention
-(:func:`flex_sparse_attention`) computes the same from a block mask on a GPU.
+Its time grows as t * sqrt(t) when l ~ sqrt(t), and its memory as t. The union needs one softmax over both
+parts: each part's kernel also returns its log-sum-exp, and the two merge exactly (:class:`_Union`).
+FlexAttention (:func:`flex_sparse_attention`) computes the same from a block mask on a GPU.
 
 Shapes: b batch, h heads, t positions, s head width, n blocks (t / l rounded up), l block length, c summary.
 """
@@ -36,8 +38,6 @@ from torch import Tensor
 
 PATTERNS = ("strided", "fixed")
 LAYOUTS = ("split", "alternate", "union")
-KERNELS = ("auto", "blocked", "flex", "dense")
-"""Sparse kernels: auto picks flex on a GPU and blocked elsewhere; dense is the masked t^2 reference."""
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class SparsePattern:
     pattern: str = "strided"
     layout: str = "split"
     block: int = 64
-    summary: int = 8
+    summary: int = 4
 
     def __post_init__(self) -> None:
         if self.pattern not in PATTERNS:
@@ -106,9 +106,9 @@ class SparsePattern:
 
 def _blocks(x: Tensor, ell: int) -> Tensor:
     """(b, h, t, s) -> (b, h, n, l, s), zero-padded at the end to whole blocks."""
-    b, h, t, s = x.shape
+    t = x.size(2)
     n = -(-t // ell)
-    return F.pad(x, (0, 0, 0, n * ell - t)).view(b, h, n, ell, s)
+    return (x if n * ell == t else F.pad(x, (0, 0, 0, n * ell - t))).unflatten(2, (n, ell))
 
 
 def _valid(t: int, n: int, ell: int, key_mask: Tensor | None, device: torch.device) -> Tensor:
@@ -240,6 +240,135 @@ PARTS = {"strided": (_local, _stride), "fixed": (_own_block, _summary)}
 """The fast path of each pattern's parts A and B."""
 
 
+@dataclass
+class _Call:
+    """One call of the fused kernel inside a union: how the natural (b, h, t, d) tensors become its queries and
+    its keys/values, and its mask (float, broadcast; None with ``causal``) with the rows that see no key."""
+
+    queries: object  # (b, h, t, d) -> the call's (B, H, L, d)
+    keys: object  # (b, h, t, d) -> the call's (B, H_kv, S, d)
+    mask: Tensor | None = None
+    causal: bool = False
+    empty: Tensor | None = None  # (1, 1, L, 1) bool: rows with no key in this part (their mask lets them see all)
+
+
+def _float_mask(allowed: Tensor) -> tuple[Tensor, Tensor | None]:
+    """A boolean "may attend" mask as the fused kernel's additive one (0 or -inf); rows with no key attend
+    everywhere and are returned (1, 1, L, 1) to be zeroed."""
+    has_key = allowed.any(-1, keepdim=True)
+    additive = torch.zeros(allowed.shape).masked_fill(~(allowed | ~has_key), float("-inf"))
+    return additive[None, None].to(allowed.device), None if bool(has_key.all()) else ~has_key[None, None]
+
+
+def _union_parts(sp: SparsePattern, b: int, h: int, t: int, device) -> list[tuple[list[_Call], object]]:
+    """The union of a causal pattern's parts as two disjoint parts, each a list of kernel calls with a function
+    putting their outputs back in (b, h, t, d) order. Part B leaves out the keys part A has (strided: the query
+    itself; fixed: the summaries of the query's own block), so that no key counts twice."""
+    ell, c = sp.block, sp.summary
+    n = -(-t // ell)
+
+    def blocks(x: Tensor) -> Tensor:
+        return _blocks(x, ell)  # (b, h, n, l, d)
+
+    def columns(x: Tensor) -> Tensor:  # (b, h l, n, d): offset r of every block
+        return blocks(x).transpose(2, 3).reshape(b, h * ell, n, x.size(-1))
+
+    def from_columns(ys: list[Tensor]) -> Tensor:
+        return ys[0].view(b, h, ell, n, -1).transpose(2, 3).flatten(2, 3)[:, :, :t]
+
+    strictly_earlier = torch.ones(n, n, dtype=torch.bool).tril(-1)  # (n, n) kb < qb
+    if sp.pattern == "strided":
+        r = torch.arange(ell)[:, None]
+        col = torch.arange(2 * ell)[None, :]
+        band, _ = _float_mask(((ell + r - col) < ell) & (col <= ell + r))  # (1, 1, l, 2l)
+        calls = [_Call(lambda x: blocks(x)[:, :, 0], lambda x: blocks(x)[:, :, 0], causal=True)]
+        if n > 1:
+            calls.append(_Call(lambda x: blocks(x)[:, :, 1:].flatten(1, 2),
+                               lambda x: _neighbours(blocks(x), True)[:, :, 1:].flatten(1, 2), band))  # fmt: skip
+
+        def from_blocks(ys: list[Tensor]) -> Tensor:
+            rest = [ys[1].view(b, h, n - 1, ell, -1)] if n > 1 else []
+            return torch.cat([ys[0][:, :, None], *rest], dim=2).flatten(2, 3)[:, :, :t]
+
+        mask, empty = _float_mask(strictly_earlier)  # the column's earlier positions: l, 2l, ... back
+        return [(calls, from_blocks), ([_Call(columns, columns, mask.to(device), empty=_on(empty, device))],
+                                       from_columns)]  # fmt: skip
+    own = _Call(lambda x: blocks(x).flatten(1, 2), lambda x: blocks(x).flatten(1, 2), causal=True)
+    earlier = strictly_earlier.repeat_interleave(c, dim=1)  # (n, n c): the summaries of earlier blocks
+    mask, empty = _float_mask(earlier)
+    summaries = _Call(columns, lambda x: blocks(x)[:, :, :, ell - c :].reshape(b, h, n * c, x.size(-1)),
+                      mask.to(device), empty=_on(empty, device))  # fmt: skip
+    return [([own], lambda ys: ys[0].reshape(b, h, n * ell, -1)[:, :, :t]), ([summaries], from_columns)]
+
+
+def _on(x: Tensor | None, device) -> Tensor | None:
+    return None if x is None else x.to(device)
+
+
+_FLASH = None
+
+
+def _flash():
+    """PyTorch's CPU flash-attention forward and backward: the forward also returns each row's log-sum-exp,
+    which merging two parts' softmaxes needs (the public function does not return it)."""
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu, (
+        torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward)  # fmt: skip
+
+
+class _Union(torch.autograd.Function):
+    """One softmax over the keys of two disjoint parts, each computed blocked: the parts' outputs o_A, o_B and
+    log-sum-exps L_A, L_B merge as o = o_A exp(L_A - L) + o_B exp(L_B - L), with L = logaddexp(L_A, L_B). The
+    backward pass gives each part's kernel the merged o and L, from which it recomputes the union's weights of
+    its own keys: the gradient of the one softmax, part by part (as ring attention does across devices)."""
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, parts) -> Tensor:
+        forward, _ = _flash()
+        outs, lses = [], []
+        for calls, assemble in parts:
+            o_parts, l_parts = [], []
+            for call in calls:
+                mask = None if call.mask is None else call.mask.to(q.dtype)  # the kernel reads it as q's dtype
+                o, lse = forward(call.queries(q), call.keys(k), call.keys(v), 0.0, call.causal, attn_mask=mask)
+                if call.empty is not None:
+                    o, lse = o.masked_fill(call.empty, 0.0), lse.masked_fill(call.empty[..., 0], float("-inf"))
+                o_parts.append(o)
+                l_parts.append(lse[..., None])
+            outs.append(assemble(o_parts))
+            lses.append(assemble(l_parts)[..., 0])
+        lse = torch.logaddexp(lses[0], lses[1])  # (b, h, t)
+        out = outs[0] * (lses[0] - lse).exp()[..., None] + outs[1] * (lses[1] - lse).exp()[..., None]
+        out = out.to(q.dtype)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.parts = parts
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        q, k, v, out, lse = ctx.saved_tensors
+        _, backward = _flash()
+        grads = [torch.zeros_like(x) for x in (q, k, v)]
+        for calls, _ in ctx.parts:
+            for call in calls:
+                with torch.enable_grad():
+                    inputs = [x.detach().requires_grad_() for x in (q, k, v)]
+                    laid = call.queries(inputs[0]), call.keys(inputs[1]), call.keys(inputs[2])
+                g = call.queries(grad)
+                g = g if call.empty is None else g.masked_fill(call.empty, 0.0)  # rows with no key: no gradient
+                o, m = call.queries(out), call.queries(lse[..., None])[..., 0].contiguous()
+                mask = None if call.mask is None else call.mask.to(q.dtype)
+                d = backward(g.contiguous(), *laid, o.contiguous(), m, 0.0, call.causal, attn_mask=mask)
+                for total, part in zip(grads, torch.autograd.grad(laid, inputs, d), strict=True):
+                    total += part
+        return *grads, None
+
+
+def _union_blocked(q: Tensor, k: Tensor, v: Tensor, sp: SparsePattern) -> Tensor:
+    """The union layout, causal, without padding or dropout, on a CPU: see :class:`_Union`."""
+    b, h, t, _ = q.shape
+    return _Union.apply(q, k, v, _union_parts(sp, b, h, t, q.device))
+
+
 def sparse_attention(
     q: Tensor,
     k: Tensor,
@@ -252,9 +381,15 @@ def sparse_attention(
 ) -> Tensor:
     """Self-attention of q, k, v (b, h, t, s) at positions 0..t - 1 under pattern ``sp`` in ``layer``, blocked:
     the same result as the dense masked kernel under :meth:`SparsePattern.mask`, in t sqrt(t) time and linear
-    memory. key_mask: (b, t) True for real tokens. Returns (b, h, t, s)."""
+    memory. key_mask: (b, t) True for real tokens. Returns (b, h, t, s).
+
+    Padding or a bidirectional pattern build each block's mask whole ((b, n, l, m): t sqrt(t) booleans), and
+    the union layout merges its parts only when causal, unpadded and without dropout on a CPU; elsewhere it runs
+    the dense masked kernel."""
     parts = sp.part_of(layer, q.size(1))
-    if parts[0] == 2:  # the union: one softmax over both parts, which the blocked pieces cannot share
+    if parts[0] == 2 and causal and key_mask is None and not dropout_p and q.device.type == "cpu":
+        return _union_blocked(q, k, v, sp)
+    if parts[0] == 2:  # the union elsewhere: one softmax under the pattern's whole mask
         mask = sp.mask(layer, q.size(1), q.size(2), causal=causal, device=q.device)  # (h, t, t)
         mask = mask if key_mask is None else mask & key_mask[:, None, None, :]
         return _attend(q, k, v, mask, False, dropout_p)

@@ -31,6 +31,16 @@ def attention_maps(model: nn.Module, ids: Tensor, mask: Tensor | None = None) ->
     return torch.stack([weights[0] for weights in kept]).float()  # (l, b, h, t', t')
 
 
+def attention_patterns(model: nn.Module, t: int) -> Tensor | None:
+    """(l, h, t', t') bool, True where each head of each block may attend under a sparse model's pattern
+    (t' = t + 1 when a [CLS] vector leads); None for a dense model, whose heads may attend anywhere."""
+    layers = [block.attn for block in model.stack.blocks]
+    if layers[0].sparse is None:
+        return None
+    t += getattr(model.cfg, "pool", None) == "cls"
+    return torch.stack([a.sparse.mask(a.layer, a.heads, t, causal=a.causal) for a in layers])
+
+
 def xl_attention_maps(model: nn.Module, ids: Tensor, queries: int) -> Tensor:
     """A Transformer-XL's attention weights over memory and segment: ids (1, n) are read in segments of its
     context with its memory, and the last ``queries`` of them make the pictured segment. Returns (l, 1, h, t, m + t)
@@ -82,13 +92,19 @@ def _pyplot():
 MAX_INCHES = 16.0  # the attention grid's width and height at most, before the colour bar
 
 
-def draw_attention(weights: Tensor, tokens: list[str], out: str | Path, title: str = "", dpi: int = 100):
+def draw_attention(weights: Tensor, tokens: list[str], out: str | Path, title: str = "", dpi: int = 100,
+                   allowed: Tensor | None = None):  # fmt: skip
     """One PNG grid of weights (l, h, t, u): a row per layer, a column per head, each panel a query (down)
     by key (across) matrix with the tokens on its axes: ``tokens`` are the u keys, and the queries are the last t
     of them (a Transformer-XL's segment after its memory, which a white line then divides from the segment). The
     picture stays readable however many tokens: at most :data:`MAX_INCHES` across, and every n-th token labelled
-    (with its position) when all would not fit. Returns the figure (closed, for its data)."""
+    (with its position) when all would not fit. ``allowed`` (l, h, t, u) bool, a sparse model's pattern: the
+    pairs outside it are drawn light grey, so each head shows which keys it may read, and the weights inside.
+    Returns the figure (closed, for its data)."""
     plt = _pyplot()
+    import numpy as np
+
+    cmap = plt.get_cmap("viridis").with_extremes(bad="#e4e4e4")  # masked (outside the pattern): light grey
     layers, heads, t, u = weights.shape
     cell = min(max(1.4, 0.11 * u), MAX_INCHES / heads, MAX_INCHES / layers)  # inches per panel
     every = max(1, math.ceil(u / (cell / 0.16)))  # a readable label needs about 0.16 inch
@@ -101,7 +117,10 @@ def draw_attention(weights: Tensor, tokens: list[str], out: str | Path, title: s
     for i in range(layers):
         for j in range(heads):
             ax = axes[i][j]
-            image = ax.imshow(weights[i, j].numpy(), cmap="viridis", vmin=0.0, vmax=top, interpolation="nearest")
+            panel = weights[i, j].numpy()
+            if allowed is not None:
+                panel = np.ma.masked_where(~allowed[i, j].numpy(), panel)
+            image = ax.imshow(panel, cmap=cmap, vmin=0.0, vmax=top, interpolation="nearest")
             ax.set_xticks([]), ax.set_yticks([])
             if i == layers - 1:  # keys along the bottom row, queries down the first column
                 ax.set_xticks(marks, labels, rotation=90, fontsize=font)
