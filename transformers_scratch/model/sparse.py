@@ -129,13 +129,23 @@ def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, 
     return out.masked_fill(~has_key, 0.0)
 
 
+def _grid(x: Tensor, ell: int) -> Tensor:
+    """(b, h, t, s) -> (b h, n, l, s): the blocks of every head of every sequence, a view where it can be. The
+    kernel then sees the rows b h as its batch and the blocks (or, transposed, the columns) as its heads."""
+    return _blocks(x, ell).flatten(0, 1)
+
+
+def _per_row(mask: Tensor, heads: int) -> Tensor:
+    """A mask (b|1, ...) made per sequence, for the b h rows of :func:`_grid` (each sequence's rows together)."""
+    return mask if mask.size(0) == 1 else mask.repeat_interleave(heads, dim=0)
+
+
 def _neighbours(x: Tensor, causal: bool) -> Tensor:
-    """(b, h, n, l, s) -> (b, h, n, m, s): each block with the block before it (and after it, if not causal)
+    """(B, n, l, ...) -> (B, n, m, ...): each block with the block before it (and after it, if not causal)
     side by side, zeros past the ends; m = 2l or 3l."""
-    pad = (0, 0, 0, 0, 1, 0 if causal else 1)
-    x = F.pad(x, pad)  # (b, h, n + 1 or 2, l, s)
-    n = x.size(2) - (1 if causal else 2)
-    return torch.cat([x[:, :, i : i + n] for i in range(3 - causal)], dim=3)
+    x = F.pad(x, (0, 0) * (x.dim() - 2) + (1, 0 if causal else 1))  # (B, n + 1 or 2, l, ...)
+    n = x.size(1) - (1 if causal else 2)
+    return torch.cat([x[:, i : i + n] for i in range(3 - causal)], dim=2)
 
 
 def _local(q: Tensor, k: Tensor, v: Tensor, sp: SparsePattern, causal: bool, key_mask: Tensor | None, p: float):
@@ -143,24 +153,23 @@ def _local(q: Tensor, k: Tensor, v: Tensor, sp: SparsePattern, causal: bool, key
     reads its own block and its neighbours, through one (l, m) band mask."""
     b, h, t, s = q.shape
     ell = sp.block
-    qb, kb, vb = (_blocks(x, ell) for x in (q, k, v))  # (b, h, n, l, s)
-    n = qb.size(2)
+    qg, kg, vg = (_grid(x, ell) for x in (q, k, v))  # (b h, n, l, s)
+    n = qg.size(1)
     r = torch.arange(ell, device=q.device)[:, None]
     c = torch.arange((3 - causal) * ell, device=q.device)[None, :]
     band = (ell + r - c).abs() < ell  # (l, m): query r of a block and key c of its neighbourhood (from block - 1)
     if causal:
         band = band & (c <= ell + r)
     if causal and key_mask is None:  # block 0 alone has no block before it; the padded tail lies in the future
-        first = _attend(qb[:, :, 0], kb[:, :, 0], vb[:, :, 0], None, True, p)[:, :, None]  # (b, h, 1, l, s)
-        if n == 1:
-            return first.flatten(2, 3)[:, :, :t]
-        kn, vn = _neighbours(kb, True)[:, :, 1:], _neighbours(vb, True)[:, :, 1:]  # (b, h, n - 1, 2l, s)
-        rest = _attend(qb[:, :, 1:].flatten(1, 2), kn.flatten(1, 2), vn.flatten(1, 2), band, False, p)
-        return torch.cat([first, rest.view(b, h, n - 1, ell, s)], dim=2).flatten(2, 3)[:, :, :t]
-    valid = _neighbours(_valid(t, n, ell, key_mask, q.device)[:, None, :, :, None], causal)[:, 0, :, :, 0]
-    mask = (band & valid[:, :, None, :]).repeat(1, h, 1, 1)  # (b|1, h n, l, m)
-    kn, vn = _neighbours(kb, causal).flatten(1, 2), _neighbours(vb, causal).flatten(1, 2)
-    return _attend(qb.flatten(1, 2), kn, vn, mask, False, p).view(b, h, n, ell, s).flatten(2, 3)[:, :, :t]
+        out = [_attend(qg[:, :1], kg[:, :1], vg[:, :1], None, True, p)]  # (b h, 1, l, s)
+        if n > 1:
+            kn, vn = (torch.cat([x[:, :-1], x[:, 1:]], dim=2) for x in (kg, vg))  # (b h, n - 1, 2l, s)
+            out.append(_attend(qg[:, 1:], kn, vn, band, False, p))
+        return torch.cat(out, dim=1).reshape(b, h, n * ell, s)[:, :, :t]
+    valid = _neighbours(_valid(t, n, ell, key_mask, q.device)[..., None], causal)[..., 0]  # (b|1, n, m)
+    mask = _per_row(band & valid[:, :, None, :], h)  # (b h|1, n, l, m)
+    out = _attend(qg, _neighbours(kg, causal), _neighbours(vg, causal), mask, False, p)
+    return out.reshape(b, h, n * ell, s)[:, :, :t]
 
 
 def _stride(q: Tensor, k: Tensor, v: Tensor, sp: SparsePattern, causal: bool, key_mask: Tensor | None, p: float):
@@ -168,30 +177,30 @@ def _stride(q: Tensor, k: Tensor, v: Tensor, sp: SparsePattern, causal: bool, ke
     an ordinary (causal) attention over n positions."""
     b, h, t, s = q.shape
     ell = sp.block
-    qc, kc, vc = (_blocks(x, ell).transpose(2, 3).reshape(b, h * ell, -1, s) for x in (q, k, v))  # (b, h l, n, s)
+    qc, kc, vc = (_grid(x, ell).transpose(1, 2) for x in (q, k, v))  # (b h, l, n, s): column r, offset r
     n = qc.size(2)
     mask = None
     if not causal or key_mask is not None:
         valid = _valid(t, n, ell, key_mask, q.device).transpose(1, 2)[:, :, None, :]  # (b|1, l, 1, n)
         mask = valid & torch.ones(n, n, dtype=torch.bool, device=q.device).tril() if causal else valid
-        mask = mask.repeat(1, h, 1, 1)  # (b|1, h l, n|1, n)
-    out = _attend(qc, kc, vc, mask, causal and mask is None, p)  # (b, h l, n, s)
-    return out.view(b, h, ell, n, s).transpose(2, 3).flatten(2, 3)[:, :, :t]
+        mask = _per_row(mask, h)  # (b h|1, l, n|1, n)
+    out = _attend(qc, kc, vc, mask, causal and mask is None, p)  # (b h, l, n, s)
+    return out.transpose(1, 2).reshape(b, h, n * ell, s)[:, :, :t]
 
 
 def _own_block(q: Tensor, k: Tensor, v: Tensor, sp: SparsePattern, causal: bool, key_mask: Tensor | None, p: float):
     """Part A of fixed: the query's own block, an ordinary (causal) attention within each block."""
     b, h, t, s = q.shape
     ell = sp.block
-    qb, kb, vb = (_blocks(x, ell).flatten(1, 2) for x in (q, k, v))  # (b, h n, l, s)
-    n = qb.size(1) // h
+    qg, kg, vg = (_grid(x, ell) for x in (q, k, v))  # (b h, n, l, s)
+    n = qg.size(1)
     mask = None
     if not causal or key_mask is not None:
         valid = _valid(t, n, ell, key_mask, q.device)[:, :, None, :]  # (b|1, n, 1, l)
         mask = valid & torch.ones(ell, ell, dtype=torch.bool, device=q.device).tril() if causal else valid
-        mask = mask.repeat(1, h, 1, 1)  # (b|1, h n, l|1, l)
-    out = _attend(qb, kb, vb, mask, causal and mask is None, p)
-    return out.view(b, h, n * ell, s)[:, :, :t]
+        mask = _per_row(mask, h)  # (b h|1, n, l|1, l)
+    out = _attend(qg, kg, vg, mask, causal and mask is None, p)
+    return out.reshape(b, h, n * ell, s)[:, :, :t]
 
 
 def _summary(q: Tensor, k: Tensor, v: Tensor, sp: SparsePattern, causal: bool, key_mask: Tensor | None, p: float):
@@ -199,30 +208,32 @@ def _summary(q: Tensor, k: Tensor, v: Tensor, sp: SparsePattern, causal: bool, k
 
     Causal, query (block qb, offset r) sees summary (block kb, offset o) when kb < qb, or kb == qb and o <= r.
     Queries are taken by column r (one per block): the l - c columns before the summary offsets all see the
-    same staircase, so one call serves them, every column of a head sharing that head's keys (grouped-query
-    attention: the keys are not copied). The c summary columns take a call each.
+    same staircase, so one call serves them, every column sharing its row's keys (grouped-query attention with
+    one key head: the keys are not copied). The c summary columns take a call each.
     """
     b, h, t, s = q.shape
     ell, c = sp.block, sp.summary
     n = -(-t // ell)
-    ks, vs = (_blocks(x, ell)[:, :, :, ell - c :].reshape(b, h, n * c, s) for x in (k, v))  # (b, h, n c, s)
-    valid = _valid(t, n, ell, key_mask, q.device)[:, :, ell - c :].reshape(-1, 1, 1, n * c)  # (b|1, 1, 1, n c)
-    if not causal:
-        return _attend(q, ks, vs, valid, False, p)
-    qc = _blocks(q, ell).transpose(2, 3)  # (b, h, l, n, s): column r holds offset r of every block
+    ks, vs = (_grid(x, ell)[:, :, ell - c :].reshape(b * h, 1, n * c, s) for x in (k, v))  # (b h, 1, n c, s)
+    valid = _per_row(_valid(t, n, ell, key_mask, q.device)[:, :, ell - c :].reshape(-1, 1, 1, n * c), h)
+    if not causal:  # (b h|1, 1, 1, n c)
+        return _attend(q.reshape(b * h, 1, t, s), ks, vs, valid, False, p).view(b, h, t, s)
+    qc = _grid(q, ell).transpose(1, 2)  # (b h, l, n, s): column r holds offset r of every block
     kb = torch.arange(n * c, device=q.device)[None, :] // c  # (1, n c) the key's block
     o = torch.arange(n * c, device=q.device)[None, :] % c + ell - c  # (1, n c) the key's offset in its block
-    groups = []
-    for lo, hi in _spans(n, SUMMARY_GROUPS):  # queries of blocks lo..hi - 1 read the summaries of blocks < hi
+    groups, spans = [], _spans(n, SUMMARY_GROUPS)
+    # queries of blocks lo..hi - 1 read the summaries of blocks < hi; the queries are split, not sliced, so that
+    # their gradient is put together once
+    for (lo, hi), queries in zip(spans, qc.split([hi - lo for lo, hi in spans], dim=2), strict=True):
         qb = torch.arange(lo, hi, device=q.device)[:, None]  # (g, 1) the query's block
-        keys, values, seen, before = ks[:, :, : hi * c], vs[:, :, : hi * c], valid[..., : hi * c], kb[:, : hi * c]
-        main = qc[:, :, : ell - c, lo:hi].reshape(b, h * (ell - c), hi - lo, s)
-        outs = [_attend(main, keys, values, (before < qb) & seen, False, p, gqa=True).view(b, h, ell - c, -1, s)]
-        for r in range(ell - c, ell):
-            mask = ((before < qb) | ((before == qb) & (o[:, : hi * c] <= r))) & seen  # (b|1, 1, g, hi c)
-            outs.append(_attend(qc[:, :, r, lo:hi], keys, values, mask, False, p)[:, :, None])  # (b, h, 1, g, s)
-        groups.append(torch.cat(outs, dim=2))  # (b, h, l, g, s)
-    return torch.cat(groups, dim=3).transpose(2, 3).flatten(2, 3)[:, :, :t]
+        keys, values, seen, before = ks[..., : hi * c, :], vs[..., : hi * c, :], valid[..., : hi * c], kb[:, : hi * c]
+        main, *summaries = queries.split([ell - c] + [1] * c, dim=1)  # (b h, l - c, g, s), c x (b h, 1, g, s)
+        outs = [_attend(main, keys, values, (before < qb) & seen, False, p, gqa=True)]
+        for r, column in zip(range(ell - c, ell), summaries, strict=True):
+            mask = ((before < qb) | ((before == qb) & (o[:, : hi * c] <= r))) & seen  # (b h|1, 1, g, hi c)
+            outs.append(_attend(column, keys, values, mask, False, p))  # (b h, 1, g, s)
+        groups.append(torch.cat(outs, dim=1))  # (b h, l, g, s)
+    return torch.cat(groups, dim=2).transpose(1, 2).reshape(b, h, n * ell, s)[:, :, :t]
 
 
 SUMMARY_GROUPS = 4
@@ -267,38 +278,36 @@ def _union_parts(sp: SparsePattern, b: int, h: int, t: int, device) -> list[tupl
     ell, c = sp.block, sp.summary
     n = -(-t // ell)
 
-    def blocks(x: Tensor) -> Tensor:
-        return _blocks(x, ell)  # (b, h, n, l, d)
+    def grid(x: Tensor) -> Tensor:  # (b h, n, l, d)
+        return _grid(x, ell)
 
-    def columns(x: Tensor) -> Tensor:  # (b, h l, n, d): offset r of every block
-        return blocks(x).transpose(2, 3).reshape(b, h * ell, n, x.size(-1))
+    def columns(x: Tensor) -> Tensor:  # (b h, l, n, d): offset r of every block
+        return grid(x).transpose(1, 2)
+
+    def from_grid(ys: list[Tensor]) -> Tensor:
+        return torch.cat(ys, dim=1).reshape(b, h, n * ell, -1)[:, :, :t]
 
     def from_columns(ys: list[Tensor]) -> Tensor:
-        return ys[0].view(b, h, ell, n, -1).transpose(2, 3).flatten(2, 3)[:, :, :t]
+        return ys[0].transpose(1, 2).reshape(b, h, n * ell, -1)[:, :, :t]
 
     strictly_earlier = torch.ones(n, n, dtype=torch.bool).tril(-1)  # (n, n) kb < qb
     if sp.pattern == "strided":
         r = torch.arange(ell)[:, None]
         col = torch.arange(2 * ell)[None, :]
         band, _ = _float_mask(((ell + r - col) < ell) & (col <= ell + r))  # (1, 1, l, 2l)
-        calls = [_Call(lambda x: blocks(x)[:, :, 0], lambda x: blocks(x)[:, :, 0], causal=True)]
+        calls = [_Call(lambda x: grid(x)[:, :1], lambda x: grid(x)[:, :1], causal=True)]
         if n > 1:
-            calls.append(_Call(lambda x: blocks(x)[:, :, 1:].flatten(1, 2),
-                               lambda x: _neighbours(blocks(x), True)[:, :, 1:].flatten(1, 2), band))  # fmt: skip
-
-        def from_blocks(ys: list[Tensor]) -> Tensor:
-            rest = [ys[1].view(b, h, n - 1, ell, -1)] if n > 1 else []
-            return torch.cat([ys[0][:, :, None], *rest], dim=2).flatten(2, 3)[:, :, :t]
-
+            calls.append(_Call(lambda x: grid(x)[:, 1:], lambda x: torch.cat([grid(x)[:, :-1], grid(x)[:, 1:]], 2),
+                               band.to(device)))  # fmt: skip
         mask, empty = _float_mask(strictly_earlier)  # the column's earlier positions: l, 2l, ... back
-        return [(calls, from_blocks), ([_Call(columns, columns, mask.to(device), empty=_on(empty, device))],
-                                       from_columns)]  # fmt: skip
-    own = _Call(lambda x: blocks(x).flatten(1, 2), lambda x: blocks(x).flatten(1, 2), causal=True)
+        return [(calls, from_grid), ([_Call(columns, columns, mask.to(device), empty=_on(empty, device))],
+                                     from_columns)]  # fmt: skip
+    own = _Call(grid, grid, causal=True)
     earlier = strictly_earlier.repeat_interleave(c, dim=1)  # (n, n c): the summaries of earlier blocks
     mask, empty = _float_mask(earlier)
-    summaries = _Call(columns, lambda x: blocks(x)[:, :, :, ell - c :].reshape(b, h, n * c, x.size(-1)),
+    summaries = _Call(columns, lambda x: grid(x)[:, :, ell - c :].reshape(b * h, 1, n * c, x.size(-1)),
                       mask.to(device), empty=_on(empty, device))  # fmt: skip
-    return [([own], lambda ys: ys[0].reshape(b, h, n * ell, -1)[:, :, :t]), ([summaries], from_columns)]
+    return [([own], from_grid), ([summaries], from_columns)]
 
 
 def _on(x: Tensor | None, device) -> Tensor | None:
@@ -393,14 +402,12 @@ def sparse_attention(
         mask = sp.mask(layer, q.size(1), q.size(2), causal=causal, device=q.device)  # (h, t, t)
         mask = mask if key_mask is None else mask & key_mask[:, None, None, :]
         return _attend(q, k, v, mask, False, dropout_p)
-    a, b = PARTS[sp.pattern]
-    half = parts.count(0)
-    out = []
-    if half:
-        out.append(a(q[:, :half], k[:, :half], v[:, :half], sp, causal, key_mask, dropout_p))
-    if half < len(parts):
-        out.append(b(q[:, half:], k[:, half:], v[:, half:], sp, causal, key_mask, dropout_p))
-    return out[0] if len(out) == 1 else torch.cat(out, dim=1)
+    fns, half = PARTS[sp.pattern], parts.count(0)
+    if half in (0, len(parts)):  # alternate: the whole layer takes one part
+        return fns[parts[0]](q, k, v, sp, causal, key_mask, dropout_p)
+    # split: one split per tensor, whose gradient is one concatenation (two slices would each build a full one)
+    pieces = zip(*(x.split([half, len(parts) - half], dim=1) for x in (q, k, v)), strict=True)
+    return torch.cat([fn(*qkv, sp, causal, key_mask, dropout_p) for fn, qkv in zip(fns, pieces, strict=True)], dim=1)
 
 
 _FLEX: dict[str, object] = {}
