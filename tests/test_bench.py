@@ -398,8 +398,8 @@ def test_the_scaling_report_fits_exponents_and_draws_a_log_log_picture(tmp_path)
     points = lambda p: [{"context": t, "seconds": (t / 4096) ** p, "added_mb": t / 1000} for t in (4096, 8192)]  # noqa: E731
     rows = [{"kernel": k, "points": points(p), "exponent": p} for k, p in (("sdpa", 2), ("explicit", 2),
                                                                              ("fixed/split", 1.5))]  # fmt: skip
-    model = [{"kernel": k, "points": [{"context": 4096, "tokens_per_s": v}]} for k, v in (("sdpa", 10),
-                                                                                       ("fixed/split", 30))]  # fmt: skip
+    model = [{"kernel": k, "points": [{"context": 4096, "tokens_per_s": v}]}
+             for k, v in (("sdpa", 10), ("fixed/split", 30))]  # fmt: skip
     report = {"contexts": [4096, 8192], "attention": rows, "model": model, "summary": 4,
               "attention_shape": "batch 1, 4 heads of 32"}  # fmt: skip
     text = "\n".join(format_scaling(report, {"depth": 6, "emb": 256, "heads": 8}))

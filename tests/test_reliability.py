@@ -85,12 +85,30 @@ SPARSE = ["--model.model.attention", "sparse"]
     "args, message",
     [
         (["--model.model.sparse_block", "0"], "model sparse_block=0 must be a positive block length"),
-        (["--model.model.sparse_block", "65"], "model sparse_block=65 is longer than the context 64: every query "
-         "would see everything before it; pass a sparse_block near sqrt(context), such as 8"),
-        (["--model.model.sparse_pattern", "fixed", "--model.model.sparse_block", "8", "--model.model.sparse_summary",
-          "8"], "model sparse_summary=8 must lie in [1, sparse_block=8)"),
-        (["--model.model.sparse_pattern", "banded"], "sparse_pattern"),
-        (["--model.model.sparse_layout", "diagonal"], "sparse_layout"),
+        (
+            ["--model.model.sparse_block", "65"],
+            "model sparse_block=65 is longer than the context 64: every query "
+            "would see everything before it; pass a sparse_block near sqrt(context), such as 8",
+        ),
+        (
+            [
+                "--model.model.sparse_pattern",
+                "fixed",
+                "--model.model.sparse_block",
+                "8",
+                "--model.model.sparse_summary",
+                "8",
+            ],
+            "model sparse_summary=8 must lie in [1, sparse_block=8)",
+        ),
+        (
+            ["--model.model.sparse_pattern", "banded"],
+            "sparse_pattern: Expected a typing.Literal['strided', 'fixed']. Got value: banded",
+        ),
+        (
+            ["--model.model.sparse_layout", "diagonal"],
+            "sparse_layout: Expected a typing.Literal['split', 'alternate', 'union']. Got value: diagonal",
+        ),
         (["--model.model.positions", "alibi"], "sparse attention takes none"),
     ],
     ids=["block-0", "block-past-context", "summary", "pattern", "layout", "alibi"],

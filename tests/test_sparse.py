@@ -49,7 +49,8 @@ def test_the_blocked_path_equals_the_dense_masked_reference(pattern, layout, cau
         ref = reference(q, k, v, sp, layer, causal, key_mask)
         assert_close(out, ref, atol=1e-5, rtol=1e-5)
         grad = torch.randn_like(out)
-        for ours, theirs in zip(torch.autograd.grad(out, (q, k, v), grad), torch.autograd.grad(ref, (q, k, v), grad)):
+        for ours, theirs in zip(torch.autograd.grad(out, (q, k, v), grad), torch.autograd.grad(ref, (q, k, v), grad),
+                               strict=True):  # fmt: skip
             assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
 
 
@@ -149,8 +150,11 @@ def test_a_sparse_encoder_classifies_padded_reviews_as_the_dense_masked_path():
     [
         (dict(sparse_block=0), "sparse_block=0 must be a positive block length"),
         (dict(sparse_block=65), "sparse_block=65 is longer than the context 64: .* such as 8"),
-        (dict(sparse_pattern="fixed", sparse_block=8, sparse_summary=8), r"sparse_summary=8 must lie in \[1, "
-         "sparse_block=8\\): .* pass a smaller sparse_summary"),
+        (
+            dict(sparse_pattern="fixed", sparse_block=8, sparse_summary=8),
+            r"sparse_summary=8 must lie in \[1, "
+            "sparse_block=8\\): .* pass a smaller sparse_summary",
+        ),
         (dict(sparse_pattern="banded"), "sparse_pattern 'banded' unknown; choose one of strided|fixed"),
         (dict(sparse_layout="diagonal"), "sparse_layout 'diagonal' unknown; choose one of split|alternate|union"),
         (dict(positions="alibi"), "positions alibi adds a bias .* use learned, sinusoidal or rope"),
@@ -195,7 +199,8 @@ def test_flex_attention_trains_on_a_gpu_as_the_reference(pattern, layout):
     ref = reference(q, k, v, sp, 0, True)
     assert_close(out, ref, atol=1e-4, rtol=1e-4)
     grad = torch.randn_like(out)
-    for ours, theirs in zip(torch.autograd.grad(out, (q, k, v), grad), torch.autograd.grad(ref, (q, k, v), grad)):
+    for ours, theirs in zip(torch.autograd.grad(out, (q, k, v), grad), torch.autograd.grad(ref, (q, k, v), grad),
+                               strict=True):  # fmt: skip
         assert_close(ours, theirs, atol=1e-4, rtol=1e-4)
 
 
@@ -232,8 +237,8 @@ def test_a_sparse_character_model_trains_samples_and_draws_its_patterns_through_
     from test_cli import FAST, TINY_LM, cli, corpus
 
     data = corpus(tmp_path / "text.txt")
-    sparse = ["--model.model.attention", "sparse", "--model.model.sparse_pattern", "fixed", "--model.model.sparse_block",
-              "8", "--model.model.sparse_summary", "2"]  # fmt: skip
+    sparse = ["--model.model.attention", "sparse", "--model.model.sparse_pattern", "fixed",
+              "--model.model.sparse_block", "8", "--model.model.sparse_summary", "2"]  # fmt: skip
     fit = cli("fit", "--config", TINY_LM, "--data.path", str(data), *FAST, *sparse, "--name", "sp", cwd=tmp_path)
     assert fit.returncode == 0, fit.stderr[-2000:]
     ckpt = str(tmp_path / "checkpoints" / "sp" / "last.ckpt")

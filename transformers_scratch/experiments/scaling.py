@@ -124,7 +124,8 @@ def scaling(args, model: dict, device: str, run_isolated, train_job) -> dict:
                    "heads": args.attn_heads, "head_width": args.attn_head_width}  # fmt: skip
             res = run_isolated(job, args.memory_budget_gb if device == "cpu" else None, timeout=args.timeout)
             over = res.get("added_mb", 0.0) > 1000 * args.memory_budget_gb
-            status = res.get("error") or ("over budget" if over else f"{res['seconds']:.3f} s, +{res['added_mb']:.0f} MB")
+            measured = "over budget" if over else f"{res.get('seconds', 0):.3f} s, +{res.get('added_mb', 0):.0f} MB"
+            status = res.get("error") or measured
             print(f"  attention {kernel:17s} context {t:6d}: {status}", file=sys.stderr, flush=True)
             if "error" in res or over:
                 row["stopped"] = f"{t}: {res.get('error', 'over the memory budget')}"

@@ -336,8 +336,10 @@ def hf_family(model: nn.Module) -> tuple[str, dict]:
     if cfg.kv_heads not in (None, cfg.heads) and cfg.positions != "rope":
         refuse(f"kv_heads={cfg.kv_heads}", "GPT-2 or BERT (grouped-query attention is Llama's)")
     if cfg.attention == "sparse":
-        raise HFError("model attention sparse has no counterpart in GPT-2, BERT or Llama, whose heads see every "
-                      "earlier position; share the checkpoint itself, which sample, test and attention read")  # fmt: skip
+        raise HFError(
+            "model attention sparse has no counterpart in GPT-2, BERT or Llama, whose heads see every earlier "
+            "position; share the checkpoint itself, which sample, test and attention read"
+        )
     common = {"vocab_size": cfg.vocab_size, "torch_dtype": "float32"}
     if isinstance(model, CausalLM) and cfg.positions == "learned":
         if not cfg.pre_norm or cfg.norm != "layer" or cfg.activation == "swiglu" or cfg.embed_norm or cfg.token_types:

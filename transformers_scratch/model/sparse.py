@@ -410,8 +410,9 @@ def sparse_attention(
     return torch.cat([fn(*qkv, sp, causal, key_mask, dropout_p) for fn, qkv in zip(fns, pieces, strict=True)], dim=1)
 
 
-_FLEX: dict[str, object] = {}
-"""FlexAttention, compiled once per process (its eager form computes the dense t^2 scores)."""
+_FLEX: dict[object, object] = {}
+"""FlexAttention compiled once per process (its eager form computes the dense t^2 scores), and the block masks
+of patterns without padding, which depend only on the pattern, the layer, the heads and the length."""
 
 
 def flex_sparse_attention(
@@ -419,25 +420,35 @@ def flex_sparse_attention(
     key_mask: Tensor | None = None,
 ) -> Tensor:  # fmt: skip
     """The same as :func:`sparse_attention` through PyTorch's FlexAttention: the pattern becomes a ``mask_mod``,
-    and the block mask built from it skips every 128 x 128 tile that no pair in it may attend. On a GPU it
-    trains; on a CPU, PyTorch runs it forward only (no gradients), so CPU training takes the blocked path.
-    No attention dropout: FlexAttention has none."""
+    and the block mask built from it (compiled, so that the t^2 mask is never materialized; kept for the next
+    call when there is no padding) skips every 128 x 128 tile that no pair in it may attend. On a GPU it trains;
+    on a CPU, PyTorch runs it forward only (no gradients), so CPU training takes the blocked path. No attention
+    dropout: FlexAttention has none."""
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     if q.device.type == "cpu" and torch.is_grad_enabled() and q.requires_grad:
         raise ValueError("model sparse_kernel flex: FlexAttention has no backward pass on a CPU; train with "
                          "sparse_kernel blocked (or auto), or run flex under torch.no_grad()")  # fmt: skip
-    heads, parts = q.size(1), sp.part_of(layer, q.size(1))
+    heads, t = q.size(1), q.size(2)
+    parts = sp.part_of(layer, heads)
 
     def may_attend(b: Tensor, h: Tensor, i: Tensor, j: Tensor) -> Tensor:
         a, bb = sp.parts(i, j, causal)
-        allowed = a | bb if parts[0] == 2 else (a if parts[0] == 0 else bb) if sp.layout == "alternate" else (
-            torch.where(h < heads // 2, a, bb))  # fmt: skip
+        if parts[0] == 2:
+            allowed = a | bb
+        elif sp.layout == "alternate":
+            allowed = a if parts[0] == 0 else bb
+        else:
+            allowed = torch.where(h < parts.count(0), a, bb)
         return allowed if key_mask is None else allowed & key_mask[b, j]
 
-    t = q.size(2)
-    batch = None if key_mask is None else q.size(0)
-    block_mask = create_block_mask(may_attend, batch, heads, t, t, device=q.device)
+    key = (sp, tuple(parts), causal, heads, t, str(q.device))
+    block_mask = _FLEX.get(key) if key_mask is None else None
+    if block_mask is None:
+        batch = None if key_mask is None else q.size(0)
+        block_mask = create_block_mask(may_attend, batch, heads, t, t, device=q.device, _compile=True)
+        if key_mask is None:
+            _FLEX[key] = block_mask
     if "fn" not in _FLEX:
         _FLEX["fn"] = torch.compile(flex_attention, dynamic=False)
     return _FLEX["fn"](q, k, v, block_mask=block_mask)  # type: ignore[operator]
