@@ -179,6 +179,33 @@ def test_flex_attention_refuses_a_backward_pass_on_a_cpu_in_one_line():
         flex_sparse_attention(q, k, v, SparsePattern(block=4), 0, True)
 
 
+def test_flex_attention_keeps_a_bounded_number_of_block_masks(monkeypatch):
+    """Block masks without padding are kept per pattern and length, the oldest dropped past FLEX_MASKS_KEPT, so that
+    prompts of many lengths do not grow the cache. (FlexAttention itself replaced by a stand-in: no compiling.)"""
+    import torch.nn.attention.flex_attention as flex
+
+    from transformers_scratch.model import sparse
+
+    built = []
+    monkeypatch.setattr(flex, "create_block_mask", lambda mod, b, h, t, u, **kw: built.append(t) or f"mask{t}")
+    monkeypatch.setattr(sparse, "_FLEX", {"fn": lambda q, k, v, block_mask: q})
+    with torch.no_grad():
+        for t in [*range(10, 30), 29]:
+            flex_sparse_attention(*(x.detach() for x in qkv(t, b=1)), SparsePattern(block=4), 0, True)
+    masks = [key for key in sparse._FLEX if key != "fn"]
+    assert len(masks) == sparse.FLEX_MASKS_KEPT and masks[-1][4] == 29 and built.count(29) == 1  # reused
+
+
+def test_flex_attention_refuses_attention_dropout_in_one_line():
+    model = CausalLM(LMConfig(vocab_size=30, context=32, emb=16, heads=2, depth=1, dropout=0.1, attention="sparse",
+                              sparse_block=4, sparse_kernel="flex"))  # fmt: skip
+    with (
+        torch.no_grad(),
+        pytest.raises(ValueError, match=r"sparse_kernel flex has no attention dropout \(dropout=0.1\)"),
+    ):
+        model(torch.zeros(1, 32, dtype=torch.long))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("pattern, layout", [("strided", "split"), ("fixed", "union"), ("fixed", "alternate")])
 def test_flex_attention_forward_on_a_cpu_equals_the_blocked_path(pattern, layout):

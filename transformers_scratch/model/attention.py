@@ -274,9 +274,14 @@ class MultiHeadAttention(nn.Module):
         """Self-attention under the sparse pattern: the blocked or FlexAttention fast path from position 0, or the
         dense kernel under the pattern's (h, t, u) mask (pictures, decoding steps after the first, kernel dense)."""
         sp, t, u = self.sparse, q.size(2), key.size(2)
-        kernel = self.sparse_kernel if self.sparse_kernel != "auto" else "flex" if q.is_cuda else "blocked"
+        kernel = self.sparse_kernel
+        if kernel == "auto":  # FlexAttention on a GPU, unless attention dropout asks for the blocked kernel
+            kernel = "flex" if q.is_cuda and not dropout_p else "blocked"
         if self.record is None and offset == 0 and t == u and kernel != "dense":
             if kernel == "flex":
+                if dropout_p:
+                    raise ValueError(f"model sparse_kernel flex has no attention dropout (dropout={self.dropout}): "
+                                     "set model dropout 0, or use sparse_kernel blocked or auto")  # fmt: skip
                 return flex_sparse_attention(q, key, val, sp, self.layer, self.causal, key_mask)
             return sparse_attention(q, key, val, sp, self.layer, self.causal, key_mask, dropout_p)
         allowed = sp.mask(self.layer, self.heads, t, u, offset, self.causal, q.device)  # (h, t, u)

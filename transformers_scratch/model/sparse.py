@@ -410,6 +410,7 @@ def sparse_attention(
     return torch.cat([fn(*qkv, sp, causal, key_mask, dropout_p) for fn, qkv in zip(fns, pieces, strict=True)], dim=1)
 
 
+FLEX_MASKS_KEPT = 16
 _FLEX: dict[object, object] = {}
 """FlexAttention compiled once per process (its eager form computes the dense t^2 scores), and the block masks
 of patterns without padding, which depend only on the pattern, the layer, the heads and the length."""
@@ -448,6 +449,9 @@ def flex_sparse_attention(
         batch = None if key_mask is None else q.size(0)
         block_mask = create_block_mask(may_attend, batch, heads, t, t, device=q.device, _compile=True)
         if key_mask is None:
+            masks = [k for k in _FLEX if k != "fn"]
+            if len(masks) >= FLEX_MASKS_KEPT:  # the oldest goes: lengths vary (prompts), the cache must not grow
+                del _FLEX[masks[0]]
             _FLEX[key] = block_mask
     if "fn" not in _FLEX:
         _FLEX["fn"] = torch.compile(flex_attention, dynamic=False)
