@@ -267,7 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="PNG", help="long context: draw the log-log scaling picture here")
     p.add_argument("--attn-heads", type=int, default=4, help="long context: heads of the one-attention table")
     p.add_argument("--attn-head-width", type=int, default=32, help="long context: their width")
-    p.add_argument("--model-steps", type=int, default=2, help="long context: timed steps of each model step")
+    p.add_argument("--model-steps", type=int, default=2,
+                   help="long context: timed steps of each model step (0: no model table)")  # fmt: skip
     p.add_argument("--start-context", type=int, help="long context: the first context (1024; the search: 512)")
     p.add_argument("--max-context", type=int, default=65536)
     p.add_argument("--memory-budget-gb", type=float, default=4.0, help="CPU long-context budget (peak RSS)")

@@ -46,12 +46,6 @@ def sparse_settings(kernel: str, t: int) -> dict:
             "sparse_summary": SUMMARY}  # fmt: skip
 
 
-def _rss_mb() -> float:
-    """The resident set now, in MB."""
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * resource.getpagesize() / 1e6
-
-
 def attention_job(job: dict) -> dict:
     """One attention's forward and backward at one context: seconds (best of the timed passes) and the MB the
     first pass added."""
@@ -88,9 +82,11 @@ def attention_job(job: dict) -> dict:
         first = run()
         added = (torch.cuda.max_memory_allocated() - before) / 1e6
     else:
-        before = _rss_mb()
+        from .soak import rss_mb
+
+        before = rss_mb() * 2**20 / 1e6  # MiB -> MB
         first = run()
-        added = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3 - before  # KiB -> MB
+        added = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6 - before  # KiB -> MB
     times = [first] if first > job.get("single_pass_s", 2.0) else [run() for _ in range(3)]
     return {"seconds": min(times), "added_mb": max(added, 0.0)}
 
@@ -134,7 +130,7 @@ def scaling(args, model: dict, device: str, run_isolated, train_job) -> dict:
         row["exponent"] = exponent([(p["context"], p["seconds"]) for p in row["points"]])
         kernels.append(row)
     models = []
-    for kernel in MODEL_KERNELS:
+    for kernel in MODEL_KERNELS if args.model_steps > 0 else ():  # 0: the attention table alone
         row = {"kernel": kernel, "points": []}
         for t in sizes:
             sizes_t = {**model, "context": t, **sparse_settings(kernel, t)}
@@ -173,6 +169,8 @@ def format_scaling(report: dict, model: dict) -> list[str]:
         ups = [f"{_at(sdpa, t, 'seconds') / _at(row, t, 'seconds'):.1f}x at {t:,}" for t in sizes
                if _at(sdpa, t, "seconds") and _at(row, t, "seconds")]  # fmt: skip
         lines.append(f"  {row['kernel']} over SDPA: " + ", ".join(ups[-3:]))
+    if not report["model"]:  # --model-steps 0
+        return lines
     lines += ["", f"a whole model's training step (depth {model['depth']}, width {model['emb']}, heads "
               f"{model['heads']}, batch 1): tokens/s",
               f"{'attention':17s} " + " ".join(f"{t:>10,d}" for t in sizes)]  # fmt: skip

@@ -268,13 +268,14 @@ def _float_mask(allowed: Tensor) -> tuple[Tensor, Tensor | None]:
     everywhere and are returned (1, 1, L, 1) to be zeroed."""
     has_key = allowed.any(-1, keepdim=True)
     additive = torch.zeros(allowed.shape).masked_fill(~(allowed | ~has_key), float("-inf"))
-    return additive[None, None].to(allowed.device), None if bool(has_key.all()) else ~has_key[None, None]
+    return additive[None, None], None if bool(has_key.all()) else ~has_key[None, None]
 
 
-def _union_parts(sp: SparsePattern, b: int, h: int, t: int, device) -> list[tuple[list[_Call], object]]:
-    """The union of a causal pattern's parts as two disjoint parts, each a list of kernel calls with a function
-    putting their outputs back in (b, h, t, d) order. Part B leaves out the keys part A has (strided: the query
-    itself; fixed: the summaries of the query's own block), so that no key counts twice."""
+def _union_parts(sp: SparsePattern, b: int, h: int, t: int) -> list[tuple[list[_Call], object]]:
+    """The union of a causal pattern's parts (on a CPU, where its kernel runs) as two disjoint parts, each a list
+    of kernel calls with a function putting their outputs back in (b, h, t, d) order. Part B leaves out the keys
+    part A has (strided: the query itself; fixed: the summaries of the query's own block), so that no key counts
+    twice."""
     ell, c = sp.block, sp.summary
     n = -(-t // ell)
 
@@ -298,23 +299,15 @@ def _union_parts(sp: SparsePattern, b: int, h: int, t: int, device) -> list[tupl
         calls = [_Call(lambda x: grid(x)[:, :1], lambda x: grid(x)[:, :1], causal=True)]
         if n > 1:
             calls.append(_Call(lambda x: grid(x)[:, 1:], lambda x: torch.cat([grid(x)[:, :-1], grid(x)[:, 1:]], 2),
-                               band.to(device)))  # fmt: skip
+                               band))  # fmt: skip
         mask, empty = _float_mask(strictly_earlier)  # the column's earlier positions: l, 2l, ... back
-        return [(calls, from_grid), ([_Call(columns, columns, mask.to(device), empty=_on(empty, device))],
-                                     from_columns)]  # fmt: skip
+        return [(calls, from_grid), ([_Call(columns, columns, mask, empty=empty)], from_columns)]
     own = _Call(grid, grid, causal=True)
     earlier = strictly_earlier.repeat_interleave(c, dim=1)  # (n, n c): the summaries of earlier blocks
     mask, empty = _float_mask(earlier)
     summaries = _Call(columns, lambda x: grid(x)[:, :, ell - c :].reshape(b * h, 1, n * c, x.size(-1)),
-                      mask.to(device), empty=_on(empty, device))  # fmt: skip
+                      mask, empty=empty)  # fmt: skip
     return [([own], from_grid), ([summaries], from_columns)]
-
-
-def _on(x: Tensor | None, device) -> Tensor | None:
-    return None if x is None else x.to(device)
-
-
-_FLASH = None
 
 
 def _flash():
@@ -375,7 +368,7 @@ class _Union(torch.autograd.Function):
 def _union_blocked(q: Tensor, k: Tensor, v: Tensor, sp: SparsePattern) -> Tensor:
     """The union layout, causal, without padding or dropout, on a CPU: see :class:`_Union`."""
     b, h, t, _ = q.shape
-    return _Union.apply(q, k, v, _union_parts(sp, b, h, t, q.device))
+    return _Union.apply(q, k, v, _union_parts(sp, b, h, t))
 
 
 def sparse_attention(
