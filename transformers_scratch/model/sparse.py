@@ -81,11 +81,20 @@ class SparsePattern:
             return [layer % 2] * heads
         return [0] * (heads // 2) + [1] * (heads - heads // 2)
 
+    def of_head(self, a: Tensor, b: Tensor, layer: int, heads: int, head: Tensor) -> Tensor:
+        """The part that head ``head`` (a tensor broadcasting with a and b) of ``layer`` attends through, as
+        :meth:`part_of` assigns them: the one choice behind the masks and FlexAttention's ``mask_mod``."""
+        if self.layout == "union":
+            return a | b
+        if self.layout == "alternate":
+            return a if layer % 2 == 0 else b
+        return torch.where(head < heads // 2, a, b)
+
     def allowed(self, layer: int, heads: int, i: Tensor, j: Tensor, causal: bool) -> Tensor:
         """(h, *broadcast(i, j)) bool: may head h of ``layer`` at position i attend to position j."""
         a, b = self.parts(i, j, causal)
-        part = torch.tensor(self.part_of(layer, heads), device=a.device).view(-1, *[1] * a.dim())
-        return torch.where(part == 0, a, torch.where(part == 1, b, a | b))
+        head = torch.arange(heads, device=a.device).view(-1, *[1] * a.dim())
+        return self.of_head(a, b, layer, heads, head).expand(heads, *a.shape)
 
     def mask(self, layer: int, heads: int, t: int, u: int | None = None, offset: int = 0, causal: bool = True,
              device: torch.device | None = None) -> Tensor:  # fmt: skip
@@ -172,6 +181,18 @@ def _local(q: Tensor, k: Tensor, v: Tensor, sp: SparsePattern, causal: bool, key
     return out.reshape(b, h, n * ell, s)[:, :, :t]
 
 
+def _within(q: Tensor, k: Tensor, v: Tensor, valid: Tensor | None, causal: bool, heads: int, p: float) -> Tensor:
+    """An ordinary (causal) attention along dim 2 of (b h, g, m, s) pieces (blocks, or columns), each piece its
+    own; valid (b|1, g, m) marks the real keys, None when all are and the mask is only causal."""
+    if valid is None:
+        return _attend(q, k, v, None, causal, p)
+    m = q.size(2)
+    mask = valid[:, :, None, :]  # (b|1, g, 1, m)
+    if causal:
+        mask = mask & torch.ones(m, m, dtype=torch.bool, device=q.device).tril()
+    return _attend(q, k, v, _per_row(mask, heads), False, p)
+
+
 def _stride(q: Tensor, k: Tensor, v: Tensor, sp: SparsePattern, causal: bool, key_mask: Tensor | None, p: float):
     """Part B of strided: every l-th position. Written as an (n, l) grid, those are the columns: each column is
     an ordinary (causal) attention over n positions."""
@@ -179,12 +200,8 @@ def _stride(q: Tensor, k: Tensor, v: Tensor, sp: SparsePattern, causal: bool, ke
     ell = sp.block
     qc, kc, vc = (_grid(x, ell).transpose(1, 2) for x in (q, k, v))  # (b h, l, n, s): column r, offset r
     n = qc.size(2)
-    mask = None
-    if not causal or key_mask is not None:
-        valid = _valid(t, n, ell, key_mask, q.device).transpose(1, 2)[:, :, None, :]  # (b|1, l, 1, n)
-        mask = valid & torch.ones(n, n, dtype=torch.bool, device=q.device).tril() if causal else valid
-        mask = _per_row(mask, h)  # (b h|1, l, n|1, n)
-    out = _attend(qc, kc, vc, mask, causal and mask is None, p)  # (b h, l, n, s)
+    valid = None if causal and key_mask is None else _valid(t, n, ell, key_mask, q.device).transpose(1, 2)
+    out = _within(qc, kc, vc, valid, causal, h, p)  # (b h, l, n, s)
     return out.transpose(1, 2).reshape(b, h, n * ell, s)[:, :, :t]
 
 
@@ -194,13 +211,8 @@ def _own_block(q: Tensor, k: Tensor, v: Tensor, sp: SparsePattern, causal: bool,
     ell = sp.block
     qg, kg, vg = (_grid(x, ell) for x in (q, k, v))  # (b h, n, l, s)
     n = qg.size(1)
-    mask = None
-    if not causal or key_mask is not None:
-        valid = _valid(t, n, ell, key_mask, q.device)[:, :, None, :]  # (b|1, n, 1, l)
-        mask = valid & torch.ones(ell, ell, dtype=torch.bool, device=q.device).tril() if causal else valid
-        mask = _per_row(mask, h)  # (b h|1, n, l|1, l)
-    out = _attend(qg, kg, vg, mask, causal and mask is None, p)
-    return out.reshape(b, h, n * ell, s)[:, :, :t]
+    valid = None if causal and key_mask is None else _valid(t, n, ell, key_mask, q.device)  # (b|1, n, l)
+    return _within(qg, kg, vg, valid, causal, h, p).reshape(b, h, n * ell, s)[:, :, :t]
 
 
 def _summary(q: Tensor, k: Tensor, v: Tensor, sp: SparsePattern, causal: bool, key_mask: Tensor | None, p: float):
@@ -424,19 +436,12 @@ def flex_sparse_attention(
         raise ValueError("model sparse_kernel flex: FlexAttention has no backward pass on a CPU; train with "
                          "sparse_kernel blocked (or auto), or run flex under torch.no_grad()")  # fmt: skip
     heads, t = q.size(1), q.size(2)
-    parts = sp.part_of(layer, heads)
 
     def may_attend(b: Tensor, h: Tensor, i: Tensor, j: Tensor) -> Tensor:
-        a, bb = sp.parts(i, j, causal)
-        if parts[0] == 2:
-            allowed = a | bb
-        elif sp.layout == "alternate":
-            allowed = a if parts[0] == 0 else bb
-        else:
-            allowed = torch.where(h < parts.count(0), a, bb)
+        allowed = sp.of_head(*sp.parts(i, j, causal), layer, heads, h)
         return allowed if key_mask is None else allowed & key_mask[b, j]
 
-    key = (sp, tuple(parts), causal, heads, t, str(q.device))
+    key = (sp, tuple(sp.part_of(layer, heads)), causal, heads, t, str(q.device))
     block_mask = _FLEX.get(key) if key_mask is None else None
     if block_mask is None:
         batch = None if key_mask is None else q.size(0)
