@@ -155,6 +155,10 @@ def test_an_export_loads_in_transformers_with_the_same_logits(tmp_path, cfg):
     ours = redraw(CausalLM(cfg), seed=4)
     save_hf(ours, tmp_path / "out")
     theirs = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()
+    written = json.loads((tmp_path / "out" / "config.json").read_text())
+    for where in (written, theirs.config.to_dict(), theirs.generation_config.to_dict()):  # ids that exist, or none
+        for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+            assert where.get(key) is None or 0 <= where[key] < cfg.vocab_size, (key, where.get(key))
     ids = torch.randint(0, cfg.vocab_size, (2, 21), generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
         assert (theirs(ids).logits - ours(ids)).abs().max() <= TOL
@@ -200,8 +204,9 @@ def test_hostile_folders_are_refused_in_one_line(tmp_path):
     weights = load_file(folder / "model.safetensors")
 
     def refused(match):
-        with pytest.raises(HFError, match=match):
+        with pytest.raises(HFError, match=match) as e:
             from_hf(folder)
+        assert str(folder) in str(e.value) and "\n" not in str(e.value)  # which folder, of several in play
 
     edit_config(folder, n_embd=10**9, n_layer=10**6)
     refused(r"declares at least .* parameters .* does not match its weights")  # before any allocation
@@ -226,6 +231,15 @@ def test_hostile_folders_are_refused_in_one_line(tmp_path):
     refused("is not JSON")
     with pytest.raises(HFError, match="is not a folder"):
         from_hf(str(tmp_path / "nowhere"))
+
+
+def test_a_hub_name_with_no_hub_gets_one_line_with_the_fix(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # as with no network, without waiting for one
+    with pytest.raises(HFError) as e:
+        from_hf("nobody-here/no-model")
+    message = str(e.value)
+    assert message.startswith("'nobody-here/no-model' is no folder here, and the Hugging Face Hub did not give it")
+    assert "pass a local folder written by save_pretrained" in message and "\n" not in message
 
 
 # ---- the command line --------------------------------------------------------------------------------
@@ -288,6 +302,12 @@ def test_fit_fine_tunes_a_gpt2_folder_with_its_tokenizer_and_sample_decodes(tmp_
     main(["sample", "--ckpt_path", "checkpoints/tuned/last.ckpt", "--prompt", "the cat", "--length", "5"])
     out = capsys.readouterr().out
     assert out.startswith("the cat") and len(out) > len("the cat")
+    from test_reliability import fails
+
+    edit_config(folder, model_type="mamba")  # a broken folder: the flag, the folder and the reason, on one line
+    fails(capsys, "fit", "--config", TINY_LM, "--data.path", "text.txt", "--model.init_from", str(folder),
+          "--data.tokenizer", str(folder), "--name", "broken",
+          message=f"model.init_from {str(folder)!r}: config.json's model_type 'mamba' is not one of")  # fmt: skip
 
 
 def test_the_imdb_classifier_starts_from_a_bert_encoder_with_its_tokenizer(tmp_path, capsys, monkeypatch):

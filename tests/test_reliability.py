@@ -47,6 +47,11 @@ def fails(capsys, *args: str, message: str) -> str:
     err = capsys.readouterr().err
     assert "Traceback" not in err and err.count("error:") == 1, err[-3000:]
     assert message in err, err[-3000:]
+    lines = err.split("\n")  # a progress bar is one line of carriage returns: the error must start a line of its own
+    at = [i for i, line in enumerate(lines) if line.startswith("error:")]
+    assert len(at) == 1, err[-3000:]
+    after = [line for line in lines[at[0] + 1 :] if line.strip()]
+    assert after == ["(set TS_DEBUG=1 to see the traceback)"], err[-3000:]  # no bar drawn again below it
     return err
 
 
@@ -184,6 +189,19 @@ class GoesNaN(LitCharLM):
 def windows(n: int = 64) -> DataLoader:
     data = torch.randint(0, 256, (n, 17), generator=torch.Generator().manual_seed(0))
     return DataLoader(TensorDataset(data[:, :-1], data[:, 1:]), batch_size=4)
+
+
+def test_an_error_met_during_training_starts_its_own_line_below_the_progress_bar(capsys, text):
+    run = ["fit", "--config", TINY_LM, "--data.path", str(text), "--trainer.max_steps", "4", "--data.batches_per_epoch",
+           "30", "--trainer.limit_val_batches", "1", "--sample.length", "0", "--trainer.logger", "false"]  # fmt: skip
+    main(run)
+    capsys.readouterr()
+    run[run.index("4")] = "40"
+    err = fails(capsys, *run, "--ckpt_path", "last", "--model.optim.lr", "1e6", "--trainer.log_every_n_steps", "1",
+                message="the training loss became NaN")  # fmt: skip
+    assert "steps:" in err  # the bar was drawn
+    note = [line for line in err.split("\n") if "note: resuming with model.optim.lr" in line]
+    assert len(note) == 1 and note[0].startswith("note:"), err[-3000:]  # a note during the run, too
 
 
 def test_a_nan_loss_stops_training_at_the_next_logging_step_naming_the_last_good_checkpoint(tmp_path):
@@ -821,16 +839,44 @@ CALLBACK_LAUGHS = f"trainer:\n  callbacks:\n    - &c {TIMER}\n" + "    - *c\n" *
         (LAUGHS, "more than 64 YAML aliases"),
         (CALLBACK_LAUGHS, "more than 64 YAML aliases"),
         (b"a: " + b"[" * 10_000 + b"]" * 10_000 + b"\n", "nests deeper than 64 levels"),
-        (b"name: " + b"x" * 2_000_000 + b"\n", "characters is longer than 1,000,000"),
+        (b"name: " + b"x" * 2_000_000 + b"\n", "is longer than 1,000,000 characters (the longest value is at name)"),
+        (
+            b"trainer:\n  max_steps: 3\nmodel:\n  init_args:\n    note: " + b"x" * 2_000_000 + b"\n",
+            "the longest value is at model.init_args.note",
+        ),
+        (b"a: 1\n" * 300_000, "is longer than 1,000,000 characters"),
     ],
-    ids=["binary", "latin1", "python", "empty", "list", "malformed", "laughs", "laughs-in-callbacks", "deep", "huge"],
+    ids=[
+        "binary",
+        "latin1",
+        "python",
+        "empty",
+        "list",
+        "malformed",
+        "laughs",
+        "laughs-in-callbacks",
+        "deep",
+        "huge",
+        "huge-nested",
+        "many-lines",
+    ],
 )
 # fmt: skip
 def test_a_hostile_config_file_gets_one_line(tmp_path, capsys, monkeypatch, content, message):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "bad.yaml").write_bytes(content.encode() if isinstance(content, str) else content)
-    err = fails(capsys, "fit", "--config", "bad.yaml", message=message)
+    (tmp_path / "a.yaml").write_text("seed_everything: 1\n")
+    (tmp_path / "b.yaml").write_text("trainer:\n  max_steps: 5\n")
+    err = fails(capsys, "fit", "--config", "a.yaml", "--config", "b.yaml", "--config", "bad.yaml", message=message)
+    assert "'bad.yaml'" in err and "'a.yaml'" not in err  # which of the files, of several
     assert len(err) < 1000  # nothing long echoed back
+
+
+def test_a_value_too_long_for_a_config_is_named_by_its_flag(capsys, text):
+    fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), "--name", "x" * 1_000_001,
+          message="the value of --name is 1,000,001 characters, longer than 1,000,000")  # fmt: skip
+    fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), "--name=" + "x" * 1_000_001,
+          message="the value of --name is 1,000,001 characters")  # fmt: skip
 
 
 def test_a_run_name_is_a_folder_name(text, capsys):

@@ -20,7 +20,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from ..data import DataError
 from ..experiments import extrapolate, soak
 from ..training.callbacks import TrainingDiverged
-from ..training.console import clipped, error_line
+from ..training.console import clipped, close_bars, error_line
 from . import commands
 from .lightning import brief, build_cli
 
@@ -76,5 +76,6 @@ def main(argv: list[str] | None = None) -> None:
         # The user's input or files: one line.
         if os.environ.get("TS_DEBUG"):
             raise
+        close_bars()
         print(f"error: {clipped(brief(error_line(e)))}\n(set TS_DEBUG=1 to see the traceback)", file=sys.stderr)
         sys.exit(1)

@@ -5,6 +5,8 @@ A file that is not UTF-8 text is named by :func:`unreadable_config`."""
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 import yaml
@@ -67,6 +69,75 @@ def not_a_config(message: str, args: list[str]) -> str | None:
     if first.startswith("Problems parsing config"):
         return f"--config {named} is not valid YAML ({first.split(':', 1)[-1].strip()[:80]}); fix it or pass another"
     return None
+
+
+def longest_value(text: str) -> str:
+    """Where the longest line of a YAML text is, as the dotted path of its keys (``model.init_args.note``), read
+    from the indentation of the lines above it; or its line number when it has no key."""
+    lines = text.splitlines() or [""]
+    at = max(range(len(lines)), key=lambda i: len(lines[i]))
+    path, indent = [], len(lines[at]) - len(lines[at].lstrip())
+    for i in range(at, -1, -1):
+        line = lines[i]
+        depth = len(line) - len(line.lstrip())
+        if line.strip() and (i == at or depth < indent) and ":" in line and not line.lstrip().startswith("#"):
+            key = line.strip().removeprefix("- ").split(":", 1)[0].strip()[:40]
+            path.insert(0, key)
+            indent = depth
+            if depth == 0:
+                break
+    return ".".join(path) if path else f"line {at + 1}"
+
+
+def check_config_files(args: list[str]) -> None:
+    """Every ``--config`` file read and parsed with the limits before jsonargparse reads it whole, so that a
+    refusal names the file (and, for a file too long, the key that holds the long value); a file too large to
+    be a config is not read at all. The files jsonargparse cannot find or open are left to its own message, and
+    a pipe to jsonargparse's read through :func:`load`."""
+    for path in config_paths(args):
+        try:
+            if not stat.S_ISREG(os.stat(path).st_mode):
+                continue  # a pipe (--config <(...)) can be read once: jsonargparse's read, with the same limits
+            with open(path, "rb") as f:
+                data = f.read(MAX_CHARS * 4 + 1)  # at most 4 bytes a character in UTF-8
+        except OSError:
+            continue
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            if len(data) <= MAX_CHARS * 4 or e.start < MAX_CHARS * 4 - 3:
+                raise ConfigError(
+                    f"--config {path!r} is not a YAML file in UTF-8 (byte {e.start:,} is not text); pass a config "
+                    "such as configs/first_run.yaml"
+                ) from None
+            text = data[: e.start].decode("utf-8")  # a character cut by the read's end
+        if len(data) > MAX_CHARS * 4 or len(text) > MAX_CHARS:
+            raise ConfigError(
+                f"--config {path!r} is longer than {MAX_CHARS:,} characters (the longest value is at "
+                f"{longest_value(text[: MAX_CHARS * 2])}); a config holds settings, not data: pass less"
+            )
+        try:
+            settings = load(text)
+        except ConfigError as e:
+            raise ConfigError(f"--config {path!r}: {e}") from None
+        except yaml.YAMLError as e:
+            first = " ".join(str(e).split())[:80]
+            raise ConfigError(f"--config {path!r} is not valid YAML ({first}); fix it or pass another") from None
+        if not isinstance(settings, dict):
+            what = " ".join(text.split())[:40]
+            raise ConfigError(
+                f"--config {path!r} holds no mapping of settings (it is empty, a list or plain text: {what!r}); "
+                "pass a YAML file such as configs/first_run.yaml"
+            )
+
+
+def check_values(args: list[str]) -> None:
+    """A command-line value longer than :data:`MAX_CHARS`, named by its flag."""
+    for i, arg in enumerate(args):
+        flag, _, value = arg.partition("=") if arg.startswith("--") else (args[i - 1] if i else "", "", arg)
+        if len(value) > MAX_CHARS:
+            raise ConfigError(f"the value of {flag or 'an argument'} is {len(value):,} characters, longer than "
+                              f"{MAX_CHARS:,}; pass less")  # fmt: skip
 
 
 def unreadable_config(args: list[str]) -> str | None:

@@ -61,7 +61,7 @@ from ..training.console import note, quiet, shown, silence
 from ..training.loggers import CSVLogger, WandbLogger
 from ..training.modules import LitTransformer, read_pretrained
 from ..training.optim import OptimConfig
-from .config_files import not_a_config, unreadable_config
+from .config_files import check_config_files, check_values, not_a_config, unreadable_config
 
 # A config names classes and callables by import path; only these packages may be named (checked by jsonargparse
 # before it imports anything), so a config cannot run os.system, eval or an arbitrary module's import-time code.
@@ -274,6 +274,8 @@ class CLI(LightningCLI):
         })  # fmt: skip
 
     def parse_arguments(self, parser, args) -> None:
+        check_values(self.argv)
+        check_config_files(self.argv)
         try:
             super().parse_arguments(parser, args)
         except UnicodeDecodeError:

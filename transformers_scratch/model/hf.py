@@ -246,7 +246,13 @@ def local_folder(source: str | os.PathLike) -> Path:
     if not folder.exists() and isinstance(source, str) and source.count("/") == 1 and not source.startswith((".", "/")):
         from huggingface_hub import snapshot_download
 
-        folder = Path(snapshot_download(source, allow_patterns=["*.json", "*.safetensors", "tokenizer*"]))
+        try:
+            folder = Path(snapshot_download(source, allow_patterns=["*.json", "*.safetensors", "tokenizer*"]))
+        except Exception as e:  # no network, no such repository, a gated one: huggingface_hub's own long report
+            raise HFError(
+                f"{source!r} is no folder here, and the Hugging Face Hub did not give it ({type(e).__name__}); pass "
+                "a local folder written by save_pretrained, or download it first where the Hub can be reached"
+            ) from None
     return folder
 
 
@@ -269,7 +275,18 @@ def _lower_bound(cfg) -> int:
 def from_hf(source, num_classes: int | None = None, device: str | torch.device = "cpu") -> nn.Module:
     """The module here that a Hugging Face GPT-2, BERT or Llama-family checkpoint maps to, with its weights, in
     eval mode. ``source``: a folder (``config.json`` and ``*.safetensors``), a hub name, or a ``transformers``
-    model. ``num_classes``: for a BERT encoder, build the classifier it starts (a new head) instead of the MLM."""
+    model. ``num_classes``: for a BERT encoder, build the classifier it starts (a new head) instead of the MLM.
+    A folder that cannot be read raises :class:`HFError` (a ``ValueError``) naming it."""
+    try:
+        return _from_hf(source, num_classes, device)
+    except HFError as e:
+        where = repr(str(source)[:80])
+        if isinstance(source, nn.Module) or str(source) in str(e):
+            raise  # named already
+        raise HFError(f"{where}: {e}") from None
+
+
+def _from_hf(source, num_classes: int | None, device: str | torch.device) -> nn.Module:
     hf, shapes, read = _source(source)
     try:
         cfg = config_from_hf(hf, num_classes)

@@ -57,10 +57,31 @@ def error_line(e: BaseException) -> str:
     return str(e)
 
 
+def live_bars() -> list:
+    """The progress bars (tqdm's, which Lightning's bar is) still drawn on the terminal."""
+    from tqdm import tqdm
+
+    return [bar for bar in list(getattr(tqdm, "_instances", ())) if not getattr(bar, "disable", True)]
+
+
+def close_bars() -> None:
+    """End every live progress bar on a line of its own, so that what follows starts a line and no bar is drawn
+    again below it (tqdm redraws an open bar when it is collected)."""
+    for bar in live_bars():
+        bar.close()
+
+
 def note(message: str) -> None:
-    """One line (or a few) for the user, on stderr, from the first process only."""
-    if rank_zero_only.rank == 0:
-        print(clipped(message), file=sys.stderr, flush=True)
+    """One line (or a few) for the user, on stderr, from the first process only: above a live progress bar, which
+    is drawn again below it, and never on the bar's own line."""
+    if rank_zero_only.rank != 0:
+        return
+    if live_bars() and sys.stderr.isatty():
+        from tqdm import tqdm
+
+        tqdm.write(clipped(message), file=sys.stderr)  # clears the bar, writes the line, draws the bar below
+    else:  # in a file or pipe a bar is a run of carriage returns with no newline: end it first
+        print(("\n" if live_bars() else "") + clipped(message), file=sys.stderr, flush=True)
 
 
 def quiet() -> None:

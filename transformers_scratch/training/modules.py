@@ -201,7 +201,10 @@ def pretrained_model(module: L.LightningModule, source: str, data) -> nn.Module:
     """``init_from``: the Hugging Face model (for a classifier, the BERT encoder under a new head of
     ``data.num_classes``), checked against the data's sizes (linked into ``data``); the module's
     hyper-parameters then hold its architecture, so that a checkpoint reloads without the folder."""
-    model = from_hf(source, num_classes=getattr(data, "num_classes", None)).train()
+    try:
+        model = from_hf(source, num_classes=getattr(data, "num_classes", None)).train()
+    except ValueError as e:  # which setting named the folder, with the folder and the reason
+        raise ValueError(f"model.init_from {e}") from None
     wanted = SequenceClassifier if isinstance(data, ClassifierConfig) else CausalLM
     if not isinstance(model, wanted):
         raise ValueError(
