@@ -173,6 +173,35 @@ def test_lightnings_own_callbacks_still_load(text, tmp_path):
     run = build_cli(["--config", TINY_LM, "--config", str(config), "--data.path", str(text)], run=False)
     names = [type(c).__name__ for c in run.trainer.callbacks]
     assert "EarlyStopping" in names and "LambdaCallback" in names
+    # the project's own survive a config's list, as the checkpoint callback does
+    assert {"ProgressBar", "LearningRateMonitor", "PhaseTimes", "Throughput", "StopOnSignal"} <= set(names), names
+    assert names.count("SafeModelCheckpoint") == 1
+
+
+def test_a_configs_checkpoint_callback_runs_beside_the_runs_own_and_the_closing_line_names_both(capsys, text):
+    Path("mine.yaml").write_text(
+        "trainer:\n  callbacks:\n  - class_path: lightning.pytorch.callbacks.ModelCheckpoint\n"
+        "    init_args: {dirpath: mine}\n"
+    )
+    main(["fit", "--config", TINY_LM, "--config", "mine.yaml", "--data.path", str(text), "--trainer.max_steps", "3",
+          "--data.batches_per_epoch", "3", "--trainer.limit_val_batches", "1", "--sample.length", "0",
+          "--trainer.logger", "false", "--name", "both"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert "steps:" in err  # the project's bar, not Lightning's
+    assert Path("checkpoints/both/last.ckpt").is_file() and any(Path("mine").glob("*.ckpt"))
+    closing = [line for line in err.split("\n") if line.startswith("this run:")]
+    assert closing and closing[0].startswith("this run: checkpoints in checkpoints/both/ (newest: last.ckpt")
+    assert ", and mine/ (trainer.callbacks' ModelCheckpoint)" in closing[0]
+
+
+def test_a_second_safe_model_checkpoint_is_refused_naming_the_checkpoint_key(capsys, text):
+    Path("safe.yaml").write_text(
+        "trainer:\n  callbacks:\n  - class_path: transformers_scratch.training.callbacks.SafeModelCheckpoint\n"
+        "    init_args: {monitor: val/bpc, save_top_k: 1, save_last: true, dirpath: mine}\n"
+    )
+    fails(capsys, "fit", "--config", TINY_LM, "--config", "safe.yaml", "--data.path", str(text),
+          message="trainer.callbacks lists a SafeModelCheckpoint, and every run has one already")  # fmt: skip
+    assert not Path("mine").exists() and not Path("checkpoints").exists()
 
 
 # ---- divergence is caught at the step it happens ------------------------------------------------------
@@ -416,20 +445,56 @@ def test_a_fresh_fit_never_starts_over_another_runs_checkpoints(tmp_path):
 
 def test_two_fits_never_share_a_folder_and_a_killed_ones_leftovers_are_cleared(tmp_path):
     folder = tmp_path / "run"
-    folder.mkdir()
-    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    holds = "import sys, time; from pathlib import Path; from transformers_scratch.training.checkpoints import "
+    holds += "claim_run_folder; claim_run_folder(Path(sys.argv[1]), resuming=True); print('held', flush=True); "
+    holds += "time.sleep(120)"
+    other = subprocess.Popen([sys.executable, "-c", holds, str(folder)], stdout=subprocess.PIPE, text=True)
     try:
-        (folder / LOCK).write_text(str(other.pid))  # a live fit holds it
+        assert other.stdout.readline().strip() == "held"  # a live fit holds it
         with pytest.raises(ValueError, match=f"in use by another fit \\(process {other.pid}\\)"):
             claim_run_folder(folder, resuming=True)
+        (folder / ".last.ckpt.abc.tmp").write_bytes(b"half a checkpoint")  # its write, interrupted by the kill
     finally:
         other.kill()
         other.wait()
-    (folder / ".last.ckpt.abc.tmp").write_bytes(b"half a checkpoint")  # the killed run's interrupted write
-    claim_run_folder(folder, resuming=True)  # its lock is stale now: taken over
+    claim_run_folder(folder, resuming=True)  # the kill ended its hold: taken over
     assert (folder / LOCK).read_text() == str(os.getpid()) and not list(folder.glob("*.tmp"))
+    claim_run_folder(folder, resuming=True)  # this process again (a second fit in one Python session): its own
     release_run_folder(folder)
-    assert not (folder / LOCK).exists()
+    assert not (folder / LOCK).exists() and not folder.exists()  # nothing written: no folder left behind
+
+
+def _claim_in_rounds(root: str, rounds: int, barrier, results) -> None:
+    """One of two fits started at the same moment, ``rounds`` times: each round both claim one folder at once."""
+    won = []
+    for r in range(rounds):
+        folder = Path(root) / f"run{r}"
+        barrier.wait()
+        try:
+            claim_run_folder(folder, resuming=True)
+            won.append(r)
+        except ValueError:
+            pass
+        barrier.wait()  # both have tried
+        if won and won[-1] == r:
+            release_run_folder(folder)
+    results.put((os.getpid(), won))
+
+
+def test_two_fits_started_at_the_same_moment_never_both_claim_a_folder(tmp_path):
+    import multiprocessing
+
+    context, rounds = multiprocessing.get_context("fork"), 600
+    barrier, results = context.Barrier(2), context.Queue()
+    runs = [context.Process(target=_claim_in_rounds, args=(str(tmp_path), rounds, barrier, results)) for _ in "ab"]
+    for run in runs:
+        run.start()
+    won = [results.get(timeout=120)[1] for _ in runs]
+    for run in runs:
+        run.join(timeout=30)
+    both = sorted(set(won[0]) & set(won[1]))
+    assert not both, f"both fits claimed the folder in rounds {both[:10]} of {rounds}"
+    assert sorted(won[0] + won[1]) == list(range(rounds))  # and one of the two always did
 
 
 def test_resuming_last_with_nothing_to_resume_says_so(capsys, text):

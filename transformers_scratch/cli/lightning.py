@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import get_args, get_type_hints
 
 import torch
-from jsonargparse import ArgumentError, ArgumentParser, set_parsing_settings
+from jsonargparse import ArgumentError, ArgumentParser, Namespace, set_parsing_settings
 from lightning import LightningDataModule
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities import rank_zero_only
@@ -47,6 +47,7 @@ from ..training.callbacks import (
     SampleText,
     StopOnSignal,
     Throughput,
+    run_checkpoint,
 )
 from ..training.checkpoints import (
     check_ckpt_path,
@@ -185,6 +186,18 @@ def _class_name(item) -> str:
     return str(getattr(item, "class_path", "")).rsplit(".", 1)[-1]
 
 
+# What every run has: the bar, the learning-rate log, the phase timers, the throughput and the Ctrl-C/SIGTERM
+# saver. A config's own `trainer.callbacks` list adds to these (CLI.with_project_callbacks); the checkpoint policy
+# is the `checkpoint` key's.
+PROJECT_CALLBACKS = [
+    {"class_path": f"{ProgressBar.__module__}.ProgressBar"},
+    {"class_path": "lightning.pytorch.callbacks.LearningRateMonitor", "init_args": {"logging_interval": "step"}},
+    {"class_path": f"{PhaseTimes.__module__}.PhaseTimes"},
+    {"class_path": f"{Throughput.__module__}.Throughput"},
+    {"class_path": f"{StopOnSignal.__module__}.StopOnSignal"},
+]
+
+
 class SaveRunConfig(SaveConfigCallback):
     """Lightning's: the run's config.yaml in its log folder. With ``--trainer.logger false`` a run has no log
     folder, and Lightning would write config.yaml into the working directory, over a file of that name: then
@@ -257,14 +270,7 @@ class CLI(LightningCLI):
                 {"class_path": f"{WandbLogger.__module__}.WandbLogger",
                  "init_args": {"save_dir": "logs", "name": name}},
             ],
-            "trainer.callbacks": [
-                {"class_path": f"{ProgressBar.__module__}.ProgressBar"},
-                {"class_path": "lightning.pytorch.callbacks.LearningRateMonitor",
-                 "init_args": {"logging_interval": "step"}},
-                {"class_path": f"{PhaseTimes.__module__}.PhaseTimes"},
-                {"class_path": f"{Throughput.__module__}.Throughput"},
-                {"class_path": f"{StopOnSignal.__module__}.StopOnSignal"},
-            ],
+            "trainer.callbacks": PROJECT_CALLBACKS,
             "checkpoint.dirpath": f"checkpoints/{name}",
             "checkpoint.save_last": True,
             "checkpoint.auto_insert_metric_name": False,
@@ -377,7 +383,7 @@ class CLI(LightningCLI):
         if cfg.trainer.precision == "bf16-mixed" and not (torch.cuda.is_available() and torch.cuda.is_bf16_supported()):
             print("note: no GPU with bf16 here, so trainer.precision bf16-mixed runs as 32-true", file=sys.stderr)
             cfg.trainer.precision = "32-true"
-        callbacks = cfg.trainer.get("callbacks") or []
+        callbacks = self.with_project_callbacks(cfg.trainer.get("callbacks") or [])
         if cfg.trainer.get("logger") is False and any(_class_name(c) == "LearningRateMonitor" for c in callbacks):
             # Lightning refuses a LearningRateMonitor without a logger; with logging off it has nothing to do.
             if self.subcommand != "predict":  # predict runs without loggers whatever it is given
@@ -386,6 +392,27 @@ class CLI(LightningCLI):
         if cfg.trainer.get("enable_progress_bar") is False:  # Lightning refuses a progress bar it may not show
             callbacks = [c for c in callbacks if _class_name(c) != "ProgressBar"]
         cfg.trainer.callbacks = callbacks
+
+    @staticmethod
+    def with_project_callbacks(callbacks: list) -> list:
+        """A config's ``trainer.callbacks`` list replaces the default one, as Lightning's lists do: the project's
+        callbacks it left out are put back before it (a progress bar of its own stands in for the project's). A
+        second SafeModelCheckpoint is refused: the run's checkpoint policy is the ``checkpoint`` key's."""
+        if any(_class_name(c) == SafeModelCheckpoint.__name__ for c in callbacks):
+            raise ValueError(
+                "trainer.callbacks lists a SafeModelCheckpoint, and every run has one already, which writes "
+                "checkpoints/NAME/last.ckpt; set its policy with the checkpoint key instead, e.g. --checkpoint.monitor "
+                "val/bpc --checkpoint.save_top_k 1 --checkpoint.dirpath DIR (or `checkpoint:` in a config)"
+            )
+        given = {_class_name(c) for c in callbacks}
+        missing = []
+        for default in PROJECT_CALLBACKS:
+            name = default["class_path"].rsplit(".", 1)[-1]
+            if name in given or (name == "ProgressBar" and any(n.endswith("ProgressBar") for n in given)):
+                continue
+            init_args = Namespace(**default.get("init_args", {}))
+            missing.append(Namespace(class_path=default["class_path"], init_args=init_args))
+        return missing + list(callbacks)
 
     @staticmethod
     def model_class_of(cfg) -> type:
@@ -426,17 +453,23 @@ class CLI(LightningCLI):
 
     @property
     def checkpoint_dir(self) -> str:
-        return next(c.dirpath for c in self.trainer.checkpoint_callbacks if c.dirpath)
+        ours = run_checkpoint(self.trainer)
+        return ours.dirpath if ours is not None else next(c.dirpath for c in self.trainer.checkpoint_callbacks)
 
     def after_fit(self) -> None:
         release_run_folder(Path(self.checkpoint_dir))
         self._validate_in_full()
-        best = self.trainer.checkpoint_callback.best_model_path if self.trainer.checkpoint_callback else ""
+        ours = run_checkpoint(self.trainer)
+        best = ours.best_model_path if ours is not None else ""
         log = next((lg.log_dir for lg in self.trainer.loggers if isinstance(lg, CSVLogger)), None)
+        # a config's own ModelCheckpoints, where they wrote something
+        others = [(c.dirpath, c) for c in self.trainer.checkpoint_callbacks if c is not ours and c.dirpath
+                  and Path(c.dirpath).is_dir() and any(Path(c.dirpath).iterdir())]  # fmt: skip
         note(
             f"this run: checkpoints in {shown(self.checkpoint_dir)}/ (newest: last.ckpt"
             + (f", best: {shown(best)}" if best else "")
             + ")"
+            + "".join(f", and {shown(d)}/ (trainer.callbacks' {type(c).__name__})" for d, c in others)
             + (f", logs in {log}/" if log else "")
             + "; continue it with --ckpt_path last, or start another with --name"
         )

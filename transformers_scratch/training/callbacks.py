@@ -181,8 +181,8 @@ class StopOnSignal(Callback):
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         if isinstance(exception, Interrupted) and trainer.predicting:
             note(f"{self.signal.name}: predict stopped; what it had written stays")
-        elif isinstance(exception, Interrupted) and trainer.checkpoint_callback is not None:
-            path = Path(trainer.checkpoint_callback.dirpath) / "last.ckpt"
+        elif isinstance(exception, Interrupted) and (ours := run_checkpoint(trainer)) is not None:
+            path = Path(ours.dirpath) / "last.ckpt"
             trainer.save_checkpoint(path)
             note(
                 f"{self.signal.name} at step {trainer.global_step}: saved {shown(path)}; continue with --ckpt_path last"
@@ -287,6 +287,12 @@ class SafeModelCheckpoint(ModelCheckpoint):
             f"Last good checkpoint: {kept or 'none was saved yet'}. Lower the learning rate, lengthen the warm-up "
             "or keep gradient clipping on, then resume" + (f" with --ckpt_path {kept}" if kept else "")
         )
+
+
+def run_checkpoint(trainer) -> SafeModelCheckpoint | None:
+    """The run's own checkpoint callback (checkpoints/NAME/last.ckpt), whatever other ModelCheckpoints a config
+    adds beside it; None for a trainer built without it."""
+    return next((c for c in trainer.checkpoint_callbacks if isinstance(c, SafeModelCheckpoint)), None)
 
 
 def duration(seconds: float) -> str:
