@@ -43,7 +43,7 @@ def prog() -> str:
 def usage() -> str:
     lines = [f"usage: {prog()} COMMAND [options]      ({prog()} COMMAND --help for a command's options)", ""]
     lines += [f"  {name:<12}{text}" for name, text in LIGHTNING.items()]
-    lines += [f"  {name:<12}{f.__doc__.splitlines()[0]}" for name, f in FUNCTIONS.items()]
+    lines += [f"  {name:<12}{(f.__doc__ or '').splitlines()[0]}" for name, f in FUNCTIONS.items()]
     lines += [f"  {name:<12}{(f.__module__ and sys.modules[f.__module__].__doc__ or '').splitlines()[0]}"
               for name, f in EXPERIMENTS.items()]  # fmt: skip
     return "\n".join(lines)
@@ -52,7 +52,7 @@ def usage() -> str:
 def run_function(name: str, argv: list[str]) -> None:
     """One of :data:`FUNCTIONS`, its options parsed from its signature by jsonargparse."""
     function = FUNCTIONS[name]
-    parser = ArgumentParser(prog=f"{prog()} {name}", description=function.__doc__.split("\n\n")[0],
+    parser = ArgumentParser(prog=f"{prog()} {name}", description=(function.__doc__ or "").split("\n\n")[0],
                             exit_on_error=False)  # fmt: skip
     positional = ["run"] if name == "plot" else []  # plot RUN: the one argument that reads best bare
     parser.add_function_arguments(function, as_group=False, skip=set(positional))

@@ -76,7 +76,8 @@ def longest_value(text: str) -> str:
     from the indentation of the lines above it; or its line number when it has no key."""
     lines = text.splitlines() or [""]
     at = max(range(len(lines)), key=lambda i: len(lines[i]))
-    path, indent = [], len(lines[at]) - len(lines[at].lstrip())
+    path: list[str] = []
+    indent = len(lines[at]) - len(lines[at].lstrip())
     for i in range(at, -1, -1):
         line = lines[i]
         depth = len(line) - len(line.lstrip())

@@ -20,11 +20,12 @@ import sys
 import warnings
 from dataclasses import fields
 from pathlib import Path
-from typing import get_args, get_type_hints
+from typing import Any, get_args, get_type_hints
 
 import torch
 from jsonargparse import ArgumentError, ArgumentParser, Namespace, set_parsing_settings
 from lightning import LightningDataModule
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities import rank_zero_only
 
@@ -189,7 +190,7 @@ def _class_name(item) -> str:
 # What every run has: the bar, the learning-rate log, the phase timers, the throughput and the Ctrl-C/SIGTERM
 # saver. A config's own `trainer.callbacks` list adds to these (CLI.with_project_callbacks); the checkpoint policy
 # is the `checkpoint` key's.
-PROJECT_CALLBACKS = [
+PROJECT_CALLBACKS: list[dict[str, Any]] = [
     {"class_path": f"{ProgressBar.__module__}.ProgressBar"},
     {"class_path": "lightning.pytorch.callbacks.LearningRateMonitor", "init_args": {"logging_interval": "step"}},
     {"class_path": f"{PhaseTimes.__module__}.PhaseTimes"},
@@ -233,7 +234,7 @@ class CLI(LightningCLI):
             run=run,
         )
 
-    def subcommands(self) -> dict[str, set[str]]:
+    def subcommands(self) -> dict[str, set[str]]:  # type: ignore[override]  # a method here: it reads self.argv
         """Lightning builds a parser for every subcommand at start-up; only the one being run is built here
         (``cli.py --help`` still lists them all). ``verbose`` of ``Trainer.validate`` and ``Trainer.test`` gives way
         to the run's own ``--verbose``; they print their table of results, their output, either way."""
@@ -300,7 +301,8 @@ class CLI(LightningCLI):
             # predict logs no metric: a W&B run and a log version holding only hyper-parameters is all it would
             # leave (and one for every refused input file)
             self.config.predict.trainer.logger = False
-        self.ckpt_vocab, self.ckpt_hparams, self.ckpt_run = None, {}, {}
+        self.ckpt_vocab, self.ckpt_hparams = None, {}
+        self.ckpt_run: dict = {}
         self.name = name_run(self.config[sub] if sub else self.config)
         if not sub or not self.config[sub].get("ckpt_path"):
             return
@@ -434,7 +436,7 @@ class CLI(LightningCLI):
         if self.trainer.world_size == 1:  # the data read and checked now: a refused run leaves no folders behind
             self.datamodule.prepare_data()
             self.datamodule.setup("fit")
-        if rank_zero_only.rank == 0:  # DDP's other processes run this CLI too
+        if getattr(rank_zero_only, "rank", 0) == 0:  # DDP's other processes run this CLI too
             claim_run_folder(Path(self.checkpoint_dir), resuming=bool(self.config.fit.get("ckpt_path")))
             note(self.header())
 
@@ -454,7 +456,8 @@ class CLI(LightningCLI):
     @property
     def checkpoint_dir(self) -> str:
         ours = run_checkpoint(self.trainer)
-        return ours.dirpath if ours is not None else next(c.dirpath for c in self.trainer.checkpoint_callbacks)
+        assert ours is not None and ours.dirpath is not None  # every fit has one, with its folder set
+        return str(ours.dirpath)
 
     def after_fit(self) -> None:
         release_run_folder(Path(self.checkpoint_dir))
@@ -463,8 +466,10 @@ class CLI(LightningCLI):
         best = ours.best_model_path if ours is not None else ""
         log = next((lg.log_dir for lg in self.trainer.loggers if isinstance(lg, CSVLogger)), None)
         # a config's own ModelCheckpoints, where they wrote something
-        others = [(c.dirpath, c) for c in self.trainer.checkpoint_callbacks if c is not ours and c.dirpath
-                  and Path(c.dirpath).is_dir() and any(Path(c.dirpath).iterdir())]  # fmt: skip
+        saved = [c for c in self.trainer.checkpoint_callbacks if c is not ours and isinstance(c, ModelCheckpoint)]
+        others = [
+            (c.dirpath, c) for c in saved if c.dirpath and Path(c.dirpath).is_dir() and any(Path(c.dirpath).iterdir())
+        ]
         note(
             f"this run: checkpoints in {shown(self.checkpoint_dir)}/ (newest: last.ckpt"
             + (f", best: {shown(best)}" if best else "")
@@ -474,7 +479,7 @@ class CLI(LightningCLI):
             + "; continue it with --ckpt_path last, or start another with --name"
         )
         for lg in self.trainer.loggers:
-            if isinstance(lg, WandbLogger) and lg.mode.startswith("offline"):
+            if isinstance(lg, WandbLogger) and (lg.mode or "").startswith("offline"):
                 note(f"W&B logged offline: upload with `wandb sync {lg.save_dir}/wandb/offline-run-*`, once logged in")
 
     def _validate_in_full(self) -> None:

@@ -12,7 +12,7 @@ import hashlib
 import re
 import tarfile
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -52,7 +52,8 @@ def _reviews(path: Path, pattern: re.Pattern) -> list[tuple[re.Match, str]]:
                 for member in archive:  # regular files only (no links), named inside the archive's folder
                     parts = member.name.split("/")
                     if member.isfile() and ".." not in parts and parts[0] and (m := pattern.search(member.name)):
-                        found.append((m, archive.extractfile(member).read().decode("utf-8")))
+                        body = archive.extractfile(member)  # a regular file's: never None
+                        found.append((m, body.read().decode("utf-8") if body is not None else ""))
     except (tarfile.TarError, EOFError, OSError) as e:
         raise DataError(
             f"{str(path)!r} is truncated or corrupt ({type(e).__name__}: {e}); download {ACLIMDB_URL} again"
@@ -270,12 +271,13 @@ class IMDbDataModule(ResumableData):
         }
         if self.tokenizer is None:
             tokens = {name: [tokenize(t) for t in part[0]] for name, part in parts.items()}
-            vocab = WordVocab.build(tokens["train"], self.vocab_words)  # training data only
-            cache, encode = {"vocab": vocab.itos[2:]}, lambda name: [vocab.encode(t) for t in tokens[name]]
+            words = WordVocab.build(tokens["train"], self.vocab_words)  # training data only
+            cache: dict[str, Any] = {"vocab": words.itos[2:]}
+            encode = lambda name: [words.encode(t) for t in tokens[name]]  # noqa: E731
         else:
-            vocab = self._tokenizer()
-            cache = {"tokenizer_json": vocab.json}
-            encode = lambda name: [vocab.encode(t.encode("utf-8")).tolist() for t in parts[name][0]]  # noqa: E731
+            sub_words = self._tokenizer()
+            cache = {"tokenizer_json": sub_words.json}
+            encode = lambda name: [sub_words.encode(t.encode("utf-8")).tolist() for t in parts[name][0]]  # noqa: E731
         for name, (_, ys) in parts.items():
             encoded = encode(name)
             cache[name] = {
@@ -325,7 +327,8 @@ class IMDbDataModule(ResumableData):
     def train_dataloader(self) -> DataLoader:
         batches = PaddedBatches(*self.splits["train"], self.batch_size, "bucketed", self.seed)
         if self.word_dropout:
-            batches = WordDropout(batches, self.word_dropout, self.seed)
+            dropped = WordDropout(batches, self.word_dropout, self.seed)
+            return self.train_loader(dropped, len(dropped), shuffle=True)
         return self.train_loader(batches, len(batches), shuffle=True)
 
     def val_dataloader(self) -> DataLoader:
@@ -358,6 +361,7 @@ class IMDbDataModule(ResumableData):
 
     def _tokenizer(self) -> TokenizerVocab:
         if getattr(self, "_tokenizer_vocab", None) is None:
+            assert self.tokenizer is not None
             self._tokenizer_vocab = TokenizerVocab.from_file(self.tokenizer)
         return self._tokenizer_vocab
 
@@ -365,7 +369,9 @@ class IMDbDataModule(ResumableData):
         return {**(vocab_state(self.vocab) if self.vocab is not None else {}), **self.progress_state()}
 
     def load_state_dict(self, state: dict) -> None:
-        self.vocab = vocab_from_state(state) or self.vocab
+        vocab = vocab_from_state(state)
+        if isinstance(vocab, (WordVocab, TokenizerVocab)):  # what a reviews checkpoint holds
+            self.vocab = vocab
         self.load_progress(state)
 
 

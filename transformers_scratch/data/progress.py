@@ -10,6 +10,7 @@ batches training has consumed in the epoch. That count travels in the checkpoint
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import cast
 
 import lightning as L
 import torch
@@ -45,7 +46,9 @@ class ResumableOrder(DistributedSampler):
     def __init__(self, n: int, seed: int, shuffle: bool, rank: int, world: int, progress: Progress) -> None:
         if n < world:
             raise ValueError(f"{n} training batches per epoch cannot be shared by {world} devices; use more batches")
-        super().__init__(range(n), num_replicas=world, rank=rank, shuffle=shuffle, seed=seed, drop_last=True)
+        super().__init__(
+            cast(Dataset, range(n)), num_replicas=world, rank=rank, shuffle=shuffle, seed=seed, drop_last=True
+        )
         self.n, self.progress = n, progress
         # Lightning makes the first iterator before its first set_epoch: start in the epoch the checkpoint was
         # saved in, or in the next one if that epoch was complete (0 in a fresh run).

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Sized
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 from lightning.pytorch.utilities import rank_zero_only
@@ -211,7 +212,8 @@ class TextDataModule(ResumableData):
 
     # ---- splits and loaders ---------------------------------------------------------------------
     def setup(self, stage: str | None = None) -> None:
-        if stage in ("validate", "test") and rank_zero_only.rank == 0:  # how the printed figure was measured
+        # how the printed figure was measured
+        if stage in ("validate", "test") and getattr(rank_zero_only, "rank", 0) == 0:
             print(f"{'test' if stage == 'test' else 'val'}/bpc: {self.protocol}", file=sys.stderr)
         if self.splits or stage == "predict":
             return
@@ -247,12 +249,13 @@ class TextDataModule(ResumableData):
             raise ValueError("predict scores a file: pass --data.predict_path FILE")
         path = Path(self.predict_path)
         # memory flat whatever the size; a sub-word tokenizer reads the text whole (tokens do not start at bytes)
-        streamed = path.is_file() and path.suffix not in (".zip", ".gz") and isinstance(self.vocab, ByteVocab)
-        data = FileWindows(path, self.vocab) if streamed else read_bytes(self.predict_path)
-        if len(data) < minimum:
-            raise DataError(f"data.predict_path {self.predict_path!r} holds {len(data)} bytes, fewer than {least}")
+        streamed = path.is_file() and path.suffix not in (".zip", ".gz")
+        windows = FileWindows(path, self.vocab) if streamed and isinstance(self.vocab, ByteVocab) else None
+        whole = read_bytes(self.predict_path) if windows is None else b""
+        if (size := len(whole) if windows is None else len(windows)) < minimum:
+            raise DataError(f"data.predict_path {self.predict_path!r} holds {size} bytes, fewer than {least}")
         try:
-            return data if streamed else self.vocab.encode(data)
+            return windows if windows is not None else self.vocab.encode(whole)
         except DataError as e:
             raise DataError(f"data.predict_path {self.predict_path!r}: {e}") from e
 
@@ -280,7 +283,9 @@ class TextDataModule(ResumableData):
         return {**vocab_state(self.vocab), **self.progress_state()}
 
     def load_state_dict(self, state: dict) -> None:
-        self._vocab = vocab_from_state(state) or self._vocab
+        vocab = vocab_from_state(state)
+        if isinstance(vocab, (ByteVocab, TokenizerVocab)):  # what a text checkpoint holds
+            self._vocab = vocab
         self.load_progress(state)
 
 
@@ -360,14 +365,14 @@ class OrderedTextDataModule(TextDataModule):
 
     def train_dataloader(self) -> DataLoader:
         segments = self.segments("train", self.batch_size, OrderedSegments)
-        return self.train_loader(segments, len(segments), shuffle=False, share=False)
+        return self.train_loader(segments, len(cast(Sized, segments)), shuffle=False, share=False)
 
     def _stream_loader(self, dataset: Dataset) -> DataLoader:
         from torch.utils.data import DistributedSampler
 
         # Every rank walks every segment of its own streams, in order: a DistributedSampler of one replica, which
         # Lightning keeps as it is instead of sharing the segments out between the ranks.
-        order = DistributedSampler(dataset, num_replicas=1, rank=0, shuffle=False)
+        order: DistributedSampler = DistributedSampler(dataset, num_replicas=1, rank=0, shuffle=False)
         return DataLoader(dataset, batch_size=None, sampler=order, num_workers=self.num_workers)
 
     def _eval_loader(self, split: str) -> DataLoader:

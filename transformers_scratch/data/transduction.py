@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 from torch import Tensor
@@ -186,7 +186,7 @@ class TransductionDataModule(ResumableData):
 
     def _loader(self, split: str) -> DataLoader:
         sets, size = self.sets[split], self.batch_size
-        return DataLoader(sets, batch_size=size, collate_fn=collate, num_workers=self.num_workers)
+        return DataLoader(cast(Dataset, sets), batch_size=size, collate_fn=collate, num_workers=self.num_workers)
 
     def val_dataloader(self) -> DataLoader:
         return self._loader("val")

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -56,7 +57,7 @@ def run_job(job: dict) -> dict:
         return attention_job(job)
     cfg = LMConfig(**job["model"])
     nanogpt = job.get("nanogpt")  # the same step on nanoGPT's GPT, for a side-by-side comparison
-    model = (nanogpt_model(nanogpt, cfg) if nanogpt else CausalLM(cfg)).to(device)
+    model: Any = (nanogpt_model(nanogpt, cfg) if nanogpt else CausalLM(cfg)).to(device)
     b, t = job["batch"], job["context"]
     if job["kind"] == "generate":
         model.eval()

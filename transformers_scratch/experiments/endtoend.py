@@ -191,10 +191,12 @@ def end_to_end(data: str, train_py: str | None, rounds: int, steps: int, threads
         for kind in ("fit", "nanogpt") if copy else ("fit",):
             print(f"  round {r + 1}: {'fit' if kind == 'fit' else 'nanoGPT train.py'} ...", file=sys.stderr, flush=True)
             tag = f"{r + 1}-{time.strftime('%H%M%S')}"
-            row = run_fit(data, steps, work, tag, threads, extra or []) if kind == "fit" else run_nanogpt(
-                copy, steps, tag, threads)  # fmt: skip
+            if kind == "fit" or copy is None:
+                row = run_fit(data, steps, work, tag, threads, extra or [])
+            else:
+                row = run_nanogpt(copy, steps, tag, threads)
             if "error" not in row:
-                nats = heldout(row, data, copy / "model.py" if kind == "nanogpt" else None)
+                nats = heldout(row, data, copy / "model.py" if kind == "nanogpt" and copy is not None else None)
                 row.update(heldout_nats=nats, heldout_bpc=nats / math.log(2))
                 row["other_s"] = row["wall_s"] - row["startup_s"] - row["train_s"] - row["val_s"] - row["sample_s"]
             rows.append({"round": r + 1, **row})
@@ -334,10 +336,10 @@ def speedrun(data: str, budget: float, train_py: str | None, seeds: int, threads
     for seed in range(seeds):
         for kind in ("fit", "nanogpt") if copy else ("fit",):
             print(f"  seed {seed}: {kind} ...", file=sys.stderr, flush=True)
-            row = (speedrun_fit(data, budget, seed, work, threads, extra or []) if kind == "fit"
-                   else speedrun_nanogpt(copy, budget, seed, threads, pace))  # fmt: skip
+            row = (speedrun_fit(data, budget, seed, work, threads, extra or []) if kind == "fit" or copy is None
+                   else speedrun_nanogpt(copy, budget, seed, threads, pace or {}))  # fmt: skip
             if "error" not in row:
-                nats = heldout(row, data, copy / "model.py" if kind == "nanogpt" else None)
+                nats = heldout(row, data, copy / "model.py" if kind == "nanogpt" and copy is not None else None)
                 row.update(heldout_nats=nats, within_budget=row["wall_s"] <= budget)
             rows.append(row)
     return {"budget_s": budget, "nanogpt_pace": measured or None, "threads": threads or torch.get_num_threads(),

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +28,8 @@ def import_model_py(path: str):
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("nanogpt_model", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{str(path)!r} cannot be imported as a module; pass nanoGPT's model.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -74,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = p.parse_args(argv)
     device = torch.device(args.device)
-    model = load_nanogpt(args.model_py, args.ckpt, device)
+    model: Any = load_nanogpt(args.model_py, args.ckpt, device)  # nanoGPT's GPT
     data = TextDataModule(args.path, context=args.context, batch_size=args.batch_size, vocab="file")
     if model.config.vocab_size != data.vocab_size:
         print(f"error: the checkpoint has a vocabulary of {model.config.vocab_size} characters, "

@@ -21,6 +21,8 @@ import math
 import resource
 import sys
 import time
+from functools import partial
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -65,7 +67,7 @@ def attention_job(job: dict) -> dict:
         sp = SparsePattern(s["sparse_pattern"], s["sparse_layout"], s["sparse_block"], s["sparse_summary"])
         attend = flex_sparse_attention if device.type == "cuda" else sparse_attention
         layers = (0, 1) if sp.layout == "alternate" else (0,)  # alternate: a layer of each part, time averaged
-        passes = [lambda layer=layer: attend(q, k, v, sp, layer, True) for layer in layers]
+        passes = [partial(attend, q, k, v, sp, layer, True) for layer in layers]
 
     def run() -> float:
         start = time.perf_counter()
@@ -78,7 +80,7 @@ def attention_job(job: dict) -> dict:
     if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
+        before: float = torch.cuda.memory_allocated()
         first = run()
         added = (torch.cuda.max_memory_allocated() - before) / 1e6
     else:
@@ -114,7 +116,7 @@ def scaling(args, model: dict, device: str, run_isolated, train_job) -> dict:
     sizes = contexts(args.start_context, args.max_context)
     kernels = []
     for kernel in KERNELS:
-        row = {"kernel": kernel, "points": []}
+        row: dict[str, Any] = {"kernel": kernel, "points": []}
         for t in sizes:
             job = {"kind": "attention", "device": device, "kernel": kernel, "context": t, "batch": 1,
                    "heads": args.attn_heads, "head_width": args.attn_head_width}  # fmt: skip

@@ -29,7 +29,8 @@ def rss_mb() -> float:
 
 class Memory(Callback):
     def __init__(self, every: int) -> None:
-        self.every, self.readings = every, []
+        self.every = every
+        self.readings: list[tuple[int, float]] = []
 
     def on_train_batch_end(self, trainer, *args) -> None:
         if trainer.global_step % self.every == 0:

@@ -118,7 +118,8 @@ def fused_attention(
     if bias is None and mask is None and (not causal or t == 1 or t == u):
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=causal and t > 1)
     mask = _merge_masks(mask, causal, t, u, q.device)
-    if mask is None:  # a bias alone
+    if mask is None:  # a bias alone (no bias and no mask returned above)
+        assert bias is not None
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype), dropout_p=dropout_p)
     mask, has_key = _guard_empty_rows(mask)
     if bias is not None:
@@ -152,6 +153,8 @@ class MultiHeadAttention(nn.Module):
     With ``kv_heads`` g < h (grouped-query attention) keys and values have g heads, each serving h / g query
     heads, and the key and value rows shrink to g * s each.
     """
+
+    slopes: Tensor  # ALiBi's per-head slopes, a buffer (positions alibi only)
 
     def __init__(
         self,
@@ -210,7 +213,8 @@ class MultiHeadAttention(nn.Module):
         """(b, u, 2 g s) keys and values side by side -> each (b, g, u, s)."""
         b, u, _ = kv.shape
         s = self.emb // self.heads
-        return tuple(z.view(b, u, self.kv_heads, s).transpose(1, 2) for z in kv.chunk(2, dim=-1))
+        key, val = (z.view(b, u, self.kv_heads, s).transpose(1, 2) for z in kv.chunk(2, dim=-1))
+        return key, val
 
     def memory_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
         """Cross-attention keys and values of memory (b, u, k), each (b, g, u, s). They depend on the source
@@ -236,7 +240,10 @@ class MultiHeadAttention(nn.Module):
             key, val = self._split_kv(kv)  # 2 x (b, g, t, s)
         else:
             q = self._rows(0, k, x)  # W_q rows: (b, t, k)
-            key, val = memory_kv if memory_kv is not None else self.memory_kv(memory)  # 2 x (b, g, u, s)
+            if memory_kv is None:
+                assert memory is not None
+                memory_kv = self.memory_kv(memory)
+            key, val = memory_kv  # 2 x (b, g, u, s)
         q = q.view(b, t, h, s).transpose(1, 2)  # (b, h, t, s)
         offset = 0 if cache is None else cache.offset  # the position of x[:, 0]
         if self.positions == "rope":  # cached keys stay rotated by their own position
@@ -251,6 +258,7 @@ class MultiHeadAttention(nn.Module):
             if mask is not None:
                 raise ValueError("a static decoding step reads the whole cache through its own mask: no key_mask")
             seen, has_key = cache.seen, None
+            assert seen is not None  # written with cache.at
             if self.sparse is not None:  # (h, 1, u): the pattern's row of the step's position, which may be empty
                 j = torch.arange(seen.numel(), device=seen.device)[None, :]
                 seen = seen & self.sparse.allowed(self.layer, h, cache.at.view(1, 1), j, causal=True)
@@ -270,10 +278,11 @@ class MultiHeadAttention(nn.Module):
         return self.out(y)
 
     def _sparse(self, q: Tensor, key: Tensor, val: Tensor, mask: Tensor | None, key_mask: Tensor | None,
-                offset: int, dropout_p: float) -> Tensor:  # fmt: skip
+                offset: int | Tensor, dropout_p: float) -> Tensor:  # fmt: skip
         """Self-attention under the sparse pattern: the blocked or FlexAttention fast path from position 0, or the
         dense kernel under the pattern's (h, t, u) mask (pictures, decoding steps after the first, kernel dense)."""
         sp, t, u = self.sparse, q.size(2), key.size(2)
+        assert sp is not None
         kernel = self.sparse_kernel
         if kernel == "auto":  # FlexAttention on a GPU, unless attention dropout asks for the blocked kernel
             kernel = "flex" if q.is_cuda and not dropout_p else "blocked"
@@ -284,7 +293,7 @@ class MultiHeadAttention(nn.Module):
                                      "set model dropout 0, or use sparse_kernel blocked or auto")  # fmt: skip
                 return flex_sparse_attention(q, key, val, sp, self.layer, self.causal, key_mask)
             return sparse_attention(q, key, val, sp, self.layer, self.causal, key_mask, dropout_p)
-        allowed = sp.mask(self.layer, self.heads, t, u, offset, self.causal, q.device)  # (h, t, u)
+        allowed = sp.mask(self.layer, self.heads, t, u, int(offset), self.causal, q.device)  # (h, t, u)
         allowed = allowed if mask is None else allowed & mask  # (b|1, h, t, u)
         if self.record is not None:
             return reference_attention(q, key, val, allowed, False, dropout_p, keep=self.record)

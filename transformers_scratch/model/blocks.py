@@ -144,8 +144,9 @@ class TransformerBlock(nn.Module):
         cross-attention, memory_mask: (b, u); cache: this layer's key/value cache; memory_kv: this layer's
         cross-attention keys and values of the memory, computed once (then memory is not read)."""
         x = self.residual(x, self.norm1, lambda h: self.attn(h, key_mask=key_mask, cache=cache))
-        if self.cross is not None:
-            cross = lambda h: self.cross(h, memory, key_mask=memory_mask, memory_kv=memory_kv)  # noqa: E731
+        if self.cross is not None and self.norm_cross is not None:
+            attend = self.cross
+            cross = lambda h: attend(h, memory, key_mask=memory_mask, memory_kv=memory_kv)  # noqa: E731
             x = self.residual(x, self.norm_cross, cross)
         return self.residual(x, self.norm2, self.ff)  # (b, t, k)
 

@@ -170,7 +170,7 @@ class XLConfig(TransformerConfig):
     the segments before (the memory), with relative positions. ``context`` is the segment length. Defaults: the
     authors' parameterization (post-norm, ReLU, tied output layer with its own bias)."""
 
-    positions: Literal["relative"] = "relative"
+    positions: Literal["relative"] = "relative"  # type: ignore[assignment]  # its own kind: no other applies
     """Relative positions inside attention: sinusoids of the query-key distance, projected per layer, and two
     learned biases (the paper's u and v). The only choice: absolute positions would repeat in every segment."""
     pre_norm: bool = False
@@ -247,7 +247,8 @@ def read_settings(cls: type, settings, source: str):
     setting this version does not know, or a choice it does not offer, comes from a newer (or another) version,
     and is refused before anything is built; a setting missing is an older layout's, and takes its default
     (which keeps the older behaviour)."""
-    settings = dataclasses.asdict(settings) if dataclasses.is_dataclass(settings) else settings
+    if dataclasses.is_dataclass(settings) and not isinstance(settings, type):
+        settings = dataclasses.asdict(settings)
     fix = "use the version of transformers-scratch that wrote it (or a newer one), or train it again with this one"
     if not isinstance(settings, dict):
         raise ValueError(f"{source} holds model settings of type {type(settings).__name__}; {fix}")

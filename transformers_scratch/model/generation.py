@@ -158,6 +158,7 @@ class GraphedStep:
             logits = self._forward()
         else:
             self.graph.replay()
+            assert self.logits is not None  # written by the captured forward
             logits = self.logits
         for cache in self.caches:
             cache.len += 1

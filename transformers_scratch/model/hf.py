@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -32,7 +34,12 @@ from .config import ClassifierConfig, LMConfig, MaskedLMConfig
 from .models import CausalLM, MaskedLM, SequenceClassifier
 from .pretrained import read_json
 
-GELUS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
+GELUS: dict[str, Literal["gelu", "gelu_tanh", "relu"]] = {
+    "gelu": "gelu",
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "relu": "relu",
+}
 
 
 class HFError(ValueError):
@@ -47,7 +54,7 @@ def _get(hf: dict, key: str, kind=int):
     return value
 
 
-def _activation(hf: dict, key: str) -> str:
+def _activation(hf: dict, key: str) -> Literal["gelu", "gelu_tanh", "relu"]:
     act = hf.get(key)
     if act not in GELUS:
         raise HFError(f"config.json's {key}={str(act)[:40]!r} has no counterpart here ({', '.join(GELUS)})")
@@ -219,7 +226,7 @@ def _weight_files(folder: Path) -> list[Path]:
     return files
 
 
-def _read_folder(folder: Path) -> tuple[dict, dict[str, tuple], callable]:
+def _read_folder(folder: Path) -> tuple[dict, dict[str, tuple], Callable[[str], torch.Tensor]]:
     """config.json, every tensor's (shape, file) from the safetensors headers, and a reader of one tensor."""
     from safetensors import safe_open
 
@@ -256,11 +263,12 @@ def local_folder(source: str | os.PathLike) -> Path:
     return folder
 
 
-def _source(source) -> tuple[dict, dict[str, tuple], callable]:
+def _source(source) -> tuple[dict, dict[str, tuple], Callable[[str], torch.Tensor]]:
     """A folder, a hub name or a ``transformers`` model object."""
     if isinstance(source, nn.Module):
         state = source.state_dict()
-        return source.config.to_dict(), {k: (tuple(v.shape), None) for k, v in state.items()}, state.__getitem__
+        config: Any = source.config  # a transformers PreTrainedModel's
+        return config.to_dict(), {k: (tuple(v.shape), None) for k, v in state.items()}, state.__getitem__
     folder = local_folder(source)
     if not folder.is_dir():
         raise HFError(f"{str(source)[:80]!r} is not a folder (or a hub name); pass a folder written by save_pretrained")
@@ -342,7 +350,7 @@ def _model_class(cfg) -> type[nn.Module]:
 
 
 # ---- writing ---------------------------------------------------------------------------------------------
-def hf_family(model: nn.Module) -> tuple[str, dict]:
+def hf_family(model: CausalLM | MaskedLM) -> tuple[str, dict]:
     """The Hugging Face family that expresses ``model`` exactly, and its config.json; or one line naming the
     option that none of them has."""
     cfg, name = model.cfg, type(model).__name__
@@ -367,7 +375,7 @@ def hf_family(model: nn.Module) -> tuple[str, dict]:
             **common, "model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_positions": cfg.context,
             "n_embd": cfg.emb, "n_head": cfg.heads, "n_layer": cfg.depth, "n_inner": cfg.hidden,
             "activation_function": {"gelu_tanh": "gelu_new"}.get(cfg.activation, cfg.activation),
-            "layer_norm_epsilon": cfg.norm_eps, "tie_word_embeddings": cfg.tie_weights, "resid_pdrop": 0.0,
+            "layer_norm_epsilon": cfg.norm_eps, "tie_word_embeddings": model.cfg.tie_weights, "resid_pdrop": 0.0,
             "embd_pdrop": 0.0, "attn_pdrop": 0.0, "bos_token_id": None, "eos_token_id": None,
         }  # fmt: skip
     if isinstance(model, CausalLM) and cfg.positions == "rope":
@@ -380,7 +388,7 @@ def hf_family(model: nn.Module) -> tuple[str, dict]:
             "hidden_size": cfg.emb, "intermediate_size": cfg.hidden, "num_hidden_layers": cfg.depth,
             "num_attention_heads": cfg.heads, "num_key_value_heads": cfg.kv_heads or cfg.heads,
             "head_dim": cfg.emb // cfg.heads, "max_position_embeddings": cfg.context, "rms_norm_eps": cfg.norm_eps,
-            "rope_theta": cfg.rope_base, "hidden_act": "silu", "tie_word_embeddings": cfg.tie_weights,
+            "rope_theta": cfg.rope_base, "hidden_act": "silu", "tie_word_embeddings": model.cfg.tie_weights,
             "attention_dropout": 0.0, "bos_token_id": None, "eos_token_id": None,
         }  # fmt: skip
         if llama:
@@ -390,7 +398,7 @@ def hf_family(model: nn.Module) -> tuple[str, dict]:
         if cfg.pre_norm or cfg.positions != "learned" or cfg.norm != "layer" or cfg.activation == "swiglu":
             refuse(f"pre_norm {cfg.pre_norm}, positions {cfg.positions}, norm {cfg.norm}, activation "
                    f"{cfg.activation}", "BERT (post-norm LayerNorm, learned positions, plain MLP)")  # fmt: skip
-        if not cfg.embed_norm or not cfg.head_transform:
+        if not cfg.embed_norm or not model.cfg.head_transform:
             refuse("embed_norm false or head_transform false", "BERT (its embeddings norm and MLM head transform)")
         return "bert", {
             **common, "model_type": "bert", "architectures": ["BertForMaskedLM"], "hidden_size": cfg.emb,
@@ -405,7 +413,7 @@ def hf_family(model: nn.Module) -> tuple[str, dict]:
     raise HFError(f"a {name} has no Hugging Face family here; export a CausalLM or a MaskedLM")
 
 
-def save_hf(model: nn.Module, folder: str | os.PathLike) -> Path:
+def save_hf(model: CausalLM | MaskedLM, folder: str | os.PathLike) -> Path:
     """Write ``model`` as a Hugging Face folder (config.json, model.safetensors) into a new or empty folder.
     An option the family lacks but can express with zeros (a missing bias, an unused token type) is written as
     zeros, which leave the logits as they are."""

@@ -6,6 +6,7 @@ Shapes: b batch, t sequence length, u source length, k width, v vocabulary, c cl
 from __future__ import annotations
 
 import math
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -182,6 +183,7 @@ class EncoderDecoder(nn.Module):
 
     def __init__(self, cfg: EncoderDecoderConfig) -> None:
         super().__init__()
+        assert cfg.tgt_vocab_size is not None and cfg.decoder_depth is not None  # the config fills both in
         self.cfg = cfg
         self.src_embed = Embedding.of(cfg, cfg.vocab_size, cfg.context)
         self.tgt_embed = self.src_embed if cfg.shared_vocab else Embedding.of(cfg, cfg.tgt_vocab_size, cfg.context)
@@ -212,11 +214,11 @@ class EncoderDecoder(nn.Module):
 
     def memory_kvs(self, memory: Tensor) -> list[tuple[Tensor, Tensor]]:
         """Every decoder block's cross-attention keys and values of the encoder output: once per source."""
-        return [block.cross.memory_kv(memory) for block in self.decoder.blocks]
+        return [cast(Any, block).cross.memory_kv(memory) for block in self.decoder.blocks]
 
     def new_caches(self, batch: int, length: int) -> list[KVCache]:
         """Empty self-attention caches, one per decoder block, for ``batch`` targets of up to ``length``."""
-        return empty_caches(self.cfg, self.cfg.decoder_depth, batch, length, self.head.weight)
+        return empty_caches(self.cfg, self.cfg.decoder_depth or self.cfg.depth, batch, length, self.head.weight)
 
     def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None, tgt_mask: Tensor | None = None):
         """Teacher forcing: tgt is the target shifted right (starting with BOS); returns (b, t, v)."""

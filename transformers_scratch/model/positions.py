@@ -39,6 +39,8 @@ class SinusoidalPositions(nn.Module):
     """Fixed encodings (Vaswani et al. 3.5), a table for the context; positions past it are computed when
     asked for, since a formula has no last position."""
 
+    table: Tensor  # (context, k), a buffer
+
     def __init__(self, context: int, emb: int) -> None:
         super().__init__()
         self.register_buffer("table", sinusoids(0, context, emb), persistent=False)  # derived: not saved

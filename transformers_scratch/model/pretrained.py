@@ -16,6 +16,7 @@ import dataclasses
 import json
 import os
 from pathlib import Path
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -46,7 +47,7 @@ def save_pretrained(model: nn.Module, folder: str | os.PathLike, extra: dict | N
     if taken:
         raise FileExistsError(f"{str(folder)!r} already holds {' and '.join(taken)}; pass another folder")
     folder.mkdir(parents=True, exist_ok=True)
-    config = {"format": FORMAT, "model": name, "config": dataclasses.asdict(model.cfg), **(extra or {})}
+    config = {"format": FORMAT, "model": name, "config": dataclasses.asdict(cast(Any, model).cfg), **(extra or {})}
     for target, write in (
         (WEIGHTS, lambda tmp: save_model(model, str(tmp))),  # shared tensors (tied weights) once
         (CONFIG, lambda tmp: tmp.write_text(json.dumps(config, indent=2) + "\n")),

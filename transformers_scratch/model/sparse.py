@@ -412,7 +412,8 @@ def sparse_attention(
         return fns[parts[0]](q, k, v, sp, causal, key_mask, dropout_p)
     # split: one split per tensor, whose gradient is one concatenation (two slices would each build a full one)
     pieces = zip(*(x.split([half, len(parts) - half], dim=1) for x in (q, k, v)), strict=True)
-    return torch.cat([fn(*qkv, sp, causal, key_mask, dropout_p) for fn, qkv in zip(fns, pieces, strict=True)], dim=1)
+    outs = [fn(qq, kk, vv, sp, causal, key_mask, dropout_p) for fn, (qq, kk, vv) in zip(fns, pieces, strict=True)]
+    return torch.cat(outs, dim=1)
 
 
 FLEX_MASKS_KEPT = 16

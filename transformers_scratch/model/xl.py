@@ -92,7 +92,8 @@ class RelativeAttention(nn.Module):
         q = q[:, n - t :].reshape(b, t, h, s).transpose(1, 2)  # (b, h, t, s): the segment asks
         key, val = (z.view(b, n, h, s).transpose(1, 2) for z in (key, val))  # (b, h, n, s): memory and segment
         rk = self.pos(r).view(n, h, s).transpose(0, 1)  # (h, n, s): one key per distance
-        u, v = (u, v) if self.u is None else (self.u, self.v)
+        if self.u is not None and self.v is not None:  # this layer's own (untied); else the model's, passed in
+            u, v = self.u, self.v
         position = relative_shift((q + v[:, None]) @ rk.transpose(-2, -1))  # (b, h, t, n): (q_i + v) . W_r R_{i-j}
         bias = position / math.sqrt(s)  # the kernels scale (q_i + u) . k_j themselves
         dropout_p = self.dropout if self.training else 0.0
@@ -247,6 +248,7 @@ class TransformerXL(nn.Module):
                     logits, _ = self(tokens[:, max(0, end - reach) : end], **options)
                 elif end > t:
                     logits, memory = self(tokens[:, end - 1 : end], memory, **options)  # one new position
+                assert logits is not None  # the prompt is not empty
                 tokens[:, end] = sample_next(logits[:, -1].float(), temperature, top_k, generator, top_p)[:, 0]
         self.train(was_training)
         return tokens

@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 from lightning.fabric.plugins import CheckpointIO
@@ -41,7 +42,7 @@ class SafeCheckpointIO(CheckpointIO):
     temporary name of its own in the same folder, then renames it into place (atomic on POSIX), so a crash
     mid-write leaves the previous checkpoint whole and two runs never share a temporary file."""
 
-    def __init__(self, inner: CheckpointIO, callback: ModelCheckpoint) -> None:
+    def __init__(self, inner: CheckpointIO, callback: SafeModelCheckpoint) -> None:
         self.inner, self.callback = inner, callback
         self.last_written: str | None = None
 
@@ -112,15 +113,16 @@ class Deadline(Callback):
         return (recent[-1] - recent[0]) / max(1, len(recent) - 1)
 
     def on_train_batch_end(self, trainer, pl_module, *args) -> None:
-        now = time.time()
+        now, at = time.time(), self.at
+        assert at is not None  # set when training started
         self.stamps.append(now)
         step_s = self.step_seconds()
         steps = len(self.stamps) - 1
         if steps >= self.calibrate_steps and steps % self.calibrate_steps == 0:
-            left = int((self.at - self.reserve_s - now) / step_s)
+            left = int((at - self.reserve_s - now) / step_s)
             self.fitted_steps = min(trainer.max_steps, trainer.global_step + max(left, 0))
             self.fit_schedule(trainer, pl_module, self.fitted_steps)
-        if now + step_s + self.reserve_s >= self.at or trainer.global_step >= (self.fitted_steps or math.inf):
+        if now + step_s + self.reserve_s >= at or trainer.global_step >= (self.fitted_steps or math.inf):
             trainer.should_stop = True
 
     @staticmethod
@@ -145,7 +147,8 @@ class StopOnSignal(Callback):
     bookkeeping; this callback's handlers replace it while training runs, and put it back afterwards."""
 
     def __init__(self) -> None:
-        self.signal, self.previous = None, {}
+        self.signal: signal.Signals | None = None  # the signal that asked for a stop
+        self.previous: dict[int, Any] = {}  # the handlers this one replaced
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.signal, self.previous = None, {}
@@ -156,8 +159,8 @@ class StopOnSignal(Callback):
         if self.signal == signal.SIGINT and number == signal.SIGINT:  # a second Ctrl-C: now
             signal.signal(signal.SIGINT, signal.default_int_handler)
             raise KeyboardInterrupt
-        self.signal = signal.Signals(number)
-        note(f"\n{self.signal.name}: stopping at the end of this step, to save it (Ctrl-C again: stop at once)")
+        self.signal = asked = signal.Signals(number)
+        note(f"\n{asked.name}: stopping at the end of this step, to save it (Ctrl-C again: stop at once)")
 
     def stop_if_asked(self, trainer) -> None:
         if self.signal is not None:
@@ -179,14 +182,13 @@ class StopOnSignal(Callback):
         self.restore()
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        name = self.signal.name if self.signal is not None else "a signal"
         if isinstance(exception, Interrupted) and trainer.predicting:
-            note(f"{self.signal.name}: predict stopped; what it had written stays")
+            note(f"{name}: predict stopped; what it had written stays")
         elif isinstance(exception, Interrupted) and (ours := run_checkpoint(trainer)) is not None:
-            path = Path(ours.dirpath) / "last.ckpt"
+            path = Path(ours.dirpath or "checkpoints") / "last.ckpt"
             trainer.save_checkpoint(path)
-            note(
-                f"{self.signal.name} at step {trainer.global_step}: saved {shown(path)}; continue with --ckpt_path last"
-            )
+            note(f"{name} at step {trainer.global_step}: saved {shown(path)}; continue with --ckpt_path last")
         self.restore()
 
     def on_train_end(self, trainer, pl_module) -> None:
@@ -281,7 +283,8 @@ class SafeModelCheckpoint(ModelCheckpoint):
         written = getattr(getattr(self, "io", None), "last_written", None)
         candidates = [written, self.last_model_path, self.best_model_path]
         if self.dirpath and Path(self.dirpath).is_dir():
-            candidates += sorted(map(str, Path(self.dirpath).glob("*.ckpt")), key=os.path.getmtime, reverse=True)
+            newest = sorted(Path(self.dirpath).glob("*.ckpt"), key=os.path.getmtime, reverse=True)
+            candidates += [str(p) for p in newest]
         kept = next((c for c in candidates if c and Path(c).is_file()), None)
         return (
             f"Last good checkpoint: {kept or 'none was saved yet'}. Lower the learning rate, lengthen the warm-up "
@@ -370,7 +373,8 @@ class Throughput(Callback):
     def on_train_start(self, trainer, pl_module) -> None:
         self.tokens, self.flops, self.clock = 0, 0.0, time.perf_counter()
         self.peak = peak_flops(pl_module.device, trainer.precision)
-        self.first_step, self.marks, self.said = trainer.global_step, {}, False
+        self.marks: dict[int, float] = {}  # step -> the time it started, for the estimate
+        self.first_step, self.said = trainer.global_step, False
 
     def estimate(self, trainer) -> None:
         """Once, early: how long the whole run takes at the speed of its first steps."""
@@ -423,7 +427,8 @@ class SampleText(Callback):
         self.sampled_at: int | None = None  # the step of the last sample: one sample per step
 
     def on_validation_epoch_end(self, trainer, pl_module) -> None:
-        model, data = getattr(pl_module, "model", None), trainer.datamodule
+        model: Any = getattr(pl_module, "model", None)
+        data = trainer.datamodule
         if self.length == 0 or trainer.sanity_checking or not hasattr(model, "generate"):
             return
         if not (hasattr(data, "seed_text") and hasattr(data, "vocab")):
@@ -465,8 +470,11 @@ class PhaseTimes(Callback):
     samples. Times are ``time.time()``, so a launcher can measure start-up from its own clock."""
 
     def __init__(self) -> None:
-        self.times = {"fit_start": None, "first_batch": None, "train_s": 0.0, "val_s": 0.0, "sample_s": 0.0}
-        self._train_start = self._val_start = None
+        # moments (time.time(), None until they happen) and durations (seconds)
+        self.times: dict[str, Any] = {"fit_start": None, "first_batch": None, "train_s": 0.0, "val_s": 0.0,
+                                      "sample_s": 0.0}  # fmt: skip
+        self._train_start: float | None = None
+        self._val_start = 0.0
         self._val_in_train = 0.0
 
     def on_fit_start(self, trainer, pl_module) -> None:

@@ -7,7 +7,6 @@ import atexit
 import dataclasses
 import inspect
 import os
-import pickle
 import sys
 from pathlib import Path
 from typing import get_args, get_type_hints
@@ -36,8 +35,8 @@ def read_checkpoint(ckpt_path: str) -> dict:
     check_ckpt_path(ckpt_path)
     try:
         checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True)
-    except (EOFError, RuntimeError, pickle.UnpicklingError, ValueError) as e:
-        reason = (str(e).splitlines() or ["empty file"])[0]
+    except Exception as e:  # a broken file fails anywhere in torch's reader, with any type of error
+        reason = (str(e).splitlines() or ["empty file"])[0][:200]
         raise ValueError(
             f"--ckpt_path {ckpt_path!r} is not a readable checkpoint ({type(e).__name__}: {reason}); "
             "it may be truncated or not written by fit: pass another checkpoint"
@@ -56,7 +55,7 @@ def read_state_dict(path: str, flag: str) -> dict:
         )
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except (EOFError, RuntimeError, pickle.UnpicklingError, ValueError) as e:
+    except Exception as e:  # a broken file fails anywhere in torch's reader, with any type of error
         reason = (str(e).splitlines() or ["empty file"])[0][:200]
         raise ValueError(
             f"{flag} {path!r} is not a file of tensors ({type(e).__name__}: {reason}); save the model's "
@@ -71,7 +70,7 @@ def check_settings(ckpt_path: str, module_class: type[LitTransformer], settings)
     """A checkpoint's model settings against the config class of the module that will take them, before
     anything is built (:func:`~..model.config.read_settings`); returned as a dict of every setting."""
     hint = get_type_hints(module_class.__init__).get("model")
-    cls = next((a for a in get_args(hint) if dataclasses.is_dataclass(a)), None)
+    cls = next((a for a in get_args(hint) if isinstance(a, type) and dataclasses.is_dataclass(a)), None)
     if cls is None or settings is None:
         return settings
     return dataclasses.asdict(read_settings(cls, settings, f"--ckpt_path {ckpt_path!r}"))

@@ -74,7 +74,7 @@ def close_bars() -> None:
 def note(message: str) -> None:
     """One line (or a few) for the user, on stderr, from the first process only: above a live progress bar, which
     is drawn again below it, and never on the bar's own line."""
-    if rank_zero_only.rank != 0:
+    if getattr(rank_zero_only, "rank", 0) != 0:
         return
     if live_bars() and sys.stderr.isatty():
         from tqdm import tqdm

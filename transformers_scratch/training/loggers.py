@@ -13,6 +13,7 @@ import netrc
 import os
 import socket
 from pathlib import Path
+from typing import cast
 
 from lightning.pytorch.loggers import CSVLogger as _CSVLogger
 from lightning.pytorch.loggers import WandbLogger as _WandbLogger
@@ -96,4 +97,4 @@ class CSVLogger(_CSVLogger):
         if self._experiment is None:
             self._fs.makedirs(self.root_dir, exist_ok=True)
             self._experiment = _AppendingWriter(log_dir=self.log_dir)
-        return self._experiment
+        return cast(ExperimentWriter, self._experiment)  # an _AppendingWriter, made here

@@ -13,7 +13,7 @@ import dataclasses
 import math
 import pickle
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, TypeVar, cast
 
 import lightning as L
 import torch
@@ -64,7 +64,7 @@ compiled step as CUDA graphs, which pays off where a step is many short kernels 
 
 def compile_mode(value: Compile) -> str | None:
     """torch.compile's ``mode`` for a ``compile`` setting that is on."""
-    return None if value is True else value
+    return value if isinstance(value, str) else None
 
 
 class LitTransformer(L.LightningModule):
@@ -77,10 +77,10 @@ class LitTransformer(L.LightningModule):
 
     model: nn.Module
     optim: OptimConfig
-    compile: Compile = False
+    compile: Compile = False  # type: ignore[assignment]  # the setting, in place of nn.Module.compile
     output_size: int  # width of the model's last matmul, for the FLOP count
     checkpoint_metric: tuple[str, str, str]  # (monitored metric, min or max, checkpoint file name pattern)
-    compiled: tuple[nn.Module, ...] = ()  # a tuple, so outside the module tree: checkpoints hold the plain model
+    compiled: tuple[Any, ...] = ()  # a tuple, so outside the module tree: checkpoints hold the plain model
     shown: dict[str, float]  # host copies of the last logged training values, for the progress bar
     schedule_steps: int | None = None
     resumed: dict | None = None  # the checkpoint this fit resumes, until training starts
@@ -93,14 +93,14 @@ class LitTransformer(L.LightningModule):
         """Hardware-dependent set-up, once the trainer knows the devices and before it wraps the model."""
         if torch.cuda.is_available():
             torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True  # fp32 matmuls on TF32
-        if self.sharded and "auto_wrap_policy" not in self.trainer.strategy.kwargs:
+        if self.sharded and "auto_wrap_policy" not in cast(FSDPStrategy, self.trainer.strategy).kwargs:
             # Each transformer block is its own FSDP unit (gathered for its forward and backward only); Lightning
             # then wraps this module as the root unit, which holds the embeddings, final norm and output layer.
             # No public hook sets the policy once the strategy exists, so it goes into the strategy's FSDP
             # kwargs; tests/test_distributed.py pins the units this gives (the root plus one per block).
             from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
-            self.trainer.strategy.kwargs["auto_wrap_policy"] = ModuleWrapPolicy({TransformerBlock})
+            cast(FSDPStrategy, self.trainer.strategy).kwargs["auto_wrap_policy"] = ModuleWrapPolicy({TransformerBlock})
         if self.compile and not self.compiled:
             self.compiled = (torch.compile(self.model, mode=compile_mode(self.compile)),)
 
@@ -120,7 +120,8 @@ class LitTransformer(L.LightningModule):
     def should_log(self) -> bool:
         """Whether this training step is one of the trainer's logging steps (every ``log_every_n_steps``
         optimizer steps, counted from 1, as Lightning's own logging does)."""
-        return (self.trainer.global_step + 1) % self.trainer.log_every_n_steps == 0
+        every: int = self.trainer.log_every_n_steps  # type: ignore[attr-defined]  # set by Lightning's logger connector
+        return (self.trainer.global_step + 1) % every == 0
 
     def log_train(self, **values) -> None:
         """Log training values on a logging step, without a per-step device sync.
@@ -137,7 +138,8 @@ class LitTransformer(L.LightningModule):
         """Under FSDP, clip by the norm of the whole gradient: each rank holds only a shard, so the root FSDP
         unit computes the norm across ranks (Lightning's FSDP precision refuses ``norm`` clipping itself)."""
         if self.sharded and gradient_clip_val and gradient_clip_algorithm in (None, "norm"):
-            self.trainer.strategy.model.clip_grad_norm_(gradient_clip_val)
+            root: Any = self.trainer.strategy.model  # the root FSDP unit
+            root.clip_grad_norm_(gradient_clip_val)
             return
         if gradient_clip_val and getattr(self.trainer.precision_plugin, "scaler", None) is None:
             # No loss scaling (fp32, bf16): the gradients are true, so clip them here. Lightning's mixed-precision
@@ -197,12 +199,12 @@ def read_pretrained(path: str, cfg: ClassifierConfig) -> tuple[dict[str, Tensor]
     return encoder, checkpoint_vocab(checkpoint)
 
 
-def pretrained_model(module: L.LightningModule, source: str, data) -> nn.Module:
+def pretrained_model(module: L.LightningModule, source: str, data) -> Any:
     """``init_from``: the Hugging Face model (for a classifier, the BERT encoder under a new head of
     ``data.num_classes``), checked against the data's sizes (linked into ``data``); the module's
     hyper-parameters then hold its architecture, so that a checkpoint reloads without the folder."""
     try:
-        model = from_hf(source, num_classes=getattr(data, "num_classes", None)).train()
+        model: Any = from_hf(source, num_classes=getattr(data, "num_classes", None)).train()
     except ValueError as e:  # which setting named the folder, with the folder and the reason
         raise ValueError(f"model.init_from {e}") from None
     wanted = SequenceClassifier if isinstance(data, ClassifierConfig) else CausalLM
@@ -223,17 +225,21 @@ def pretrained_model(module: L.LightningModule, source: str, data) -> nn.Module:
     return model
 
 
-def fitted(model: nn.Module, vocab_size: int, context: int) -> nn.Module:
+Fitted = TypeVar("Fitted", bound=CausalLM | SequenceClassifier)
+
+
+def fitted(model: Fitted, vocab_size: int, context: int) -> Fitted:
     """The model cut to the data's ids and windows, as every model here is sized: the token rows past the
     tokenizer's (padding rows a checkpoint may carry) and the learned positions past the windows left out."""
     cfg = dataclasses.replace(model.cfg, vocab_size=vocab_size, context=context)
     rows = {"embed.tokens.weight": vocab_size, "head.weight": vocab_size, "embed.positions.table.weight": context}
     state = {k: v[: rows[k]] if k in rows else v for k, v in model.state_dict().items()}  # a class head: no-op
-    smaller = type(model)(cfg)
+    smaller = cast(Fitted, type(model)(cast(Any, cfg)))  # cfg is model.cfg's own class
     smaller.load_state_dict(state)
     note(f"model.init_from: {model.cfg.vocab_size:,} ids and {model.cfg.context:,} positions cut to the data's "
          f"{vocab_size:,} and {context:,}")  # fmt: skip
-    return smaller.train()
+    smaller.train()
+    return smaller
 
 
 class LitClassifier(LitTransformer):
@@ -266,7 +272,9 @@ class LitClassifier(LitTransformer):
         self.save_hyperparameters()
         model = as_config(model, ClassifierConfig)
         self.optim, self.compile, self.pretrained = as_config(optim, OptimConfig), compile, pretrained
-        self.model = pretrained_model(self, init_from, model) if init_from else SequenceClassifier(model)
+        self.model: SequenceClassifier = (
+            pretrained_model(self, init_from, model) if init_from else SequenceClassifier(model)
+        )
         model = self.model.cfg
         self.output_size = model.num_classes
         acc = lambda: torchmetrics.Accuracy(task="multiclass", num_classes=model.num_classes)  # noqa: E731
@@ -331,7 +339,7 @@ class LitMaskedLM(LitTransformer):
         self.save_hyperparameters()
         model = as_config(model, MaskedLMConfig)
         self.optim, self.compile = as_config(optim, OptimConfig), compile
-        self.model = MaskedLM(model)
+        self.model: MaskedLM = MaskedLM(model)
         self.output_size = model.vocab_size
         acc = lambda: torchmetrics.Accuracy(task="multiclass", num_classes=model.vocab_size, ignore_index=IGNORE_INDEX)  # noqa: E731
         self.train_acc, self.val_acc = acc(), acc()
@@ -362,7 +370,7 @@ class LitMaskedLM(LitTransformer):
         self.log("val/acc", self.val_acc, prog_bar=True)
 
 
-class BitsPerByte:
+class BitsPerByte(LitTransformer):
     """A language model's steps in bits per byte: the training loss, and validation, test and predict. The model
     says how a batch becomes next-byte logits and targets (``logits_of``); every step here is shared."""
 
@@ -430,7 +438,7 @@ class LitCharLM(BitsPerByte, LitTransformer):
         self.save_hyperparameters()
         model = as_config(model, LMConfig)
         self.optim, self.compile = as_config(optim, OptimConfig), compile
-        self.model = pretrained_model(self, init_from, model) if init_from else CausalLM(model)
+        self.model: CausalLM = pretrained_model(self, init_from, model) if init_from else CausalLM(model)
         model = self.model.cfg
         self.output_size = model.vocab_size
         self.val_bpc, self.test_bpc = torchmetrics.MeanMetric(), torchmetrics.MeanMetric()
@@ -493,7 +501,7 @@ class LitXL(BitsPerByte, LitTransformer):
             "same_length": model.same_length if eval_same_length is None else eval_same_length,
             "clamp_len": model.clamp_len if eval_clamp_len is None else eval_clamp_len,
         }
-        self.model = TransformerXL(model)
+        self.model: TransformerXL = TransformerXL(model)
         if init_from:
             self.model = weights_of(init_from, self)
         self.output_size = model.vocab_size
@@ -541,7 +549,7 @@ class LitXL(BitsPerByte, LitTransformer):
         if self.memory is not None:
             memory = torch.stack(self.memory)  # (depth, b, m, k)
             if self.trainer.world_size > 1:
-                memory = self.all_gather(memory)  # (world, depth, b, m, k)
+                memory = cast(Tensor, self.all_gather(memory))  # (world, depth, b, m, k)
             else:
                 memory = memory[None]
             memory = memory.cpu()
@@ -605,9 +613,9 @@ class LitSeq2Seq(LitTransformer):
         self.save_hyperparameters()
         model = as_config(model, EncoderDecoderConfig)
         self.optim, self.compile, self.label_smoothing = as_config(optim, OptimConfig), compile, label_smoothing
-        self.model = EncoderDecoder(model)
-        self.output_size = model.tgt_vocab_size
-        classes = model.tgt_vocab_size
+        self.model: EncoderDecoder = EncoderDecoder(model)
+        classes = self.model.cfg.tgt_vocab_size or model.vocab_size  # set by the config: its own, or the source's
+        self.output_size = classes
         acc = lambda: torchmetrics.Accuracy(task="multiclass", num_classes=classes, ignore_index=IGNORE_INDEX)  # noqa: E731
         self.train_acc, self.val_acc, self.test_acc = acc(), acc(), acc()
         self.val_exact, self.test_exact = torchmetrics.MeanMetric(), torchmetrics.MeanMetric()

@@ -12,8 +12,9 @@ fit loop's ``_batches_that_stepped`` in the checkpoint (see its docstring).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 from torch import nn
@@ -84,7 +85,9 @@ def decay_groups(module: nn.Module) -> tuple[list[nn.Parameter], list[nn.Paramet
 
     A shared tensor (tied input/output embeddings) is listed once, under its first owner: AdamW would
     otherwise update it, and decay it, twice a step."""
-    decay, plain, seen = [], [], set()
+    decay: list[nn.Parameter] = []
+    plain: list[nn.Parameter] = []
+    seen: set[int] = set()
     for m in module.modules():
         for name, p in m.named_parameters(recurse=False):
             if p.requires_grad and id(p) not in seen:
@@ -103,7 +106,7 @@ def muon_matrices(module: nn.Module) -> list[nn.Parameter]:
     for block in (m for m in module.modules() if isinstance(m, (TransformerBlock, XLBlock))):
         for m in block.modules():
             if isinstance(m, nn.Linear) and m.weight.requires_grad:
-                found[id(m.weight)] = m.weight
+                found[id(m.weight)] = cast(nn.Parameter, m.weight)
     return list(found.values())
 
 
@@ -115,7 +118,7 @@ class StackedMuon(torch.optim.Muon):
     one per matrix. Its options and its state are torch's, so checkpoints move between the two."""
 
     @torch.no_grad()
-    def step(self, closure=None):
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -172,12 +175,12 @@ class Optimizers(torch.optim.Optimizer):
         self.defaults = {}
         self._optimizer_step_pre_hooks, self._optimizer_step_post_hooks = {}, {}
 
-    @property
-    def param_groups(self) -> list[dict]:
+    @property  # a view over the parts' groups, not a list of its own
+    def param_groups(self) -> list[dict]:  # type: ignore[override]
         return [group for part in self.parts for group in part.param_groups]
 
-    @property
-    def state(self) -> dict:
+    @property  # a view over the parts' states
+    def state(self) -> dict:  # type: ignore[override]
         return {p: s for part in self.parts for p, s in part.state.items()}
 
     @torch.no_grad()
@@ -230,13 +233,14 @@ def build_optimizer(module: nn.Module, cfg: OptimConfig, total: float, scaled: b
         muon_class = StackedMuon if cfg.muon_stacked else torch.optim.Muon
         muon = muon_class([{"params": matrices, "role": "muon"}], lr=cfg.muon_lr, weight_decay=cfg.weight_decay,
                           momentum=cfg.muon_momentum)  # fmt: skip
-        optimizer = Optimizers(optimizer, muon)
+        optimizer = Optimizers(optimizer, muon)  # type: ignore[assignment]  # an Optimizer, of two parts
     if not math.isfinite(total):  # unbounded training: fine for a constant rate, not for a decay
         if cfg.schedule != "constant":
             raise ValueError(f"a {cfg.schedule} schedule needs a length: set trainer.max_steps or "
                              "model.optim.total_steps")  # fmt: skip
         total = 0
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step, n=int(total): lr_factor(step, cfg, n))
+    n = int(total)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, cfg, n))
     return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}, int(total)
 
 

@@ -10,21 +10,23 @@ import csv
 import io
 import math
 from pathlib import Path
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
 
 from ..model.attention import recording
+from ..model.xl import TransformerXL
 
 
 def attention_maps(model: nn.Module, ids: Tensor, mask: Tensor | None = None) -> Tensor:
     """The self-attention weights of every block of ``model`` (a classifier or a causal LM) for ids (b, t):
     (l, b, h, t', t'), with t' = t + 1 when a [CLS] vector leads. They come from one forward pass in eval mode
     (no dropout), through the reference kernel; ``mask`` (b, t), True for real tokens, goes to a classifier."""
-    was_training = model.training
+    was_training, blocks = model.training, cast(Any, model).stack.blocks  # Module attributes type as Tensor | Module
     model.eval()
     try:
-        with torch.no_grad(), recording(block.attn for block in model.stack.blocks) as kept:
+        with torch.no_grad(), recording(block.attn for block in blocks) as kept:
             model(ids) if mask is None else model(ids, mask)
     finally:
         model.train(was_training)
@@ -34,14 +36,14 @@ def attention_maps(model: nn.Module, ids: Tensor, mask: Tensor | None = None) ->
 def attention_patterns(model: nn.Module, t: int) -> Tensor | None:
     """(l, h, t', t') bool, True where each head of each block may attend under a sparse model's pattern
     (t' = t + 1 when a [CLS] vector leads); None for a dense model, whose heads may attend anywhere."""
-    layers = [block.attn for block in model.stack.blocks]
+    layers = [block.attn for block in cast(Any, model).stack.blocks]
     if layers[0].sparse is None:
         return None
-    t += getattr(model.cfg, "pool", None) == "cls"
+    t += getattr(cast(Any, model).cfg, "pool", None) == "cls"
     return torch.stack([a.sparse.mask(a.layer, a.heads, t, causal=a.causal) for a in layers])
 
 
-def xl_attention_maps(model: nn.Module, ids: Tensor, queries: int) -> Tensor:
+def xl_attention_maps(model: TransformerXL, ids: Tensor, queries: int) -> Tensor:
     """A Transformer-XL's attention weights over memory and segment: ids (1, n) are read in segments of its
     context with its memory, and the last ``queries`` of them make the pictured segment. Returns (l, 1, h, t, m + t)
     with m the memory that segment reads (at most the model's mem_len)."""
@@ -53,7 +55,7 @@ def xl_attention_maps(model: nn.Module, ids: Tensor, queries: int) -> Tensor:
         with torch.no_grad():
             for start in range(0, n - t, model.cfg.context):  # the text before, read as training reads it
                 _, memory = model(ids[:, start : min(n - t, start + model.cfg.context)], memory)
-            with recording(block.attn for block in model.blocks) as kept:
+            with recording(cast(Any, block).attn for block in model.blocks) as kept:
                 model(ids[:, n - t :], memory)
     finally:
         model.train(was_training)
@@ -160,12 +162,11 @@ def learning_curves(metrics_csv: str | Path) -> dict[str, tuple[list[int], list[
     reader = csv.DictReader(io.StringIO(text, newline=""))
     if "step" not in (reader.fieldnames or []):
         raise ValueError(f"{str(path)!r} has no step column; pass the metrics.csv that fit wrote")
-    rows = list(reader)
+    rows, columns = list(reader), list(reader.fieldnames or [])
     for line, row in enumerate(rows, start=2):
         if None in row or None in row.values():
-            raise ValueError(f"{str(path)!r} line {line} has {len(reader.fieldnames)} columns in its header and not "
+            raise ValueError(f"{str(path)!r} line {line} has {len(columns)} columns in its header and not "
                              "in this row; pass the metrics.csv that fit wrote")  # fmt: skip
-    columns = list(reader.fieldnames)
     lr = [c for c in columns if c.startswith("lr-")][:1]
     chosen = [c for c in ("train/loss",) if c in columns] + sorted(c for c in columns if c.startswith("val/")) + lr
     curves = {}

@@ -1,0 +1,435 @@
+"""Every door fuzzed: generated and mutated inputs for each file the project reads, and hostile values for every
+command's flags (Hypothesis). The property is the same at every door:
+
+- the command exits 0, or exits non-zero with exactly one line that starts with ``error:``, names the file or the
+  flag, and is followed by nothing but the hint to set TS_DEBUG; no traceback;
+- the Python API (``from_hf``, ``from_pretrained``) returns a model or raises ``ValueError``/``OSError`` naming
+  the folder;
+- no example runs longer than :data:`SECONDS`, the process's peak resident memory stays under :data:`PEAK_MB`,
+  no file that existed before the example is changed, and no code in a pickle runs.
+
+The fast selection runs :data:`FAST` examples a door; ``-m slow`` runs :data:`MANY` a door. Examples are
+derandomized (the same every run), so a failure replays; every failure found became a fixed example below
+(``@example``)."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import resource
+import signal
+import struct
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from transformers_scratch.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_LM = str(ROOT / "configs" / "tiny_charlm.yaml")
+SECONDS = 60  # one example, at most
+PEAK_MB = 4096  # the test process's peak resident memory, at most
+FAST, MANY = 4, 300  # examples a door: the fast selection, and the slow run (8 doors: 2,400 in all)
+TINY = ["--model.model.emb", "32", "--model.model.heads", "2", "--model.model.depth", "1", "--data.context", "16",
+        "--data.batch_size", "4"]  # fmt: skip
+SHORT = ["--trainer.max_steps", "1", "--data.batches_per_epoch", "1", "--trainer.limit_val_batches", "1",
+         "--sample.length", "0", "--trainer.logger", "false", "--final_validation", "false"]  # fmt: skip
+MARKER = "pickle-ran"  # a file that only code from a pickle would write
+
+
+def fuzz(n_slow: int = MANY):
+    """Hypothesis settings for one door: a few examples in the fast selection, many under ``-m slow``."""
+    slow = os.environ.get("TS_FUZZ_SLOW") == "1"
+    return settings(max_examples=n_slow if slow else FAST, derandomize=True, database=None, deadline=None,
+                    suppress_health_check=list(HealthCheck), print_blob=True)  # fmt: skip
+
+
+@contextlib.contextmanager
+def inside(folder: Path):
+    """The working folder, for a block (contextlib.chdir from Python 3.11 on)."""
+    previous = Path.cwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(previous)
+
+
+# ---- the property ------------------------------------------------------------------------------------------
+class Hung(BaseException):
+    pass
+
+
+def _alarm(*_):
+    raise Hung(f"an example ran past {SECONDS} s")
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    return {str(p): hashlib.md5(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@contextlib.contextmanager
+def bounded(folder: Path):
+    """Time, memory, files and pickles, around one example."""
+    before = snapshot(folder)
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(SECONDS)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    assert peak_mb < PEAK_MB, f"peak resident memory {peak_mb:,.0f} MB"
+    after = snapshot(folder)
+    changed = [p for p, digest in before.items() if after.get(p, digest) != digest]
+    assert not changed, f"files changed: {changed[:3]}"
+    assert not list(folder.rglob(MARKER)), "code from a pickle ran"
+
+
+def command(args: list[str], folder: Path, names: tuple[str, ...]) -> tuple[int, str]:
+    """``main(args)`` in ``folder``: 0, or one ``error:`` line naming one of ``names`` (a file or a flag)."""
+    out, err = io.StringIO(), io.StringIO()
+    with bounded(folder), inside(folder), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(args)
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    text = err.getvalue()
+    if code == 0:
+        return 0, text
+    lines = text.split("\n")
+    errors = [i for i, line in enumerate(lines) if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in text, text[-2000:]
+    assert [line for line in lines[errors[0] + 1 :] if line.strip()] == ["(set TS_DEBUG=1 to see the traceback)"], text
+    line = lines[errors[0]]
+    assert any(name in line for name in names), f"names none of {names}: {line}"
+    assert len(line) < 1000, line
+    return code, line
+
+
+def api(call, folder: Path, names: tuple[str, ...]):
+    """A Python entry point: a result, or ValueError/OSError naming one of ``names``."""
+    with bounded(folder.parent):
+        try:
+            return call()
+        except (ValueError, OSError) as e:
+            assert any(name in str(e) for name in names), f"names none of {names}: {e}"
+            assert "\n" not in str(e), str(e)
+            return e
+
+
+# ---- mutations of real files -------------------------------------------------------------------------------
+@st.composite
+def mutated(draw, original: bytes) -> bytes:
+    """A real file with bytes flipped, cut, spliced from elsewhere in it, or inserted."""
+    data = bytearray(original)
+    for _ in range(draw(st.integers(1, 4))):
+        kind = draw(st.sampled_from(["flip", "cut", "splice", "insert"]))
+        at = draw(st.integers(0, max(len(data) - 1, 0)))
+        if kind == "flip" and data:
+            data[at] ^= 1 << draw(st.integers(0, 7))
+        elif kind == "cut":
+            data = data[:at]
+        elif kind == "splice":
+            start = draw(st.integers(0, max(len(original) - 1, 0)))
+            data[at:at] = original[start : start + draw(st.integers(1, 256))]
+        else:
+            data[at:at] = draw(st.binary(min_size=1, max_size=32))
+    return bytes(data)
+
+
+def in_zip(original: bytes):
+    """A torch checkpoint (a zip) with one member's bytes mutated: its pickle, or one tensor's storage."""
+
+    @st.composite
+    def build(draw) -> bytes:
+        source = zipfile.ZipFile(io.BytesIO(original))
+        names = source.namelist()
+        target = draw(st.sampled_from(names))
+        out = io.BytesIO()
+        with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as z:
+            for name in names:
+                body = source.read(name)
+                z.writestr(name, draw(mutated(body)) if name == target else body)
+        return out.getvalue()
+
+    return build()
+
+
+class RunsCode:
+    """A pickle that runs code when it is loaded without ``weights_only``."""
+
+    def __reduce__(self):
+        return (Path.touch, (Path(MARKER),))
+
+
+# ---- the files a run leaves, made once ----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def made(tmp_path_factory) -> Path:
+    """A text, a tiny trained character model's checkpoint, its export, a Hugging Face GPT-2 folder, a
+    tokenizer.json, a run's metrics.csv and a config, all real, in one folder."""
+    from transformers_scratch.model import CausalLM, LMConfig
+    from transformers_scratch.model.hf import save_hf
+
+    root = tmp_path_factory.mktemp("made")
+    text = "the cat sat on a mat while one dog ran far away to see its friend. " * 300
+    (root / "text.txt").write_text(text)
+    with inside(root), contextlib.redirect_stderr(io.StringIO()):
+        os.environ.setdefault("WANDB_MODE", "offline")
+        main(["fit", "--config", TINY_LM, "--data.path", "text.txt", *TINY, "--trainer.max_steps", "2",
+              "--data.batches_per_epoch", "2", "--trainer.limit_val_batches", "1", "--sample.length", "0",
+              "--name", "made"])  # fmt: skip
+        main(["export", "--ckpt_path", "checkpoints/made/last.ckpt", "--out", "export"])
+    torch.manual_seed(0)
+    save_hf(CausalLM(LMConfig(vocab_size=64, context=16, emb=32, heads=2, depth=1)), root / "hf")
+    try:
+        from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+        tokenizer = Tokenizer(models.BPE())
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tokenizer.train_from_iterator([text], trainers.BpeTrainer(vocab_size=300))
+        (root / "tok").mkdir()
+        tokenizer.save(str(root / "tok" / "tokenizer.json"))
+    except ImportError:
+        pass
+    (root / "metrics.csv").write_bytes(next(root.glob("logs/made/version_*/metrics.csv")).read_bytes())
+    torch.save({"state_dict": RunsCode()}, root / "runs_code.ckpt", _use_new_zipfile_serialization=True)
+    return root
+
+
+def fresh(made: Path, tmp_path_factory) -> Path:
+    """An empty working folder for one example, beside the made files."""
+    return Path(tmp_path_factory.mktemp("example", numbered=True))
+
+
+# ---- YAML configs --------------------------------------------------------------------------------------------
+KEYS = ["trainer", "model", "data", "init_args", "class_path", "max_steps", "emb", "heads", "depth", "context",
+        "batch_size", "callbacks", "checkpoint", "name", "seed_everything", "lr", "optim", "path",
+        "sample"]  # fmt: skip
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(),
+    st.text(max_size=40),
+    st.sampled_from(["transformers_scratch.training.LitCharLM", "os.system", "/dev/zero", ".", ""]),
+)
+yaml_values = st.recursive(scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=4), st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=8), inner, max_size=4)
+), max_leaves=12)  # fmt: skip
+
+
+def yaml_text(value) -> bytes:
+    import yaml
+
+    return yaml.safe_dump(value, allow_unicode=True).encode()
+
+
+@fuzz()
+@given(config=st.one_of(yaml_values.map(yaml_text), mutated((ROOT / "configs" / "tiny_charlm.yaml").read_bytes()),
+                        st.binary(max_size=200)))  # fmt: skip
+@example(config=b"data:\n  init_args:\n    path: /dev/zero\n")
+def test_a_config_file(made, tmp_path_factory, config):
+    folder = fresh(made, tmp_path_factory)
+    (folder / "fuzz.yaml").write_bytes(config)
+    command(["fit", "--config", TINY_LM, "--config", "fuzz.yaml", "--data.path", str(made / "text.txt"), *TINY,
+             *SHORT], folder, ("fuzz.yaml", "--", "model", "data", "trainer", "checkpoint", "sample"))  # fmt: skip
+
+
+# ---- text files: --data.path, --prompt_file, --input_file, --text_file ----------------------------------------
+TEXT = ("the cat sat on a mat. " * 40).encode()
+texts = st.one_of(st.binary(max_size=2000), st.text(max_size=2000).map(str.encode), mutated(TEXT))
+
+
+@fuzz()
+@given(data=texts)
+def test_a_data_file(made, tmp_path_factory, data):
+    folder = fresh(made, tmp_path_factory)
+    (folder / "fuzz.txt").write_bytes(data)
+    command(["fit", "--config", TINY_LM, "--data.path", "fuzz.txt", *TINY, *SHORT], folder, ("fuzz.txt",))
+
+
+@fuzz()
+@given(data=texts, flag=st.sampled_from(["sample --prompt_file", "attention --text_file"]))
+def test_a_prompt_or_text_file(made, tmp_path_factory, data, flag):
+    folder = fresh(made, tmp_path_factory)
+    (folder / "fuzz.txt").write_bytes(data)
+    name, option = flag.split()
+    extra = ["--length", "5"] if name == "sample" else ["--out", "a.png"]
+    command([name, "--ckpt_path", str(made / "checkpoints/made/last.ckpt"), option, "fuzz.txt", *extra], folder,
+            (option, "fuzz.txt"))  # fmt: skip
+
+
+# ---- checkpoints: torch zip archives, mutated whole and member by member --------------------------------------
+@fuzz()
+@given(
+    blob=st.sampled_from(["real", "runs_code"]),
+    how=st.sampled_from(["whole", "member"]),
+    data=st.data(),
+    name=st.sampled_from(["sample", "test", "export"]),
+)
+def test_a_checkpoint(made, tmp_path_factory, blob, how, data, name):
+    folder = fresh(made, tmp_path_factory)
+    original = (made / ("checkpoints/made/last.ckpt" if blob == "real" else "runs_code.ckpt")).read_bytes()
+    if how == "whole":
+        body = data.draw(mutated(original[:4096])) + original[4096:]  # the zip's header and the pickle's start
+    else:
+        body = data.draw(in_zip(original))
+    (folder / "fuzz.ckpt").write_bytes(body)
+    test = ["--config", TINY_LM, "--data.path", str(made / "text.txt"), *TINY, "--trainer.logger", "false",
+            "--trainer.limit_test_batches", "1"]  # fmt: skip
+    extra = {"sample": ["--prompt", "the", "--length", "5"], "test": test, "export": ["--out", "out"]}[name]
+    command([name, "--ckpt_path", "fuzz.ckpt", *extra], folder, ("fuzz.ckpt", "--ckpt_path"))
+
+
+# ---- Hugging Face folders: config.json, safetensors headers and bodies ---------------------------------------
+json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2**64), 2**64), st.floats(allow_nan=False),
+                         st.text(max_size=20))  # fmt: skip
+json_values = st.recursive(
+    json_scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=6,
+)  # fmt: skip
+
+
+@fuzz()
+@given(data=st.data(), part=st.sampled_from(["config", "header", "body", "header-length"]))
+def test_a_hugging_face_folder(made, tmp_path_factory, data, part):
+    from transformers_scratch.model.hf import from_hf
+
+    folder = fresh(made, tmp_path_factory) / "hf"
+    folder.mkdir()
+    config, weights = (made / "hf" / "config.json").read_bytes(), (made / "hf" / "model.safetensors").read_bytes()
+    n = struct.unpack("<Q", weights[:8])[0]
+    if part == "config":
+        hf = json.loads(config)
+        key = data.draw(st.sampled_from(sorted(hf)))
+        hf[key] = data.draw(json_values)
+        config = json.dumps(hf).encode() if data.draw(st.booleans()) else data.draw(mutated(config))
+    elif part == "header":
+        weights = weights[:8] + data.draw(mutated(weights[8 : 8 + n])).ljust(n)[:n] + weights[8 + n :]
+    elif part == "body":
+        weights = data.draw(mutated(weights))
+    else:
+        weights = struct.pack("<Q", data.draw(st.integers(0, 2**64 - 1))) + weights[8:]
+    (folder / "config.json").write_bytes(config)
+    (folder / "model.safetensors").write_bytes(weights)
+    api(lambda: from_hf(folder), folder, (str(folder),))
+
+
+# ---- the project's own exports ------------------------------------------------------------------------------
+@fuzz()
+@given(data=st.data(), part=st.sampled_from(["config.json", "model.safetensors"]))
+def test_an_export_folder(made, tmp_path_factory, data, part):
+    from transformers_scratch import from_pretrained
+
+    folder = fresh(made, tmp_path_factory) / "export"
+    folder.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        body = (made / "export" / name).read_bytes()
+        (folder / name).write_bytes(data.draw(mutated(body)) if name == part else body)
+    api(lambda: from_pretrained(folder), folder, (str(folder),))
+
+
+# ---- tokenizer.json -----------------------------------------------------------------------------------------
+@fuzz()
+@given(data=st.data())
+def test_a_tokenizer(made, tmp_path_factory, data):
+    if not (made / "tok").exists():
+        pytest.skip("tokenizers is not installed (the hf extra)")
+    folder = fresh(made, tmp_path_factory)
+    (folder / "tok").mkdir()
+    body = (made / "tok" / "tokenizer.json").read_bytes()
+    if data.draw(st.booleans()):
+        tokenizer = json.loads(body)
+        key = data.draw(st.sampled_from(sorted(tokenizer)))
+        tokenizer[key] = data.draw(json_values)
+        body = json.dumps(tokenizer).encode()
+    else:
+        body = data.draw(mutated(body))
+    (folder / "tok" / "tokenizer.json").write_bytes(body)
+    command(["fit", "--config", TINY_LM, "--data.path", str(made / "text.txt"), "--data.tokenizer", "tok", *TINY,
+             *SHORT], folder, ("tok", "--data.tokenizer"))  # fmt: skip
+
+
+# ---- metrics.csv --------------------------------------------------------------------------------------------
+@fuzz()
+@given(data=st.data())
+def test_a_metrics_file(made, tmp_path_factory, data):
+    folder = fresh(made, tmp_path_factory)
+    real = (made / "metrics.csv").read_bytes()
+    rows = st.lists(st.lists(st.text(max_size=8) | st.floats().map(str), min_size=1, max_size=5), max_size=6)
+    generated = rows.map(lambda r: "\n".join(",".join(cells) for cells in r).encode())
+    (folder / "metrics.csv").write_bytes(data.draw(st.one_of(mutated(real), generated)))
+    command(["plot", "metrics.csv", "--out", "out.png"], folder, ("metrics.csv",))
+
+
+# ---- command-line values --------------------------------------------------------------------------------------
+VALUES = st.one_of(
+    st.sampled_from(["", "-1", "0", "1e309", "nan", "-inf", "2**70", "9" * 40, "x" * 5000, "/dev/zero", ".", "..",
+                     "\x00", "é", "--", "null", "[1, 2]", "{a: 1}", "&a [*a]"]),
+    st.integers(-(2**64), 2**64).map(str),
+    st.floats().map(str),
+    st.text(max_size=30),
+)  # fmt: skip
+FLAGS = {
+    "sample": ["--prompt", "--length", "--num_samples", "--temperature", "--top_k", "--top_p", "--seed", "--cache"],
+    "attention": ["--text", "--out", "--max_tokens", "--dpi"],
+    "export": ["--out", "--format"],
+    "fit": ["--name", "--data.context", "--data.batch_size", "--model.model.heads", "--model.optim.lr",
+            "--trainer.max_steps", "--model.model.positions", "--checkpoint.every_n_train_steps", "--seed_everything"],
+    "plot": ["--out", "--dpi"],
+}  # fmt: skip
+
+
+@fuzz()
+@given(data=st.data(), name=st.sampled_from(sorted(FLAGS)))
+def test_a_command_line_value(made, tmp_path_factory, data, name):
+    folder = fresh(made, tmp_path_factory)
+    flag, value = data.draw(st.sampled_from(FLAGS[name])), data.draw(VALUES)
+    if "\x00" in value:  # no command line can carry a NUL byte
+        value = value.replace("\x00", "")
+    base = {
+        "sample": ["--ckpt_path", str(made / "checkpoints/made/last.ckpt"), "--prompt", "the", "--length", "5"],
+        "attention": ["--ckpt_path", str(made / "checkpoints/made/last.ckpt"), "--text", "the cat", "--out", "a.png"],
+        "export": ["--ckpt_path", str(made / "checkpoints/made/last.ckpt"), "--out", "out"],
+        "fit": ["--config", TINY_LM, "--data.path", str(made / "text.txt"), *TINY, *SHORT],
+        "plot": [str(made / "metrics.csv"), "--out", "out.png"],
+    }[name]
+    named = (flag, flag.lstrip("-"), flag.rsplit(".", 1)[-1], *([value[:20]] if len(value) >= 8 else []))
+    command([name, *base, flag, value], folder, named)  # the flag, or a long value itself (shortened)
+
+
+def test_the_pickle_that_runs_code_is_refused_and_runs_nothing(made, tmp_path_factory):
+    """The seed of the checkpoint door's hostile half: loaded unsafely it would write MARKER."""
+    folder = fresh(made, tmp_path_factory)
+    (folder / "fuzz.ckpt").write_bytes((made / "runs_code.ckpt").read_bytes())
+    code, line = command(
+        ["sample", "--ckpt_path", "fuzz.ckpt", "--prompt", "the", "--length", "5"], folder, ("fuzz.ckpt",)
+    )
+    assert code != 0 and not (folder / MARKER).exists()
+    with inside(folder):  # the guard is real: an unsafe load runs it
+        torch.load("fuzz.ckpt", weights_only=False)
+    assert (folder / MARKER).exists()
+
+
+@pytest.mark.slow
+def test_every_door_with_many_examples(tmp_path):
+    """The doors above with :data:`MANY` examples each, in a process of their own."""
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:warnings", __file__, "-m",
+         "not slow", "--basetemp", str(tmp_path / "many")],
+        env={**os.environ, "TS_FUZZ_SLOW": "1"}, capture_output=True, text=True, timeout=3600,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-6000:]
