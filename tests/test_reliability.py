@@ -47,7 +47,9 @@ def fails(capsys, *args: str, message: str) -> str:
     err = capsys.readouterr().err
     assert "Traceback" not in err and err.count("error:") == 1, err[-3000:]
     assert message in err, err[-3000:]
-    lines = err.split("\n")  # a progress bar is one line of carriage returns: the error must start a line of its own
+    # What a terminal shows: a progress bar is one line of carriage returns, each redrawing it; the error must
+    # start a line of its own, with no bar drawn before it on that line (a bar cleared away by one is fine)
+    lines = [line.rsplit("\r", 1)[-1] for line in err.split("\n")]
     at = [i for i, line in enumerate(lines) if line.startswith("error:")]
     assert len(at) == 1, err[-3000:]
     after = [line for line in lines[at[0] + 1 :] if line.strip()]

@@ -57,6 +57,11 @@ def png_out(out: str) -> Path:
     target = Path(out)
     if target.is_dir():
         raise ValueError(f"--out {out!r} is a folder; pass a file name, e.g. --out {target / 'picture.png'}")
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    if target.suffix and target.suffix[1:].lower() not in FigureCanvasBase.get_supported_filetypes():
+        raise ValueError(f"--out {out!r} ends in {target.suffix!r}, which is no picture format here; pass a name "
+                         "ending in .png (or .pdf, .svg)")  # fmt: skip
     if target.exists():
         print(f"note: replacing {out}", file=sys.stderr)
     return target

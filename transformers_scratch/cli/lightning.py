@@ -183,6 +183,23 @@ def nested_help(argv: list[str]) -> str | None:
     return None
 
 
+def missing_value(message: str, argv: list[str]) -> str | None:
+    """argparse's "argument --data: expected one argument" names the group, not the flag: the flag that has no
+    value after it (the line's end, or another option such as ``--``), named; None for any other report."""
+    if "expected one argument" not in message:
+        return None
+    for i, arg in enumerate(argv):
+        if (
+            arg.startswith("--")
+            and "=" not in arg
+            and arg != "--"
+            and (i + 1 == len(argv) or argv[i + 1].startswith("-"))
+        ):
+            after = repr(argv[i + 1]) if i + 1 < len(argv) else "nothing"
+            return f"{arg} needs a value, and {after} follows it; pass one, e.g. {arg} VALUE (or {arg}=VALUE)"
+    return None
+
+
 def _class_name(item) -> str:
     return str(getattr(item, "class_path", "")).rsplit(".", 1)[-1]
 
@@ -288,7 +305,10 @@ class CLI(LightningCLI):
         except UnicodeDecodeError:
             raise ValueError(unreadable_config(self.argv) or "a config file is not UTF-8 text") from None
         except ArgumentError as e:  # a config that is no mapping, or no YAML: named, in one line
-            raise ValueError(not_a_config(str(e), self.argv) or str(e)) from None
+            named = not_a_config(str(e), self.argv) or missing_value(str(e), self.argv)
+            if named is None and (culprit := self.config_at_fault(parser, str(e))):
+                named = f"--config {culprit!r}: {brief(str(e))}"
+            raise ValueError(named or str(e)) from None
         silence()
         sub = self.config.get("subcommand")
         if sub != "fit":  # scoring writes no checkpoint: where the checkpoint callback once saved does not matter
@@ -394,6 +414,22 @@ class CLI(LightningCLI):
         if cfg.trainer.get("enable_progress_bar") is False:  # Lightning refuses a progress bar it may not show
             callbacks = [c for c in callbacks if _class_name(c) != "ProgressBar"]
         cfg.trainer.callbacks = callbacks
+
+    def config_at_fault(self, parser, message: str) -> str | None:
+        """The ``--config`` file that a parse error comes from, when several are given: the first whose settings,
+        read in order, give the same error on their own (jsonargparse's report names the key, not the file)."""
+        first = (message.splitlines() or [""])[0]
+        for i, arg in enumerate(self.argv[:-1]):
+            if arg != "--config":
+                continue
+            try:
+                parser.parse_args(self.argv[: i + 2])
+            except ArgumentError as e:
+                if (str(e).splitlines() or [""])[0] == first:
+                    return self.argv[i + 1]
+            except Exception:  # a partial command line may fail otherwise: that config is not the one
+                continue
+        return None
 
     @staticmethod
     def with_project_callbacks(callbacks: list) -> list:

@@ -7,3 +7,6 @@ PAD = 0
 """Padding in a batch of word or character sequences (also the encoder-decoder's ``EncoderDecoder.PAD``)."""
 UNK = 1
 """A word outside the vocabulary."""
+MAX_COUNT = 2**24
+"""A count a data setting gives (a batch's rows, a window's ids, batches per epoch), at most: 16,777,216, past
+anything one machine trains on, and far inside what an index holds."""

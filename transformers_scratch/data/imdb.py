@@ -19,7 +19,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from .files import DataError, predicting
-from .ids import IGNORE_INDEX
+from .ids import IGNORE_INDEX, MAX_COUNT
 from .progress import ResumableData
 from .vocab import TokenizerVocab, WordVocab, vocab_from_state, vocab_state
 
@@ -216,8 +216,8 @@ class IMDbDataModule(ResumableData):
         """
         super().__init__()
         for name, value in (("vocab_words", vocab_words), ("max_length", max_length), ("batch_size", batch_size)):
-            if value < 1:
-                raise ValueError(f"data.{name}={value} must be a positive integer")
+            if not 1 <= value <= MAX_COUNT:
+                raise ValueError(f"data.{name}={value} must be a positive integer, at most {MAX_COUNT:,}")
         if not 0.0 <= word_dropout < 1.0:
             raise ValueError(f"data.word_dropout={word_dropout} must lie in [0, 1); 0.1 drops one word in ten")
         self.word_dropout = word_dropout

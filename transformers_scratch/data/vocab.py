@@ -7,6 +7,9 @@ back through :func:`checkpoint_vocab`, which finds it by its content, whatever t
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 from collections import Counter
 
 import torch
@@ -93,16 +96,40 @@ class TokenizerVocab:
 
     MAX_BYTES = 50_000_000  # the largest published tokenizer.json files are a few tens of MB
 
-    def __init__(self, json_text: str) -> None:
+    def __init__(self, json_text: str, source: str = "the checkpoint's tokenizer") -> None:
         try:
             from tokenizers import Tokenizer
         except ImportError:
             raise DataError("a tokenizer needs the tokenizers library: pip install -e '.[hf]'") from None
-        try:
-            self.tokenizer = Tokenizer.from_str(json_text)
-        except Exception as e:  # tokenizers raises its own exception type for a malformed file
-            raise DataError(f"the tokenizer is not a tokenizer.json ({str(e)[:120]}); pass one") from None
+        self.source = source  # what its refusals name
+        with self.native("read"):
+            try:
+                self.tokenizer = Tokenizer.from_str(json_text)
+            except Exception as e:  # tokenizers raises its own exception type for a malformed file
+                reason = " ".join(str(e).split())[:120]
+                raise DataError(f"{source} is not a tokenizer.json ({reason}); pass one") from None
         self.json = json_text
+
+    @contextlib.contextmanager
+    def native(self, doing: str):
+        """Around a call into tokenizers' Rust code, which panics on some broken tokenizer.json files: its
+        PanicException (a BaseException) becomes one DataError naming the tokenizer, and the panic's own report,
+        written straight to the terminal, is kept off it."""
+        sys.stderr.flush()
+        saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        try:
+            yield
+        except BaseException as e:
+            if type(e).__name__ != "PanicException":
+                raise
+            reason = " ".join(str(e).split())[:120]
+            raise DataError(f"{self.source} failed to {doing} text ({reason}); pass a tokenizer.json that "
+                            "tokenizers wrote") from None  # fmt: skip
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            os.close(devnull)
 
     @classmethod
     def from_file(cls, path: str) -> TokenizerVocab:
@@ -117,7 +144,7 @@ class TokenizerVocab:
             raise DataError(f"data.tokenizer {str(file)!r} holds {file.stat().st_size:,} bytes, more than a "
                             f"tokenizer ({cls.MAX_BYTES:,})")  # fmt: skip
         try:
-            return cls(file.read_bytes().decode("utf-8"))
+            return cls(file.read_bytes().decode("utf-8"), f"data.tokenizer {str(file)!r}")
         except UnicodeDecodeError:
             raise DataError(f"data.tokenizer {str(file)!r} is not UTF-8 text; pass a tokenizer.json") from None
 
@@ -128,7 +155,9 @@ class TokenizerVocab:
     def encode(self, data: bytes) -> Tensor:
         """UTF-8 text -> long ids (a byte that is not UTF-8 is replaced, as the decoder would show it)."""
         text = data.decode("utf-8", errors="replace")
-        return torch.tensor(self.tokenizer.encode(text, add_special_tokens=False).ids, dtype=torch.long)
+        with self.native("encode"):
+            ids = self.tokenizer.encode(text, add_special_tokens=False).ids
+        return torch.tensor(ids, dtype=torch.long)
 
     def encode_text(self, text: str) -> Tensor:
         if not text:
@@ -136,7 +165,8 @@ class TokenizerVocab:
         return self.encode(text.encode("utf-8"))[None]  # (1, t)
 
     def decode(self, ids: Tensor) -> str:
-        return self.tokenizer.decode(ids.long().cpu().tolist(), skip_special_tokens=False)
+        with self.native("decode"):
+            return self.tokenizer.decode(ids.long().cpu().tolist(), skip_special_tokens=False)
 
 
 Vocab = ByteVocab | WordVocab | TokenizerVocab

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from typing import Literal, get_args, get_origin, get_type_hints
 
@@ -108,6 +109,13 @@ class TransformerConfig:
                 raise ValueError(f"model sparse_layout split gives half the heads each part: heads={self.heads} "
                                  "is too few; use 2 heads or more, or sparse_layout alternate")  # fmt: skip
 
+        if (weights := 4 * self.parameters_at_least()) > memory_bytes():
+            raise ValueError(
+                f"model of at least {weights // 4:,} parameters needs {weights / 1e9:,.1f} GB for its float32 "
+                f"weights alone, more than this machine's {memory_bytes() / 1e9:,.1f} GB of memory; make it smaller "
+                "(emb, depth, vocab_size, context)"
+            )
+
     def sparse(self) -> SparsePattern:
         """The sparse attention pattern these settings describe (refusing settings that make none)."""
         return SparsePattern(self.sparse_pattern, self.sparse_layout, self.sparse_block, self.sparse_summary)
@@ -117,6 +125,13 @@ class TransformerConfig:
         """The feed-forward hidden width."""
         return self.ff_hidden or self.ff_mult * self.emb
 
+    def parameters_at_least(self) -> int:
+        """The parameters this config declares, at least: embeddings, a learned position table, the output layer
+        when untied, and every block's projections."""
+        table = self.context * self.emb if self.positions == "learned" else 0
+        head = 0 if getattr(self, "tie_weights", True) else self.vocab_size * self.emb
+        return self.vocab_size * self.emb + table + head + self.depth * self.block_parameters()
+
     def block_parameters(self) -> int:
         """A block's projections, at least (biases and norms left out): what a file of weights must hold."""
         kv = (self.kv_heads or self.heads) * (self.emb // self.heads)
@@ -125,6 +140,14 @@ class TransformerConfig:
             + 2 * self.emb * kv
             + (3 if self.activation == "swiglu" else 2) * self.emb * self.hidden
         )
+
+
+def memory_bytes() -> int:
+    """This machine's physical memory (a model's weights must fit in it before anything else)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # no sysconf: no limit known
+        return 2**62
 
 
 @dataclass

@@ -60,9 +60,26 @@ class OptimConfig:
     on the benchmarks page."""
 
     def __post_init__(self) -> None:
+        for name in ("lr", "muon_lr"):
+            rate = getattr(self, name)
+            if not 0.0 < rate <= MAX_RATE:  # also NaN
+                raise ValueError(f"model.optim {name}={rate} must lie in (0, {MAX_RATE:g}]: a larger rate overflows "
+                                 "the float32 update; 1e-3 is a usual start")  # fmt: skip
+        for name in ("beta1", "beta2", "muon_momentum"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"model.optim {name}={getattr(self, name)} must lie in [0, 1)")
+        if not 0.0 <= self.weight_decay <= MAX_RATE or not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ValueError(f"model.optim weight_decay={self.weight_decay} must be at least 0 and min_lr_ratio="
+                             f"{self.min_lr_ratio} lie in [0, 1]")  # fmt: skip
+        if self.warmup_steps < 0 or (self.total_steps is not None and self.total_steps < 1):
+            raise ValueError(f"model.optim warmup_steps={self.warmup_steps} must be at least 0 and total_steps="
+                             f"{self.total_steps} positive, or None")  # fmt: skip
         if not 0.0 <= self.cooldown <= 1.0:
             raise ValueError(f"model.optim cooldown={self.cooldown} must lie in [0, 1]: the fraction of the steps "
                              "spent decaying (0.2: the last fifth)")  # fmt: skip
+
+
+MAX_RATE = 1e10  # a learning rate, at most: past it the float32 update overflows
 
 
 def lr_factor(step: int, cfg: OptimConfig, total: int) -> float:
