@@ -442,3 +442,17 @@ def test_every_door_with_many_examples(tmp_path):
     )  # fmt: skip
     print(run.stdout)  # every falsifying example, whole (pytest shows it when this fails)
     assert run.returncode == 0, run.stdout[-3000:]
+
+
+def test_a_tokenizer_that_makes_tokenizers_panic_gets_one_line(made, tmp_path_factory):
+    """Found by the tokenizer door: tokenizers' Rust code panics (a BaseException) on some broken files."""
+    if not (made / "tok").exists():
+        pytest.skip("tokenizers is not installed (the hf extra)")
+    folder = fresh(made, tmp_path_factory)
+    tokenizer = json.loads((made / "tok" / "tokenizer.json").read_bytes())
+    tokenizer["normalizer"] = {"type": "Precompiled", "precompiled_charsmap": ""}
+    (folder / "fuzztok").mkdir()
+    (folder / "fuzztok" / "tokenizer.json").write_text(json.dumps(tokenizer))
+    code, line = command(["fit", "--config", TINY_LM, "--data.path", str(made / "text.txt"), "--data.tokenizer",
+                          "fuzztok", *TINY, *SHORT], folder, ("fuzztok",))  # fmt: skip
+    assert code != 0 and "is not a tokenizer.json" in line

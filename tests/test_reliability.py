@@ -235,6 +235,16 @@ def test_an_error_met_during_training_starts_its_own_line_below_the_progress_bar
     assert len(note) == 1 and note[0].startswith("note:"), err[-3000:]  # a note during the run, too
 
 
+def test_predict_on_a_file_outside_the_vocabulary_gets_a_line_of_its_own(capsys, text):
+    run = ["--config", TINY_LM, "--data.path", str(text), "--data.vocab", "file", "--trainer.logger", "false"]
+    main(["fit", *run, "--trainer.max_steps", "2", "--data.batches_per_epoch", "2", "--trainer.limit_val_batches",
+          "1", "--sample.length", "0"])  # fmt: skip
+    Path("binary.bin").write_bytes(bytes(range(256)) * 40)
+    capsys.readouterr()
+    fails(capsys, "predict", *run, "--data.predict_path", "binary.bin", "--ckpt_path", "last",
+          message="binary.bin")  # fmt: skip
+
+
 def test_a_nan_loss_stops_training_at_the_next_logging_step_naming_the_last_good_checkpoint(tmp_path):
     ckpt = SafeModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=3, save_last=True)
     module = GoesNaN(TINY, OptimConfig(warmup_steps=1))

@@ -124,8 +124,8 @@ class TokenizerVocab:
             if type(e).__name__ != "PanicException":
                 raise
             reason = " ".join(str(e).split())[:120]
-            raise DataError(f"{self.source} failed to {doing} text ({reason}); pass a tokenizer.json that "
-                            "tokenizers wrote") from None  # fmt: skip
+            what = "is not a tokenizer.json" if doing == "read" else f"failed to {doing} text"
+            raise DataError(f"{self.source} {what} ({reason}); pass a tokenizer.json that tokenizers wrote") from None
         finally:
             os.dup2(saved, 2)
             os.close(saved)
