@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY_LM = str(ROOT / "configs" / "tiny_charlm.yaml")
 SECONDS = 60  # one example, at most
 PEAK_MB = 4096  # the test process's peak resident memory, at most
-FAST, MANY = 4, 300  # examples a door: the fast selection, and the slow run (8 doors: 2,400 in all)
+FAST, MANY = 4, 300  # examples a door: the fast selection, and the slow run (9 doors: 2,700 in all)
 TINY = ["--model.model.emb", "32", "--model.model.heads", "2", "--model.model.depth", "1", "--data.context", "16",
         "--data.batch_size", "4"]  # fmt: skip
 SHORT = ["--trainer.max_steps", "1", "--data.batches_per_epoch", "1", "--trainer.limit_val_batches", "1",
@@ -189,6 +189,11 @@ def made(tmp_path_factory) -> Path:
               "--data.batches_per_epoch", "2", "--trainer.limit_val_batches", "1", "--sample.length", "0",
               "--name", "made"])  # fmt: skip
         main(["export", "--ckpt_path", "checkpoints/made/last.ckpt", "--out", "export"])
+        main(["fit", "--config", str(ROOT / "configs" / "seq2seq_reverse.yaml"), "--model.model.emb", "32",
+              "--model.model.heads", "2", "--model.model.depth", "1", "--model.model.decoder_depth", "1",
+              "--data.batch_size", "4", "--trainer.max_steps", "2", "--data.batches_per_epoch", "2",
+              "--data.val_size", "4", "--data.test_size", "4", "--trainer.limit_val_batches", "1",
+              "--trainer.logger", "false", "--final_validation", "false", "--name", "s2s"])  # fmt: skip
     torch.manual_seed(0)
     save_hf(CausalLM(LMConfig(vocab_size=64, context=16, emb=32, heads=2, depth=1)), root / "hf")
     try:
@@ -203,6 +208,8 @@ def made(tmp_path_factory) -> Path:
         pass
     (root / "metrics.csv").write_bytes(next(root.glob("logs/made/version_*/metrics.csv")).read_bytes())
     torch.save({"state_dict": RunsCode()}, root / "runs_code.ckpt", _use_new_zipfile_serialization=True)
+    weights = torch.load(root / "checkpoints/made/last.ckpt", weights_only=True)["state_dict"]
+    torch.save({k.removeprefix("model."): v for k, v in weights.items()}, root / "state_dict.pt")
     return root
 
 
@@ -260,14 +267,26 @@ def test_a_data_file(made, tmp_path_factory, data):
 
 
 @fuzz()
-@given(data=texts, flag=st.sampled_from(["sample --prompt_file", "attention --text_file"]))
+@given(data=texts, flag=st.sampled_from(["sample --prompt_file", "attention --text_file", "decode --input_file"]))
+@example(data=b":", flag="decode --input_file")  # found: a character outside the alphabet named no file
 def test_a_prompt_or_text_file(made, tmp_path_factory, data, flag):
     folder = fresh(made, tmp_path_factory)
     (folder / "fuzz.txt").write_bytes(data)
     name, option = flag.split()
-    extra = ["--length", "5"] if name == "sample" else ["--out", "a.png"]
-    command([name, "--ckpt_path", str(made / "checkpoints/made/last.ckpt"), option, "fuzz.txt", *extra], folder,
-            (option, "fuzz.txt"))  # fmt: skip
+    extra = {"sample": ["--length", "5"], "attention": ["--out", "a.png"], "decode": []}[name]
+    checkpoint = made / ("checkpoints/s2s/last.ckpt" if name == "decode" else "checkpoints/made/last.ckpt")
+    command([name, "--ckpt_path", str(checkpoint), option, "fuzz.txt", *extra], folder, (option, "fuzz.txt"))
+
+
+@fuzz()
+@given(data=st.data())
+def test_a_state_dict_file(made, tmp_path_factory, data):
+    """convert_xl's input: a file of tensors (torch.save of a state_dict), mutated whole or member by member."""
+    folder = fresh(made, tmp_path_factory)
+    original = (made / "state_dict.pt").read_bytes()
+    body = data.draw(st.one_of(mutated(original[:4096]).map(lambda head: head + original[4096:]), in_zip(original)))
+    (folder / "fuzz.pt").write_bytes(body)
+    command(["convert_xl", "--state_dict", "fuzz.pt", "--out", "out.ckpt"], folder, ("fuzz.pt", "--state_dict"))
 
 
 # ---- checkpoints: torch zip archives, mutated whole and member by member --------------------------------------
@@ -391,6 +410,9 @@ FLAGS = {
             "--checkpoint.every_n_train_steps", "--seed_everything", "--trainer.accumulate_grad_batches",
             "--sample.length", "--sample.temperature"],
     "plot": ["--out", "--dpi"],
+    "decode": ["--input", "--batch_size"],
+    "predict": ["--data.predict_path", "--data.eval_stride", "--trainer.limit_predict_batches", "--data.context"],
+    "test": ["--data.eval_stride", "--trainer.limit_test_batches", "--data.batch_size", "--ckpt_path"],
 }  # fmt: skip
 
 
@@ -405,12 +427,18 @@ def test_a_command_line_value(made, tmp_path_factory, flag, value):
     name, flag = flag
     if "\x00" in value:  # no command line can carry a NUL byte
         value = value.replace("\x00", "")
+    scoring = ["--config", TINY_LM, "--data.path", str(made / "text.txt"), *TINY, "--trainer.logger", "false",
+               "--ckpt_path", str(made / "checkpoints/made/last.ckpt"), "--trainer.limit_test_batches", "1",
+               "--trainer.limit_predict_batches", "1"]  # fmt: skip
     base = {
         "sample": ["--ckpt_path", str(made / "checkpoints/made/last.ckpt"), "--prompt", "the", "--length", "5"],
         "attention": ["--ckpt_path", str(made / "checkpoints/made/last.ckpt"), "--text", "the cat", "--out", "a.png"],
         "export": ["--ckpt_path", str(made / "checkpoints/made/last.ckpt"), "--out", "out"],
         "fit": ["--config", TINY_LM, "--data.path", str(made / "text.txt"), *TINY, *SHORT],
         "plot": [str(made / "metrics.csv"), "--out", "out.png"],
+        "decode": ["--ckpt_path", str(made / "checkpoints/s2s/last.ckpt"), "--input", "123"],
+        "predict": [*scoring, "--data.predict_path", str(made / "text.txt")],
+        "test": scoring,
     }[name]
     named = (flag, flag.lstrip("-"), flag.rsplit(".", 1)[-1], *([value[:20]] if len(value) >= 8 else []))
     command([name, *base, flag, value], folder, named)  # the flag, or a long value itself (shortened)

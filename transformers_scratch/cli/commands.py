@@ -126,10 +126,20 @@ def decode(ckpt_path: str, input: str | None = None, input_file: str | None = No
         input_file: A file of sources, one a line.
         batch_size: Sources decoded together.
     """
+    from ..data.transduction import encode
+
     text = text_or_file(input, input_file, "input", "the source", "a file, one source a line")
-    sources = [line.strip() for line in text.splitlines() if line.strip()] if input_file else [text.strip()]
-    if not sources or not all(sources):
-        raise ValueError("nothing to decode: give at least one non-empty source")
+    where = f"--input_file {input_file!r}" if input_file else "--input"
+    lines = text.splitlines() if input_file else [text]
+    numbered = [(n, line.strip()) for n, line in enumerate(lines, start=1) if line.strip()]
+    if not numbered:
+        raise ValueError(f"{where} holds nothing to decode: give at least one non-empty source")
+    for n, source in numbered:
+        try:
+            encode(source)
+        except ValueError as e:
+            raise ValueError(f"{where}{f' line {n:,}' if input_file else ''}: {e}") from None
+    sources = [source for _, source in numbered]
     if len(sources) > MAX_INPUTS:
         raise ValueError(f"--input_file holds {len(sources):,} sources, more than {MAX_INPUTS:,}; split the file")
     if batch_size < 1:
