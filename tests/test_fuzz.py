@@ -63,7 +63,7 @@ def inside(folder: Path):
 
 
 # ---- the property ------------------------------------------------------------------------------------------
-class Hung(BaseException):
+class Hung(Exception):  # an Exception, so that Hypothesis shrinks and reports the example
     pass
 
 
@@ -422,6 +422,8 @@ FLAGS = {
 @example(flag=("fit", "--data.batch_size"), value="9" * 40)  # found: islice's own error, naming no flag
 @example(flag=("attention", "--out"), value="0.0")  # found: matplotlib's "Format '0' is not supported"
 @example(flag=("fit", "--model.model.depth"), value="100000000")  # a model no memory holds: refused before it is built
+@example(flag=("fit", "--model.model.depth"), value="20000")  # found: minutes to build; at most 1,000 blocks now
+@example(flag=("fit", "--sample.length"), value="100000000")  # found: an hour's sample at each validation
 def test_a_command_line_value(made, tmp_path_factory, flag, value):
     folder = fresh(made, tmp_path_factory)
     name, flag = flag

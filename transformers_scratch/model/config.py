@@ -83,6 +83,9 @@ class TransformerConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"model {name}={value!r} must be a positive integer")
+        if self.depth > MAX_DEPTH:
+            raise ValueError(f"model depth={self.depth} is more than {MAX_DEPTH:,} blocks (the deepest published "
+                             "transformers have about that many); pass fewer")  # fmt: skip
         if self.emb % self.heads:
             raise ValueError(
                 f"model emb={self.emb} is not divisible by heads={self.heads}; "
@@ -140,6 +143,9 @@ class TransformerConfig:
             + 2 * self.emb * kv
             + (3 if self.activation == "swiglu" else 2) * self.emb * self.hidden
         )
+
+
+MAX_DEPTH = 1_000  # blocks a model may have
 
 
 def memory_bytes() -> int:

@@ -409,6 +409,8 @@ class SampleText(Callback):
     600 characters at temperature 0.5 from a 256-character seed); W&B also gets a table of samples. Acts
     on models that generate (the character model) fed by a data module with ``seed_text`` and ``vocab``."""
 
+    MAX_LENGTH = 100_000  # characters: a minute or so of a small model on a CPU, inside every validation
+
     def __init__(self, length: int = 600, temperature: float = 0.5, seed_length: int = 256) -> None:
         """
         Args:
@@ -420,6 +422,11 @@ class SampleText(Callback):
             raise ValueError(
                 f"sample.length={length}, sample.temperature={temperature} and sample.seed_length={seed_length} "
                 "must be >= 0, >= 0 and >= 1"
+            )
+        if length > self.MAX_LENGTH or not math.isfinite(temperature):
+            raise ValueError(
+                f"sample.length={length} must be at most {self.MAX_LENGTH:,} characters and sample.temperature="
+                f"{temperature} finite: a sample after each validation is for reading (cli.py sample writes longer)"
             )
         self.length, self.temperature, self.seed_length = length, temperature, seed_length
         self.noted_fsdp = False
