@@ -269,6 +269,7 @@ def test_a_data_file(made, tmp_path_factory, data):
 @fuzz()
 @given(data=texts, flag=st.sampled_from(["sample --prompt_file", "attention --text_file", "decode --input_file"]))
 @example(data=b":", flag="decode --input_file")  # found: a character outside the alphabet named no file
+@example(data=b"the cat sat on a mat. " * 60, flag="decode --input_file")  # found: the whole long line quoted
 def test_a_prompt_or_text_file(made, tmp_path_factory, data, flag):
     folder = fresh(made, tmp_path_factory)
     (folder / "fuzz.txt").write_bytes(data)
@@ -420,6 +421,7 @@ FLAGS = {
 @given(flag=st.sampled_from(sorted((name, flag) for name, flags in FLAGS.items() for flag in flags)), value=VALUES)
 @example(flag=("fit", "--model.optim.lr"), value="9" * 40)  # found: a traceback, the float32 update overflowing
 @example(flag=("fit", "--data.batch_size"), value="9" * 40)  # found: islice's own error, naming no flag
+@example(flag=("predict", "--data.predict_path"), value="")  # found: named data.path, not data.predict_path
 @example(flag=("attention", "--out"), value="0.0")  # found: matplotlib's "Format '0' is not supported"
 @example(flag=("fit", "--model.model.depth"), value="100000000")  # a model no memory holds: refused before it is built
 @example(flag=("fit", "--model.model.depth"), value="20000")  # found: minutes to build; at most 1,000 blocks now

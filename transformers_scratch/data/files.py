@@ -41,14 +41,15 @@ def _inflate(stream, path: Path) -> bytes:
     return data
 
 
-def read_bytes(path: str | os.PathLike) -> bytes:
+def read_bytes(path: str | os.PathLike, flag: str = "data.path") -> bytes:
     """The contents of a raw file, a one-member ``.zip`` (the member named like the archive if there are
-    several) or a ``.gz``, checked against the archive's CRC; an archive is read only up to MAX_INFLATED."""
+    several) or a ``.gz``, checked against the archive's CRC; an archive is read only up to MAX_INFLATED.
+    ``flag``: the setting that named the file, for the refusals."""
     path = Path(path)
     if not path.exists():
-        raise DataError(f"data.path {str(path)!r} does not exist; pass the path of a text file, .zip or .gz")
+        raise DataError(f"{flag} {str(path)!r} does not exist; pass the path of a text file, .zip or .gz")
     if path.is_dir():
-        raise DataError(f"data.path {str(path)!r} is a directory; pass the path of a text file, .zip or .gz")
+        raise DataError(f"{flag} {str(path)!r} is a directory; pass the path of a text file, .zip or .gz")
     try:
         if path.suffix == ".zip":
             with zipfile.ZipFile(path) as archive:
@@ -69,7 +70,7 @@ def read_bytes(path: str | os.PathLike) -> bytes:
             f"{str(path)!r} is truncated or corrupt ({type(e).__name__}: {e}); delete it and download it again"
         ) from e
     except PermissionError as e:
-        raise DataError(f"data.path {str(path)!r} cannot be read ({e.strerror}); check its permissions") from e
+        raise DataError(f"{flag} {str(path)!r} cannot be read ({e.strerror}); check its permissions") from e
 
 
 LONGEST = 120  # characters of one value quoted in a message: a longer one shows its start and its length

@@ -251,7 +251,7 @@ class TextDataModule(ResumableData):
         # memory flat whatever the size; a sub-word tokenizer reads the text whole (tokens do not start at bytes)
         streamed = path.is_file() and path.suffix not in (".zip", ".gz")
         windows = FileWindows(path, self.vocab) if streamed and isinstance(self.vocab, ByteVocab) else None
-        whole = read_bytes(self.predict_path) if windows is None else b""
+        whole = read_bytes(self.predict_path, "data.predict_path") if windows is None else b""
         if (size := len(whole) if windows is None else len(windows)) < minimum:
             raise DataError(f"data.predict_path {self.predict_path!r} holds {size} bytes, fewer than {least}")
         try:

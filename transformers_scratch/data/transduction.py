@@ -44,7 +44,8 @@ def encode(text: str) -> list[int]:
     """Characters -> ids; a character outside the alphabet is refused by name."""
     bad = next((c for c in text if c not in ALPHABET), None)
     if bad is not None:
-        raise ValueError(f"character {bad!r} in {text!r} is not in the tasks' alphabet {ALPHABET!r}; use only those")
+        shown = repr(text) if len(text) <= 40 else f"{text[:40]!r}... ({len(text):,} characters)"
+        raise ValueError(f"character {bad!r} in {shown} is not in the tasks' alphabet {ALPHABET!r}; use only those")
     return [SPECIALS + ALPHABET.index(c) for c in text]
 
 
