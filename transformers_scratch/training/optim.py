@@ -62,8 +62,8 @@ class OptimConfig:
     def __post_init__(self) -> None:
         for name in ("lr", "muon_lr"):
             rate = getattr(self, name)
-            if not 0.0 < rate <= MAX_RATE:  # also NaN
-                raise ValueError(f"model.optim {name}={rate} must lie in (0, {MAX_RATE:g}]: a larger rate overflows "
+            if not 0.0 <= rate <= MAX_RATE:  # also NaN; 0 holds the weights (a check that nothing else moves them)
+                raise ValueError(f"model.optim {name}={rate} must lie in [0, {MAX_RATE:g}]: a larger rate overflows "
                                  "the float32 update; 1e-3 is a usual start")  # fmt: skip
         for name in ("beta1", "beta2", "muon_momentum"):
             if not 0.0 <= getattr(self, name) < 1.0:
