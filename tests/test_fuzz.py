@@ -422,6 +422,7 @@ FLAGS = {
 @example(flag=("fit", "--model.optim.lr"), value="9" * 40)  # found: a traceback, the float32 update overflowing
 @example(flag=("fit", "--data.batch_size"), value="9" * 40)  # found: islice's own error, naming no flag
 @example(flag=("predict", "--data.predict_path"), value="")  # found: named data.path, not data.predict_path
+@example(flag=("fit", "--seed_everything"), value="-1")  # found: numpy's "-1 is not in bounds", naming no flag
 @example(flag=("attention", "--out"), value="0.0")  # found: matplotlib's "Format '0' is not supported"
 @example(flag=("fit", "--model.model.depth"), value="100000000")  # a model no memory holds: refused before it is built
 @example(flag=("fit", "--model.model.depth"), value="20000")  # found: minutes to build; at most 1,000 blocks now

@@ -208,8 +208,10 @@ def test_hostile_folders_are_refused_in_one_line(tmp_path):
             from_hf(folder)
         assert str(folder) in str(e.value) and "\n" not in str(e.value)  # which folder, of several in play
 
-    edit_config(folder, n_embd=10**9, n_layer=10**6)
+    edit_config(folder, n_embd=1024, n_layer=24)  # 302M parameters declared, a few thousand present
     refused(r"declares at least .* parameters .* does not match its weights")  # before any allocation
+    edit_config(folder, n_embd=10**9, n_layer=10**6)  # sizes no config takes: refused by the config itself
+    refused(r"config.json: model depth=1000000 is more than 1,000 blocks")
     edit_config(folder, n_embd=32, n_layer=2, n_positions=-4)
     refused("config.json: model context=-4 must be a positive integer")
     edit_config(folder, n_positions=32, model_type="t5")

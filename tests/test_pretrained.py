@@ -98,7 +98,8 @@ def test_export_never_overwrites_and_reading_checks_the_folder(tmp_path):
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"emb": 10**9}, "declares"), ({"depth": 10**6}, "declares"), ({"vocab_size": 10**10}, "declares"),
+    ({"emb": 10**9}, "for its float32 weights alone"), ({"depth": 10**6}, "more than 1,000 blocks"),
+    ({"vocab_size": 10**10}, "for its float32 weights alone"), ({"depth": 500}, "declares"),
     ({"context": 10**10}, "context at most 1,048,576"), ({"emb": -8}, "must be a positive integer"),
     ({"emb": 64, "heads": 4}, "does not match its weights"), ({"depth": 3}, "does not fit config.json"),
     ({"width": 3}, "unexpected keyword argument 'width'"),

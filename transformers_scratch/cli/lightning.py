@@ -311,6 +311,9 @@ class CLI(LightningCLI):
             raise ValueError(named or str(e)) from None
         silence()
         sub = self.config.get("subcommand")
+        seed = (self.config[sub] if sub else self.config).get("seed_everything")
+        if not isinstance(seed, bool) and isinstance(seed, int) and not 0 <= seed < 2**32:
+            raise ValueError(f"seed_everything={seed} must lie in [0, {2**32 - 1:,}] (numpy's seeds), or be true/false")
         if sub != "fit":  # scoring writes no checkpoint: where the checkpoint callback once saved does not matter
             warnings.filterwarnings("ignore", message=r"The dirpath has changed from")
         if not (self.config[sub] if sub else self.config).get("verbose"):

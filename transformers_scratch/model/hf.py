@@ -288,7 +288,7 @@ def from_hf(source, num_classes: int | None = None, device: str | torch.device =
     try:
         return _from_hf(source, num_classes, device)
     except HFError as e:
-        where = repr(str(source)[:80])
+        where = repr(str(source))
         if isinstance(source, nn.Module) or str(source) in str(e):
             raise  # named already
         raise HFError(f"{where}: {e}") from None
