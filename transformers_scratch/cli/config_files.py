@@ -107,10 +107,7 @@ def check_config_files(args: list[str]) -> None:
             text = data.decode("utf-8")
         except UnicodeDecodeError as e:
             if len(data) <= MAX_CHARS * 4 or e.start < MAX_CHARS * 4 - 3:
-                raise ConfigError(
-                    f"--config {path!r} is not a YAML file in UTF-8 (byte {e.start:,} is not text); pass a config "
-                    "such as configs/first_run.yaml"
-                ) from None
+                raise ConfigError(not_utf8(path, e)) from None
             text = data[: e.start].decode("utf-8")  # a character cut by the read's end
         if len(data) > MAX_CHARS * 4 or len(text) > MAX_CHARS:
             raise ConfigError(
@@ -141,14 +138,18 @@ def check_values(args: list[str]) -> None:
                               f"{MAX_CHARS:,}; pass less")  # fmt: skip
 
 
+def not_utf8(path: str, e: UnicodeDecodeError) -> str:
+    return (f"--config {path!r} is not a YAML file in UTF-8 (byte {e.start:,} is not text); pass a config "
+            "such as configs/first_run.yaml")  # fmt: skip
+
+
 def unreadable_config(args: list[str]) -> str | None:
     """The first ``--config`` file in ``args`` that is not UTF-8 text, described; None if there is none."""
     for path in config_paths(args):
         try:
             Path(path).read_bytes()[: MAX_CHARS * 4].decode("utf-8")
         except UnicodeDecodeError as e:
-            return (f"--config {path!r} is not a YAML file in UTF-8 (byte {e.start:,} is not text); pass a config "
-                    "such as configs/first_run.yaml")  # fmt: skip
+            return not_utf8(path, e)
         except OSError:
             continue
     return None
