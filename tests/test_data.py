@@ -3,6 +3,7 @@
 import gzip
 import http.server
 import itertools
+import os
 import tarfile
 import threading
 import zipfile
@@ -116,6 +117,22 @@ def test_archives_read_the_same_bytes(tmp_path):
     (tmp_path / "enwik8.gz").write_bytes(gzip.compress(payload))
     for name in ("enwik8", "enwik8.zip", "enwik8.gz"):
         assert read_bytes(tmp_path / name) == payload
+
+
+def test_a_pipe_is_read_whole_and_a_device_without_end_is_refused(tmp_path, monkeypatch):
+    """A stream has no size to check first: a pipe (``--data.path <(...)``) is read to its end, and /dev/zero, which
+    has none, is refused once past the archives' bound instead of filling the memory (found by the fuzz suite)."""
+    from transformers_scratch.data import files
+
+    monkeypatch.setattr(files, "MAX_INFLATED", 1_000_000)
+    fifo, payload = tmp_path / "pipe", b"to be or not to be\n" * 1000
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=fifo.write_bytes, args=(payload,))
+    writer.start()
+    assert read_bytes(fifo) == payload
+    writer.join()
+    with pytest.raises(DataError, match=r"data.path '/dev/zero' is not a regular file and gave more than 1,000,000"):
+        read_bytes("/dev/zero")
 
 
 @pytest.mark.parametrize("suffix", [".zip", ".gz"])

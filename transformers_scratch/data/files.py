@@ -64,7 +64,14 @@ def read_bytes(path: str | os.PathLike, flag: str = "data.path") -> bytes:
         if path.suffix == ".gz":
             with gzip.open(path) as stream:
                 return _inflate(stream, path)
-        return path.read_bytes()
+        if path.is_file():
+            return path.read_bytes()
+        with open(path, "rb") as stream:  # a device or a pipe: no size to check first, and maybe no end
+            data = stream.read(MAX_INFLATED + 1)
+        if len(data) > MAX_INFLATED:
+            raise DataError(f"{flag} {str(path)!r} is not a regular file and gave more than {MAX_INFLATED:,} bytes "
+                            "without ending (a device such as /dev/zero?); pass a text file")  # fmt: skip
+        return data
     except (zipfile.BadZipFile, gzip.BadGzipFile, EOFError, zlib.error) as e:
         raise DataError(
             f"{str(path)!r} is truncated or corrupt ({type(e).__name__}: {e}); delete it and download it again"
