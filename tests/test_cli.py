@@ -325,6 +325,19 @@ def test_the_help_lists_every_command_under_the_name_it_was_invoked_by(tmp_path)
     assert "A LitCharLM or LitXL checkpoint written by fit" in " ".join(sample.stdout.split())  # from the docstring
 
 
+def test_the_help_and_the_package_import_neither_torch_nor_lightning():
+    """``cli.py --help`` names every command from the sources' docstrings, unimported, so it prints before torch
+    (a second) or Lightning (seconds more) could load; the model's names still come from the package on first use."""
+    code = ("import sys, io, contextlib\nfrom transformers_scratch.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()) as out: main(['--help'])\n"
+            "assert 'soak' in out.getvalue(), out.getvalue()\n"
+            "assert not {'torch', 'lightning', 'jsonargparse'} & set(sys.modules), 'imported'\n"
+            "from transformers_scratch import CausalLM\n"
+            "assert 'torch' in sys.modules and CausalLM.__name__")  # fmt: skip
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
 def test_only_the_subcommand_being_run_is_built():
     """Each subcommand's parser costs start-up time; a fit builds the fit parser alone."""
     from transformers_scratch.cli.lightning import CLI

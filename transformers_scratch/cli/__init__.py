@@ -10,29 +10,50 @@ Lightning's four commands come from :mod:`.lightning`; the others are the typed 
 
 from __future__ import annotations
 
+import ast
 import os
 import sys
+from functools import cache
 from pathlib import Path
 
-from jsonargparse import ArgumentError, ArgumentParser
-from lightning.pytorch.utilities.exceptions import MisconfigurationException
-
-from ..data import DataError
-from ..experiments import extrapolate, soak
-from ..training.callbacks import TrainingDiverged
-from ..training.console import clipped, close_bars, error_line
-from . import commands
-from .lightning import brief, build_cli
-
+# The help names every command without importing any: torch, Lightning and the rest are imported when a command
+# runs (``cli.py --help`` in a fraction of a second, not the seconds those imports take).
 LIGHTNING = {
     "fit": "Train a model (a config names the model, data and trainer).",
     "validate": "Score a checkpoint on the validation split.",
     "test": "Score a checkpoint on the test split.",
     "predict": "Score or classify a file with a checkpoint.",
 }
-FUNCTIONS = {f.__name__: f for f in (commands.sample, commands.decode, commands.export, commands.attention,
-                                     commands.plot, commands.convert_xl)}  # fmt: skip
-EXPERIMENTS = {"extrapolate": extrapolate.main, "soak": soak.main}  # argparse scripts that build runs with build_cli
+FUNCTION_NAMES = ("sample", "decode", "export", "attention", "plot", "convert_xl")  # typed functions of commands.py
+EXPERIMENT_NAMES = ("extrapolate", "soak")  # argparse scripts of experiments/ that build runs with build_cli
+PACKAGE = Path(__file__).resolve().parents[1]
+
+
+@cache
+def _tables() -> tuple[dict, dict]:
+    from ..experiments import extrapolate, soak
+    from . import commands
+
+    functions = {name: getattr(commands, name) for name in FUNCTION_NAMES}
+    return functions, {"extrapolate": extrapolate.main, "soak": soak.main}
+
+
+def __getattr__(name: str):
+    """The parts that import torch and Lightning, imported on first use (PEP 562)."""
+    if name in ("FUNCTIONS", "EXPERIMENTS"):
+        return _tables()[name == "EXPERIMENTS"]
+    if name == "build_cli":
+        from .lightning import build_cli
+
+        return build_cli
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def summary(source: Path, function: str | None = None) -> str:
+    """The first line of a module's docstring, or of one of its functions', read from its source unimported."""
+    tree = ast.parse(source.read_text(encoding="utf-8"))
+    node = tree if function is None else next(n for n in tree.body if getattr(n, "name", None) == function)
+    return (ast.get_docstring(node) or "").splitlines()[0]  # type: ignore[arg-type]
 
 
 def prog() -> str:
@@ -43,15 +64,16 @@ def prog() -> str:
 def usage() -> str:
     lines = [f"usage: {prog()} COMMAND [options]      ({prog()} COMMAND --help for a command's options)", ""]
     lines += [f"  {name:<12}{text}" for name, text in LIGHTNING.items()]
-    lines += [f"  {name:<12}{(f.__doc__ or '').splitlines()[0]}" for name, f in FUNCTIONS.items()]
-    lines += [f"  {name:<12}{(f.__module__ and sys.modules[f.__module__].__doc__ or '').splitlines()[0]}"
-              for name, f in EXPERIMENTS.items()]  # fmt: skip
+    lines += [f"  {name:<12}{summary(PACKAGE / 'cli' / 'commands.py', name)}" for name in FUNCTION_NAMES]
+    lines += [f"  {name:<12}{summary(PACKAGE / 'experiments' / f'{name}.py')}" for name in EXPERIMENT_NAMES]
     return "\n".join(lines)
 
 
 def run_function(name: str, argv: list[str]) -> None:
     """One of :data:`FUNCTIONS`, its options parsed from its signature by jsonargparse."""
-    function = FUNCTIONS[name]
+    from jsonargparse import ArgumentParser
+
+    function = _tables()[0][name]
     parser = ArgumentParser(prog=f"{prog()} {name}", description=(function.__doc__ or "").split("\n\n")[0],
                             exit_on_error=False)  # fmt: skip
     positional = ["run"] if name == "plot" else []  # plot RUN: the one argument that reads best bare
@@ -63,13 +85,22 @@ def run_function(name: str, argv: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else list(argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(usage())
+        return
+    from jsonargparse import ArgumentError
+    from lightning.pytorch.utilities.exceptions import MisconfigurationException
+
+    from ..data import DataError
+    from ..training.callbacks import TrainingDiverged
+    from ..training.console import clipped, close_bars, error_line
+    from .lightning import brief, build_cli
+
     try:
-        if not args or args[0] in ("-h", "--help"):
-            print(usage())
-        elif args[0] in FUNCTIONS:
+        if args[0] in FUNCTION_NAMES:
             run_function(args[0], args[1:])
-        elif args[0] in EXPERIMENTS:
-            sys.exit(EXPERIMENTS[args[0]](args[1:], build_cli))
+        elif args[0] in EXPERIMENT_NAMES:
+            sys.exit(_tables()[1][args[0]](args[1:], build_cli))
         else:
             build_cli(argv)  # None: LightningCLI reads sys.argv itself
     except (ValueError, OSError, TrainingDiverged, DataError, ArgumentError, MisconfigurationException) as e:
