@@ -285,15 +285,17 @@ def test_a_speedrun_ends_within_its_budget_reports_every_field_and_never_trains_
     checkout = stand_in_nanogpt(tmp_path)
     text = tmp_path / "text.txt"
     text.write_text("the cat sat on a mat while one dog ran far away to see its friend. " * 1500)
-    budget = 20.0
+    budget, nanogpt_budget = 20.0, 12.0  # each program its own budget: time to a loss
     report = speedrun(str(text), budget, str(checkout / "train.py"), seeds=2, threads=None,
-                      workdir=str(tmp_path / "work"))  # fmt: skip
+                      workdir=str(tmp_path / "work"), nanogpt_budget=nanogpt_budget)  # fmt: skip
     assert [(r["run"], r.get("seed")) for r in report["runs"]] == [
         ("fit", 0), ("nanoGPT train.py", 0), ("fit", 1), ("nanoGPT train.py", 1)]  # fmt: skip
+    assert (report["budget_s"], report["nanogpt_budget_s"]) == (budget, nanogpt_budget)
     recipe_batch = yaml.safe_load((ROOT / SPEEDRUN).read_text())["data"]["init_args"]["batch_size"]
     for row in report["runs"]:
         assert "error" not in row, row.get("error")
-        assert row["wall_s"] <= budget + 2.0 and row["within_budget"] in (True, False), row
+        limit = budget if row["run"] == "fit" else nanogpt_budget
+        assert row["wall_s"] <= limit + 2.0 and row["within_budget"] in (True, False), row
         for field in ("wall_s", "startup_s", "steps", "tokens", "context", "heldout_nats", "load"):
             assert isinstance(row[field], (int, float)) and row[field] > 0, (field, row)
         batch = recipe_batch if row["run"] == "fit" else 12  # the recipe's batches, and nanoGPT's CPU recipe's
@@ -302,7 +304,12 @@ def test_a_speedrun_ends_within_its_budget_reports_every_field_and_never_trains_
     assert 0.3 < report["nanogpt_pace"]["end_s"] < 2.0  # its last evaluation (0.3 s), save, iteration and exit
     nano = [r for r in report["runs"] if r["run"] != "fit"]
     assert nano[0]["heldout_nats"] != nano[1]["heldout_nats"]  # the stand-in's weights follow its seed
-    assert nano[0]["wall_s"] >= 0.7 * budget  # its max_iters fills the budget
+    assert nano[0]["wall_s"] >= 0.7 * nanogpt_budget  # its max_iters fills its own budget
+    means = [
+        sum(r["heldout_nats"] for r in report["runs"] if r["run"] == run) / 2 for run in ("fit", "nanoGPT train.py")
+    ]
+    assert report["verdict"]["fit_mean_nats"] == means[0] and report["verdict"]["nanogpt_mean_nats"] == means[1]
+    assert report["verdict"]["fit_below_nanogpt"] == (means[0] < means[1])
     seeded = (tmp_path / "work" / "nanoGPT" / "train.py").read_text()
     assert "int(os.environ.get('NANOGPT_SEED', '0'))" in seeded
 
@@ -313,6 +320,20 @@ def test_a_speedrun_ends_within_its_budget_reports_every_field_and_never_trains_
     module = TextDataModule(str(text), context=64, vocab="file")
     module.setup()
     assert len(module.splits["train"]) == bounds["train"][1] - bounds["train"][0]
+
+
+def test_the_speedrun_verdict_compares_the_means_at_each_programs_own_budget():
+    """Time to a loss: the recipe's mean at its budget against nanoGPT's at its own; no verdict while a run failed."""
+    from transformers_scratch.experiments.endtoend import verdict
+
+    rows = [{"run": "fit", "heldout_nats": 1.60}, {"run": "nanoGPT train.py", "heldout_nats": 1.70},
+            {"run": "fit", "heldout_nats": 1.70}, {"run": "nanoGPT train.py", "heldout_nats": 1.64}]  # fmt: skip
+    said = verdict(rows, 100, 300)
+    assert said["fit_below_nanogpt"] is True and abs(said["fit_mean_nats"] - 1.65) < 1e-12
+    assert said["said"] == "the recipe in 100 s: 1.6500 nats/char, below nanoGPT's 1.6700 in 300 s (+0.0200)"
+    rows[0]["heldout_nats"] = 1.80
+    assert verdict(rows, 100, 300)["fit_below_nanogpt"] is False
+    assert verdict([*rows[1:], {"run": "fit", "error": "exit code 1"}], 100, 300)["fit_below_nanogpt"] is None
 
 
 @pytest.mark.parametrize("wrong", [3.0, 1 / 3], ids=["pace-too-fast", "pace-too-slow"])
