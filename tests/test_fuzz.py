@@ -457,6 +457,9 @@ FLAGS = {
 @example(flag=("fit", "--model.model.depth"), value="100000000")  # a model no memory holds: refused before it is built
 @example(flag=("fit", "--model.model.depth"), value="20000")  # found: minutes to build; at most 1,000 blocks now
 @example(flag=("fit", "--sample.length"), value="100000000")  # found: an hour's sample at each validation
+@example(flag=("fit", "--trainer.accumulate_grad_batches"), value="9" * 40)  # found: Lightning's OverflowError
+@example(flag=("attention", "--dpi"), value="9" * 40)  # found: matplotlib's renderer refusing the picture's size
+@example(flag=("fit", "--trainer.max_steps"), value="9" * 40)  # a run without end: its max_time stops it
 def test_a_command_line_value(made, tmp_path_factory, flag, value):
     folder = fresh(made, tmp_path_factory)
     name, flag = flag
@@ -469,7 +472,16 @@ def test_a_command_line_value(made, tmp_path_factory, flag, value):
         "sample": ["--ckpt_path", str(made / "checkpoints/made/last.ckpt"), "--prompt", "the", "--length", "5"],
         "attention": ["--ckpt_path", str(made / "checkpoints/made/last.ckpt"), "--text", "the cat", "--out", "a.png"],
         "export": ["--ckpt_path", str(made / "checkpoints/made/last.ckpt"), "--out", "out"],
-        "fit": ["--config", TINY_LM, "--data.path", str(made / "text.txt"), *TINY, *SHORT],
+        "fit": [
+            "--config",
+            TINY_LM,
+            "--data.path",
+            str(made / "text.txt"),
+            *TINY,
+            *SHORT,
+            "--trainer.max_time",
+            "00:00:00:20",
+        ],  # a huge max_steps asks for a run without end, as the speedrun's 1,000,000 does
         "plot": [str(made / "metrics.csv"), "--out", "out.png"],
         "decode": ["--ckpt_path", str(made / "checkpoints/s2s/last.ckpt"), "--input", "123"],
         "predict": [*scoring, "--data.predict_path", str(made / "text.txt")],

@@ -11,6 +11,7 @@ from typing import Literal
 import torch
 
 from ..data import WordVocab
+from ..data.files import shortened
 from ..model.hf import save_hf
 from ..model.pretrained import save_pretrained
 from ..training.checkpoints import load_trained
@@ -50,6 +51,14 @@ def text_or_file(text: str | None, path: str | None, flag: str, what: str, kind:
         where = f"--{flag}_file {path!r}" if path is not None else f"--{flag}"
         raise ValueError(f"{where} is empty (an empty prompt); give {what}")
     return text
+
+
+MAX_DPI = 1200  # a print's resolution; matplotlib's renderer takes sizes in C ints
+
+
+def check_dpi(dpi: int) -> None:
+    if not 1 <= dpi <= MAX_DPI:
+        raise ValueError(f"--dpi {shortened(str(dpi))} must lie in [1, {MAX_DPI:,}]; pass e.g. --dpi 150")
 
 
 def png_out(out: str) -> Path:
@@ -278,6 +287,7 @@ def attention(
     )
 
     text = text_or_file(text, text_file, "text", "the text to read", "a text file")
+    check_dpi(dpi)
     if not 1 <= max_tokens <= MAX_PICTURED:
         raise ValueError(f"--max_tokens {max_tokens} must lie in [1, {MAX_PICTURED}]: a panel holds that many")
     module, vocab = load_trained(ckpt_path, LitClassifier, LitCharLM, LitXL, command="attention")
@@ -321,6 +331,7 @@ def plot(run: str, out: str | None = None, dpi: int = 100) -> None:
     """
     from ..training.pictures import draw_curves, learning_curves
 
+    check_dpi(dpi)
     metrics = Path(run) if Path(run).suffix == ".csv" else Path(run) / "metrics.csv"
     if not metrics.is_file():
         raise FileNotFoundError(

@@ -30,6 +30,8 @@ from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities import rank_zero_only
 
 from ..data import checkpoint_vocab
+from ..data.files import shortened
+from ..data.ids import MAX_COUNT
 from ..data.vocab import vocab_state
 from ..model.config import (
     ClassifierConfig,
@@ -314,6 +316,10 @@ class CLI(LightningCLI):
         seed = (self.config[sub] if sub else self.config).get("seed_everything")
         if not isinstance(seed, bool) and isinstance(seed, int) and not 0 <= seed < 2**32:
             raise ValueError(f"seed_everything={seed} must lie in [0, {2**32 - 1:,}] (numpy's seeds), or be true/false")
+        accumulate = (self.config[sub] if sub else self.config).get("trainer", {}).get("accumulate_grad_batches")
+        if isinstance(accumulate, int) and not 1 <= accumulate <= MAX_COUNT:  # Lightning divides the loss by it
+            raise ValueError(f"trainer.accumulate_grad_batches={shortened(str(accumulate))} must lie in [1, "
+                             f"{MAX_COUNT:,}]; pass e.g. --trainer.accumulate_grad_batches 4")  # fmt: skip
         if sub != "fit":  # scoring writes no checkpoint: where the checkpoint callback once saved does not matter
             warnings.filterwarnings("ignore", message=r"The dirpath has changed from")
         if not (self.config[sub] if sub else self.config).get("verbose"):
