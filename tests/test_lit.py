@@ -108,6 +108,7 @@ def test_muon_steps_the_blocks_matrices_and_adamw_the_rest_as_the_two_would_alon
     module.trainer = trainer(tmp_path, max_steps=1)
     opt = module.configure_optimizers()["optimizer"]
     assert type(opt.parts[1]) is (StackedMuon if stacked else torch.optim.Muon)
+    opt.parts[1].ns_dtype = torch.bfloat16  # torch's arithmetic, to compare with it (a CPU's default: float32)
     roles = {g["role"]: g for g in opt.param_groups}
     assert list(roles) == ["decay", "plain", "muon"]
     blocks = {id(m.weight) for m in module.model.stack.modules() if isinstance(m, torch.nn.Linear)}
@@ -156,7 +157,7 @@ def test_stacked_muon_steps_as_torchs_muon_does_matrix_by_matrix(nesterov, rule)
     ours = [torch.nn.Parameter(torch.randn(s)) for s in shapes]
     theirs = [torch.nn.Parameter(p.detach().clone()) for p in ours]
     options = {"lr": 0.05, "weight_decay": 0.1, "nesterov": nesterov, "adjust_lr_fn": rule}
-    stacked, reference = StackedMuon(ours, **options), torch.optim.Muon(theirs, **options)
+    stacked, reference = StackedMuon(ours, ns_dtype=torch.bfloat16, **options), torch.optim.Muon(theirs, **options)
     for _ in range(3):
         for p, q in zip(ours, theirs, strict=True):
             p.grad = torch.randn_like(p)
@@ -167,6 +168,28 @@ def test_stacked_muon_steps_as_torchs_muon_does_matrix_by_matrix(nesterov, rule)
     reference.load_state_dict(stacked.state_dict())
     assert all(torch.equal(reference.state[q]["momentum_buffer"], stacked.state[p]["momentum_buffer"])
                for p, q in zip(ours, theirs, strict=True))  # fmt: skip
+
+
+def test_stacked_muon_iterates_in_float32_on_a_cpu_and_lands_near_torchs_bf16(monkeypatch):
+    """On a CPU the Newton-Schulz iteration runs in float32 (bf16 products are ten times slower on a CPU without
+    bf16 instructions): the update is the same orthogonalisation, within bf16's rounding of torch's."""
+    from transformers_scratch.training import optim
+
+    torch.manual_seed(0)
+    shapes = [(24, 8), (8, 24), (8, 8)]
+    ours = [torch.nn.Parameter(torch.randn(s)) for s in shapes]
+    theirs = [torch.nn.Parameter(p.detach().clone()) for p in ours]
+    stacked, reference = StackedMuon(ours, lr=0.05), torch.optim.Muon(theirs, lr=0.05)
+    for p, q in zip(ours, theirs, strict=True):
+        p.grad = torch.randn_like(p)
+        q.grad = p.grad.clone()
+    dtypes, real = [], optim._newton_schulz
+    monkeypatch.setattr(optim, "_newton_schulz", lambda *a: (dtypes.append(a[-1]), real(*a))[1])
+    stacked.step(), reference.step()
+    assert dtypes and set(dtypes) == {torch.float32}
+    for p, q in zip(ours, theirs, strict=True):
+        assert not torch.equal(p, q)  # not torch's bf16 arithmetic ...
+        assert_close(p, q, rtol=0, atol=2e-3)  # ... but the same update to bf16's precision
 
 
 def test_muon_is_refused_where_a_grad_scaler_steps_the_optimizer(tmp_path):
@@ -225,6 +248,44 @@ def test_a_deadline_fits_the_cosine_to_the_time_left_and_stops_before_it(monkeyp
     assert trainer.global_step == 400 + round((97.0 - 40.0) / 0.05)  # the last step that ends by deadline - reserve
     assert deadline.fitted_steps - 40 <= trainer.global_step <= deadline.fitted_steps
     assert optimizer.param_groups[0]["lr"] < 0.01  # the cosine is at its floor when the time is up
+
+
+def slow_spell(first: int, last: int, seconds: float):
+    """A step's seconds: 0.1, but ``seconds`` from step ``first`` to ``last`` (the machine busy meanwhile)."""
+    return lambda step: seconds if first <= step <= last else 0.1
+
+
+SPELLS = {"a-slow-spell-before-the-fit": slow_spell(30, 59, 0.6), "one-stall-before-the-fit": slow_spell(59, 59, 8.0),
+          "one-stall-later": slow_spell(200, 200, 8.0)}  # fmt: skip
+
+
+@pytest.mark.parametrize("pace", SPELLS.values(), ids=SPELLS.keys())
+def test_a_deadline_is_not_cut_short_by_a_slow_spell(monkeypatch, pace):
+    """Steps that run slow for a while (another process on the machine) just before the schedule is fitted, then
+    fast again: the run keeps training to the deadline, with its decay stretched to it. Fitted every 30 steps and
+    stopped at the fitted step, a spell of 0.6 s steps from step 30 to 59 once set 83 steps and stopped there,
+    11 s before the deadline: the short run of a 45 s speedrun."""
+    from types import SimpleNamespace
+
+    from transformers_scratch.training import callbacks
+
+    clock = [1000.0]
+    monkeypatch.setattr(callbacks.time, "time", lambda: clock[0])
+    cfg = OptimConfig(lr=1.0, warmup_steps=0, min_lr_ratio=0.0, schedule="wsd", cooldown=0.4)
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, cfg, 10**6))
+    trainer = SimpleNamespace(max_steps=10**6, global_step=0, should_stop=False,
+                              lr_scheduler_configs=[SimpleNamespace(scheduler=schedule)])  # fmt: skip
+    deadline = callbacks.Deadline(at=1038.0, reserve_s=3.0, calibrate_steps=30)
+    deadline.on_train_start(trainer, SimpleNamespace(optim=cfg))
+    while not trainer.should_stop:
+        clock[0] += pace(trainer.global_step)
+        trainer.global_step += 1
+        optimizer.step()
+        schedule.step()
+        deadline.on_train_batch_end(trainer, SimpleNamespace(optim=cfg))
+    assert 1038.0 - 3.0 - 0.2 <= clock[0] <= 1038.0 - 3.0, clock[0]  # the last whole step before deadline - reserve
+    assert optimizer.param_groups[0]["lr"] < 0.01  # the decay ends as the time does
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ import json
 import math
 import os
 import signal
+import statistics
 import sys
 import tempfile
 import time
@@ -81,16 +82,18 @@ class Interrupted(SystemExit):
 
 class Deadline(Callback):
     """A fit that must be over by a moment on the wall clock (a speedrun's budget, counted from the launch of
-    the process by whoever launched it). After ``calibrate_steps`` steps, and again every ``calibrate_steps``
-    steps after that, it fits the learning-rate schedule to the steps the time left allows at the recent
-    pace, so that the decay ends when the budget does; and it stops training when one more step and the
-    closing save (``reserve_s``) would pass the deadline.
+    the process by whoever launched it). From ``calibrate_steps`` steps on, after every step, it fits the
+    learning-rate schedule to the steps that the time left allows at the recent pace (the median of the last
+    ``calibrate_steps`` steps, so one slow step, a pause of the machine, moves it little), so that the decay ends
+    when the budget does. It stops training only on the clock: when one more step and the closing save
+    (``reserve_s``) would pass the deadline. A schedule fitted to a pace that was too slow is stretched again at
+    the next step, never a reason to stop early.
 
     Args:
         at: ``time.time()`` by which fit must have ended; None: the environment's ``TS_DEADLINE``.
         reserve_s: Seconds kept for writing the last checkpoint and exiting.
         calibrate_steps: Steps timed before the schedule is first fitted (the first ones, compile and warm-up,
-            are left out of the pace), and steps between two fits.
+            are left out of the pace), and the window of the pace.
     """
 
     def __init__(self, at: float | None = None, reserve_s: float = 3.0, calibrate_steps: int = 30) -> None:
@@ -106,23 +109,24 @@ class Deadline(Callback):
         self.stamps = [time.time()]
 
     def step_seconds(self) -> float:
-        """Seconds a step at the recent pace: over the last ``calibrate_steps`` steps, or the later half of
-        them before there are more (warm-up left out)."""
+        """Seconds a step at the recent pace: the median over the last ``calibrate_steps`` steps, or over the
+        later half of them before there are more (warm-up left out)."""
         n = len(self.stamps) - 1
         recent = self.stamps[-self.calibrate_steps - 1 :] if n > self.calibrate_steps else self.stamps[n // 2 :]
-        return (recent[-1] - recent[0]) / max(1, len(recent) - 1)
+        if len(recent) < 2:
+            return 0.0
+        return statistics.median([b - a for a, b in zip(recent, recent[1:], strict=False)])
 
     def on_train_batch_end(self, trainer, pl_module, *args) -> None:
         now, at = time.time(), self.at
         assert at is not None  # set when training started
         self.stamps.append(now)
         step_s = self.step_seconds()
-        steps = len(self.stamps) - 1
-        if steps >= self.calibrate_steps and steps % self.calibrate_steps == 0:
-            left = int((at - self.reserve_s - now) / step_s)
+        if len(self.stamps) - 1 >= self.calibrate_steps:
+            left = int((at - self.reserve_s - now) / step_s) if step_s > 0 else 0
             self.fitted_steps = min(trainer.max_steps, trainer.global_step + max(left, 0))
             self.fit_schedule(trainer, pl_module, self.fitted_steps)
-        if now + step_s + self.reserve_s >= at or trainer.global_step >= (self.fitted_steps or math.inf):
+        if now + step_s + self.reserve_s >= at:
             trainer.should_stop = True
 
     @staticmethod
