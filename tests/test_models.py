@@ -377,3 +377,25 @@ def test_encoder_decoder_learns_to_reverse():
     pred = model.generate(test_src, bos_id=bos, max_new_tokens=n)
     exact = (pred == test_tgt).all(1).float().mean().item()
     assert exact >= 0.95, f"exact match {exact:.3f}"
+
+
+def test_relu_squared_is_relu_times_itself_and_a_zero_out_model_starts_each_block_as_the_identity():
+    """activation relu2 is relu(x)^2 (Primer). zero_out starts the projections that write into the residual stream
+    at zero: every block passes its input through, so the model's first logits are the embeddings read by the
+    head through the final norm; every other weight is the draw it would be without it."""
+    from transformers_scratch.model.blocks import ACTIVATIONS
+
+    x = torch.randn(5, 7)
+    assert torch.equal(ACTIVATIONS["relu2"]()(x), F.relu(x) * F.relu(x))
+    cfg = LMConfig(vocab_size=11, context=8, emb=16, heads=2, depth=3, activation="relu2", zero_out=True)
+    model = CausalLM(cfg)
+    outs = [n for n, p in model.named_parameters() if n.endswith(("attn.out.weight", "ff.2.weight"))]
+    assert len(outs) == 2 * cfg.depth and all(not model.get_parameter(n).any() for n in outs)
+    ids = torch.randint(11, (2, 8))
+    assert_close(model(ids), model.head(model.stack.norm(model.embed(ids))))
+    torch.manual_seed(0)
+    plain = CausalLM(LMConfig(vocab_size=11, context=8, emb=16, heads=2, depth=3, activation="relu2"))
+    torch.manual_seed(0)
+    zeroed = CausalLM(cfg)
+    same = [n for n, _ in plain.named_parameters() if n not in outs]
+    assert all(torch.equal(plain.get_parameter(n), zeroed.get_parameter(n)) for n in same)  # the same draws

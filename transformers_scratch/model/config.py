@@ -27,9 +27,10 @@ class TransformerConfig:
     """Number of transformer blocks."""
     ff_mult: int = 4
     """Feed-forward hidden width as a multiple of emb (4 in the tutorial and the paper)."""
-    activation: Literal["relu", "gelu", "gelu_tanh", "swiglu"] = "relu"
+    activation: Literal["relu", "gelu", "gelu_tanh", "relu2", "swiglu"] = "relu"
     """Feed-forward non-linearity: relu (tutorial, paper), gelu (BERT, nanoGPT), gelu_tanh (GPT-2's tanh
-    approximation of it), or swiglu, a gated feed-forward, down(silu(gate(x)) * up(x)) (Llama)."""
+    approximation of it), relu2, relu(x)^2 (Primer), or swiglu, a gated feed-forward, down(silu(gate(x)) * up(x))
+    (Llama)."""
     dropout: float = 0.0
     """Dropout on attention weights, sublayer outputs and embeddings."""
     pre_norm: bool = True
@@ -74,6 +75,9 @@ class TransformerConfig:
     """RoPE's base, which sets its longest wavelength (Llama 3: 500000)."""
     embed_norm: bool = False
     """A norm over the summed embeddings, before the first block (BERT)."""
+    zero_out: bool = False
+    """Start the projections that write into the residual stream (attention output, feed-forward down) at zero,
+    so that every block begins as the identity (the GPU speedruns); False: GPT-2's N(0, 0.02 / sqrt(2 depth))."""
     token_types: int = 0
     """Token-type (segment) embeddings added to the tokens (BERT: 2, for sentences A and B); 0: none. Without
     a token-type input every token is type 0."""
@@ -245,7 +249,7 @@ class XLConfig(TransformerConfig):
             )
 
 
-XL_FIXED = {"kv_heads": None, "qkv_bias": False, "embed_norm": False, "token_types": 0}
+XL_FIXED = {"kv_heads": None, "qkv_bias": False, "embed_norm": False, "token_types": 0, "zero_out": False}
 """Settings of :class:`TransformerConfig` that Transformer-XL does not take: they must keep these values."""
 
 

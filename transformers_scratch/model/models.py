@@ -17,15 +17,18 @@ from .cache import KVCache, empty_caches
 from .config import ClassifierConfig, EncoderDecoderConfig, LMConfig, MaskedLMConfig
 
 
-def init_weights(model: nn.Module, depth: int) -> None:
+def init_weights(model: nn.Module, depth: int, zero_out: bool = False) -> None:
     """GPT-2 initialisation: N(0, 0.02) weights, zero biases, and the projections that write into the
-    residual stream scaled by 1/sqrt(2 * depth) so the stream's variance does not grow with depth."""
+    residual stream scaled by 1/sqrt(2 * depth) so the stream's variance does not grow with depth (with
+    ``zero_out``, at zero: every block starts as the identity)."""
     for name, p in model.named_parameters():
         if name.endswith("bias"):
             nn.init.zeros_(p)
         elif p.dim() >= 2:
             residual_out = name.endswith(("attn.out.weight", "cross.out.weight", "ff.2.weight", "ff.down.weight"))
             nn.init.normal_(p, std=0.02 / math.sqrt(2 * depth) if residual_out else 0.02)
+            if residual_out and zero_out:
+                nn.init.zeros_(p)
 
 
 def _masked_mean(x: Tensor, mask: Tensor) -> Tensor:
@@ -58,7 +61,7 @@ class SequenceClassifier(nn.Module):
         self.cls = nn.Parameter(torch.zeros(1, 1, cfg.emb)) if cfg.pool == "cls" else None
         self.stack = Stack(cfg, cfg.depth)
         self.head = nn.Linear(cfg.emb, cfg.num_classes)
-        init_weights(self, cfg.depth)
+        init_weights(self, cfg.depth, cfg.zero_out)
 
     def forward(self, ids: Tensor, mask: Tensor | None = None, types: Tensor | None = None) -> Tensor:
         """ids: (b, t); mask: (b, t) bool, True for real tokens (None: no padding); types: (b, t) token types
@@ -87,7 +90,7 @@ class MaskedLM(nn.Module):
         act = ACTIVATIONS.get(cfg.activation, nn.GELU)()
         self.transform = nn.Sequential(nn.Linear(cfg.emb, cfg.emb), act, make_norm(cfg)) if cfg.head_transform else None
         self.head = nn.Linear(cfg.emb, cfg.vocab_size)
-        init_weights(self, cfg.depth)
+        init_weights(self, cfg.depth, cfg.zero_out)
         self.head.weight = self.embed.tokens.weight  # (v, k): one matrix reads and writes tokens
 
     def forward(
@@ -153,7 +156,7 @@ class CausalLM(nn.Module):
         self.embed = Embedding.of(cfg, cfg.vocab_size, cfg.context)
         self.stack = Stack(cfg, cfg.depth, causal=True)
         self.head = nn.Linear(cfg.emb, cfg.vocab_size, bias=False)
-        init_weights(self, cfg.depth)
+        init_weights(self, cfg.depth, cfg.zero_out)
         if cfg.tie_weights:
             self.head.weight = self.embed.tokens.weight  # one (v, k) matrix reads and writes tokens
 
@@ -190,7 +193,7 @@ class EncoderDecoder(nn.Module):
         self.encoder = Stack(cfg, cfg.depth)
         self.decoder = Stack(cfg, cfg.decoder_depth, causal=True, cross=True)
         self.head = nn.Linear(cfg.emb, cfg.tgt_vocab_size, bias=False)
-        init_weights(self, cfg.depth + cfg.decoder_depth)
+        init_weights(self, cfg.depth + cfg.decoder_depth, cfg.zero_out)
         self.head.weight = self.tgt_embed.tokens.weight  # with a shared vocabulary: one matrix for all three
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
