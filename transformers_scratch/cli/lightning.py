@@ -71,7 +71,6 @@ from .config_files import check_config_files, check_values, not_a_config, unread
 # before it imports anything), so a config cannot run os.system, eval or an arbitrary module's import-time code.
 ALLOWED_IMPORTS = ["transformers_scratch", "torch", "lightning"]
 set_parsing_settings(import_path_denylist=["*"], import_path_allowlist=ALLOWED_IMPORTS)
-set_parsing_settings(docstring_parse_attribute_docstrings=True)  # the typed configs' docstrings are their help
 
 
 RUN = "{run}"  # stands for the run's name in the shared defaults until the parsed config gives it
@@ -574,4 +573,8 @@ class CLI(LightningCLI):
 
 def build_cli(args: list[str] | None = None, run: bool = True) -> CLI:
     """The one way to build the CLI, for ``main`` and the tests alike."""
+    argv = sys.argv[1:] if args is None else args
+    # The typed configs' attribute docstrings are their help, read from their sources: only a run that shows help
+    # reads them (seconds of start-up otherwise spent on text no one sees).
+    set_parsing_settings(docstring_parse_attribute_docstrings=any("help" in a or a == "-h" for a in argv))
     return CLI(args=args, run=run)
