@@ -362,8 +362,9 @@ def verdict(rows: list[dict], budget: float, nanogpt_budget: float) -> dict:
         return None if not scores or None in scores else sum(scores) / len(scores)  # type: ignore[arg-type]
 
     ours, theirs = mean("fit"), mean("nanoGPT train.py")
-    below = None if ours is None or theirs is None else ours < theirs
-    said = ("a run failed: no verdict" if below is None else
-            f"the recipe in {budget:g} s: {ours:.4f} nats/char, {'below' if below else 'NOT below'} nanoGPT's "
-            f"{theirs:.4f} in {nanogpt_budget:g} s ({theirs - ours:+.4f})")  # fmt: skip
+    below, said = None, "a run failed: no verdict"
+    if ours is not None and theirs is not None:
+        below = ours < theirs
+        said = (f"the recipe in {budget:g} s: {ours:.4f} nats/char, {'below' if below else 'NOT below'} nanoGPT's "
+                f"{theirs:.4f} in {nanogpt_budget:g} s ({theirs - ours:+.4f})")  # fmt: skip
     return {"fit_mean_nats": ours, "nanogpt_mean_nats": theirs, "fit_below_nanogpt": below, "said": said}
