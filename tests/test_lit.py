@@ -223,28 +223,37 @@ def test_cosine_needs_a_length(tmp_path):
     assert schedule.get_last_lr() == [module.optim.lr, module.optim.lr]
 
 
-def test_a_deadline_fits_the_cosine_to_the_time_left_and_stops_before_it(monkeypatch):
-    """A run whose steps speed up half-way: the cosine is refitted to the recent pace, so it reaches its floor
-    as the time runs out, and training stops when one more step and the save would pass the deadline."""
+def run_to_deadline(monkeypatch, cfg: OptimConfig, at: float, pace):
+    """A Deadline over a stand-in trainer on a simulated clock from 1000 s, each step taking ``pace(step)`` seconds,
+    until it stops training: the clock, the trainer, the callback and the optimizer its schedule sets."""
     from types import SimpleNamespace
 
     from transformers_scratch.training import callbacks
 
     clock = [1000.0]
     monkeypatch.setattr(callbacks.time, "time", lambda: clock[0])
-    cfg = OptimConfig(lr=1.0, warmup_steps=0, min_lr_ratio=0.0)
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, cfg, 10**6))
     trainer = SimpleNamespace(max_steps=10**6, global_step=0, should_stop=False,
                               lr_scheduler_configs=[SimpleNamespace(scheduler=schedule)])  # fmt: skip
-    deadline = callbacks.Deadline(at=1100.0, reserve_s=3.0, calibrate_steps=30)
+    deadline = callbacks.Deadline(at=at, reserve_s=3.0, calibrate_steps=30)
     deadline.on_train_start(trainer, SimpleNamespace(optim=cfg))
     while not trainer.should_stop:
-        clock[0] += 0.1 if trainer.global_step < 400 else 0.05
+        clock[0] += pace(trainer.global_step)
         trainer.global_step += 1
+        optimizer.step()
         schedule.step()
         deadline.on_train_batch_end(trainer, SimpleNamespace(optim=cfg))
-    assert 1100.0 - 3.0 - 0.05 <= clock[0] + 0.05 and clock[0] + 3.0 <= 1100.0  # stopped at the last whole step
+    return clock[0], trainer, deadline, optimizer
+
+
+def test_a_deadline_fits_the_cosine_to_the_time_left_and_stops_before_it(monkeypatch):
+    """A run whose steps speed up half-way: the cosine is refitted to the recent pace, so it reaches its floor
+    as the time runs out, and training stops when one more step and the save would pass the deadline."""
+    cfg = OptimConfig(lr=1.0, warmup_steps=0, min_lr_ratio=0.0)
+    clock, trainer, deadline, optimizer = run_to_deadline(monkeypatch, cfg, 1100.0,
+                                                          lambda step: 0.1 if step < 400 else 0.05)  # fmt: skip
+    assert 1100.0 - 3.0 - 0.05 <= clock + 0.05 and clock + 3.0 <= 1100.0  # stopped at the last whole step
     assert trainer.global_step == 400 + round((97.0 - 40.0) / 0.05)  # the last step that ends by deadline - reserve
     assert deadline.fitted_steps - 40 <= trainer.global_step <= deadline.fitted_steps
     assert optimizer.param_groups[0]["lr"] < 0.01  # the cosine is at its floor when the time is up
@@ -265,26 +274,9 @@ def test_a_deadline_is_not_cut_short_by_a_slow_spell(monkeypatch, pace):
     fast again: the run keeps training to the deadline, with its decay stretched to it. Fitted every 30 steps and
     stopped at the fitted step, a spell of 0.6 s steps from step 30 to 59 once set 83 steps and stopped there,
     11 s before the deadline: the short run of a 45 s speedrun."""
-    from types import SimpleNamespace
-
-    from transformers_scratch.training import callbacks
-
-    clock = [1000.0]
-    monkeypatch.setattr(callbacks.time, "time", lambda: clock[0])
     cfg = OptimConfig(lr=1.0, warmup_steps=0, min_lr_ratio=0.0, schedule="wsd", cooldown=0.4)
-    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, cfg, 10**6))
-    trainer = SimpleNamespace(max_steps=10**6, global_step=0, should_stop=False,
-                              lr_scheduler_configs=[SimpleNamespace(scheduler=schedule)])  # fmt: skip
-    deadline = callbacks.Deadline(at=1038.0, reserve_s=3.0, calibrate_steps=30)
-    deadline.on_train_start(trainer, SimpleNamespace(optim=cfg))
-    while not trainer.should_stop:
-        clock[0] += pace(trainer.global_step)
-        trainer.global_step += 1
-        optimizer.step()
-        schedule.step()
-        deadline.on_train_batch_end(trainer, SimpleNamespace(optim=cfg))
-    assert 1038.0 - 3.0 - 0.2 <= clock[0] <= 1038.0 - 3.0, clock[0]  # the last whole step before deadline - reserve
+    clock, _, _, optimizer = run_to_deadline(monkeypatch, cfg, 1038.0, pace)
+    assert 1038.0 - 3.0 - 0.2 <= clock <= 1038.0 - 3.0, clock  # the last whole step before deadline - reserve
     assert optimizer.param_groups[0]["lr"] < 0.01  # the decay ends as the time does
 
 

@@ -49,9 +49,14 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+@cache
+def _parsed(source: Path) -> ast.Module:
+    return ast.parse(source.read_text(encoding="utf-8"))  # once a file, for all of its commands
+
+
 def summary(source: Path, function: str | None = None) -> str:
     """The first line of a module's docstring, or of one of its functions', read from its source unimported."""
-    tree = ast.parse(source.read_text(encoding="utf-8"))
+    tree = _parsed(source)
     node = tree if function is None else next(n for n in tree.body if getattr(n, "name", None) == function)
     return (ast.get_docstring(node) or "").splitlines()[0]  # type: ignore[arg-type]
 
