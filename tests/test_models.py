@@ -133,6 +133,8 @@ def test_bad_config_says_what_to_do():
         LMConfig(emb=100, heads=8)
     with pytest.raises(ValueError, match="depth=0 must be a positive integer"):
         LMConfig(depth=0)
+    with pytest.raises(ValueError, match="at least 1.4e\\+82 parameters .* make it smaller"):
+        LMConfig(emb=10**40 - 1, heads=4)  # the size is refused before a divisor of its 40 digits is looked for
 
 
 @pytest.mark.parametrize("attention", ["reference", "sdpa"])

@@ -102,7 +102,8 @@ def test_export_never_overwrites_and_reading_checks_the_folder(tmp_path):
     ({"vocab_size": 10**10}, "for its float32 weights alone"), ({"depth": 500}, "declares"),
     ({"context": 10**10}, "context at most 1,048,576"), ({"emb": -8}, "must be a positive integer"),
     ({"emb": 64, "heads": 4}, "does not match its weights"), ({"depth": 3}, "does not fit config.json"),
-    ({"width": 3}, "unexpected keyword argument 'width'"),
+    ({"width": 3}, "setting 'width' that this version's LMConfig lacks"), ({"emb": 10**40 - 1}, "2.4e\\+81 parameters"),
+    ({"positions": "mearned"}, "positions='mearned', and this version offers learned\\|"),
 ])  # fmt: skip
 def test_an_export_is_untrusted_its_sizes_checked_before_anything_is_allocated(tmp_path, change, message):
     """A config.json that declares a model its weights cannot hold is refused in one line, before the model is

@@ -90,6 +90,17 @@ class TransformerConfig:
         if self.depth > MAX_DEPTH:
             raise ValueError(f"model depth={self.depth} is more than {MAX_DEPTH:,} blocks (the deepest published "
                              "transformers have about that many); pass fewer")  # fmt: skip
+        for name in ("ff_hidden", "kv_heads"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"model {name}={value!r} must be a positive integer or None")
+        # before any check that reads the sizes digit by digit: a width may have 40 digits
+        if (weights := 4 * self.parameters_at_least()) > memory_bytes():
+            raise ValueError(
+                f"model of at least {_count(weights // 4)} parameters needs {_count(weights / 1e9)} GB for its float32 "
+                f"weights alone, more than this machine's {memory_bytes() / 1e9:,.1f} GB of memory; make it smaller "
+                "(emb, depth, vocab_size, context)"
+            )
         if self.emb % self.heads:
             raise ValueError(
                 f"model emb={self.emb} is not divisible by heads={self.heads}; "
@@ -97,10 +108,6 @@ class TransformerConfig:
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"model dropout={self.dropout} must lie in [0, 1)")
-        for name in ("ff_hidden", "kv_heads"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise ValueError(f"model {name}={value!r} must be a positive integer or None")
         if self.kv_heads is not None and self.heads % self.kv_heads:
             raise ValueError(f"model kv_heads={self.kv_heads} must divide heads={self.heads}")
         if not (self.norm_eps > 0 and self.rope_base > 0):
@@ -115,13 +122,6 @@ class TransformerConfig:
             if self.sparse_layout == "split" and self.heads < 2:
                 raise ValueError(f"model sparse_layout split gives half the heads each part: heads={self.heads} "
                                  "is too few; use 2 heads or more, or sparse_layout alternate")  # fmt: skip
-
-        if (weights := 4 * self.parameters_at_least()) > memory_bytes():
-            raise ValueError(
-                f"model of at least {weights // 4:,} parameters needs {weights / 1e9:,.1f} GB for its float32 "
-                f"weights alone, more than this machine's {memory_bytes() / 1e9:,.1f} GB of memory; make it smaller "
-                "(emb, depth, vocab_size, context)"
-            )
 
     def sparse(self) -> SparsePattern:
         """The sparse attention pattern these settings describe (refusing settings that make none)."""
@@ -150,6 +150,7 @@ class TransformerConfig:
 
 
 MAX_DEPTH = 1_000  # blocks a model may have
+MAX_HEADS_HINT = 4_096  # the most heads an error message suggests
 
 
 def memory_bytes() -> int:
@@ -275,14 +276,17 @@ class EncoderDecoderConfig(TransformerConfig):
         return self.tgt_vocab_size == self.vocab_size
 
 
-def read_settings(cls: type, settings, source: str):
+def read_settings(cls: type, settings, source: str, fix: str = ""):
     """A config of class ``cls`` from settings read from disk (a checkpoint's), named ``source`` in the error. A
     setting this version does not know, or a choice it does not offer, comes from a newer (or another) version,
     and is refused before anything is built; a setting missing is an older layout's, and takes its default
-    (which keeps the older behaviour)."""
+    (which keeps the older behaviour). ``fix`` ends each refusal; by default it points to the version that wrote
+    the settings."""
     if dataclasses.is_dataclass(settings) and not isinstance(settings, type):
         settings = dataclasses.asdict(settings)
-    fix = "use the version of transformers-scratch that wrote it (or a newer one), or train it again with this one"
+    fix = (
+        fix or "use the version of transformers-scratch that wrote it (or a newer one), or train it again with this one"
+    )
     if not isinstance(settings, dict):
         raise ValueError(f"{source} holds model settings of type {type(settings).__name__}; {fix}")
     hints = get_type_hints(cls)
@@ -300,6 +304,14 @@ def read_settings(cls: type, settings, source: str):
         raise ValueError(f"{source} has model settings this version refuses ({str(e)[:200]}); {fix}") from None
 
 
+def _count(n: float) -> str:
+    """n with thousands separators, or in scientific notation past 10^15 (a size may have 40 digits)."""
+    return f"{n:.1e}" if n >= 1e15 else f"{n:,.1f}" if isinstance(n, float) else f"{n:,}"
+
+
 def _divisor_near(n: int, target: int) -> int:
-    """The divisor of n closest to target (for error messages)."""
-    return min((d for d in range(1, n + 1) if n % d == 0), key=lambda d: (abs(d - target), d))
+    """The divisor of n closest to target (for error messages). A divisor above 2 x target lies farther from it
+    than 1 does, and no one runs more heads than MAX_HEADS_HINT, so the search stops there: the width may have 40
+    digits."""
+    top = min(n, 2 * target, MAX_HEADS_HINT)
+    return min((d for d in range(1, top + 1) if n % d == 0), key=lambda d: (abs(d - target), d))

@@ -21,7 +21,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from .config import ClassifierConfig, EncoderDecoderConfig, LMConfig, XLConfig
+from .config import ClassifierConfig, EncoderDecoderConfig, LMConfig, XLConfig, read_settings
 from .models import CausalLM, EncoderDecoder, SequenceClassifier
 from .xl import TransformerXL
 
@@ -109,10 +109,9 @@ def from_pretrained(folder: str | os.PathLike, device: str | torch.device = "cpu
     weights = Path(folder) / WEIGHTS
     if not weights.is_file():
         raise FileNotFoundError(f"{str(folder)!r} holds no {WEIGHTS}; pass a folder written by `cli.py export`")
-    try:
-        cfg = config_class(**config["config"])  # sizes must be positive integers (config.__post_init__)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{str(weights.parent / CONFIG)!r}: {str(e)[:200]}; export the model again") from None
+    # unknown keys, choices this version lacks and sizes that are not positive integers are refused, naming the file
+    fix = "export the model again with this version"
+    cfg = read_settings(config_class, config["config"], repr(str(weights.parent / CONFIG)), fix)
     check_sizes(cfg, weights)
     model = model_class(cfg)
     try:
