@@ -476,6 +476,7 @@ FLAGS = {
 @example(flag=("attention", "--dpi"), value="9" * 40)  # found: matplotlib's renderer refusing the picture's size
 @example(flag=("fit", "--trainer.max_steps"), value="9" * 40)  # a run without end: its max_time stops it
 @example(flag=("fit", "--model.model.emb"), value="9" * 40)  # found: minutes seeking a divisor of 40 digits
+@example(flag=("fit", "--data.batch_size"), value="null")  # found: "'<=' not supported ... 'NoneType'", no flag
 def test_a_command_line_value(made, tmp_path_factory, flag, value):
     folder = fresh(made, tmp_path_factory)
     name, flag = flag

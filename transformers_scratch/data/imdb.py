@@ -19,7 +19,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from .files import DataError, predicting
-from .ids import IGNORE_INDEX, MAX_COUNT
+from .ids import IGNORE_INDEX, check_counts
 from .progress import ResumableData
 from .vocab import TokenizerVocab, WordVocab, vocab_from_state, vocab_state
 
@@ -215,9 +215,7 @@ class IMDbDataModule(ResumableData):
                 ids instead of a vocabulary of words (``vocab_words`` is then unused).
         """
         super().__init__()
-        for name, value in (("vocab_words", vocab_words), ("max_length", max_length), ("batch_size", batch_size)):
-            if not 1 <= value <= MAX_COUNT:
-                raise ValueError(f"data.{name}={value} must be a positive integer, at most {MAX_COUNT:,}")
+        check_counts(vocab_words=vocab_words, max_length=max_length, batch_size=batch_size)
         if not 0.0 <= word_dropout < 1.0:
             raise ValueError(f"data.word_dropout={word_dropout} must lie in [0, 1); 0.1 drops one word in ten")
         self.word_dropout = word_dropout

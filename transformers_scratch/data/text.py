@@ -19,7 +19,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from .files import DataError, download, predicting, read_bytes
-from .ids import IGNORE_INDEX, MAX_COUNT
+from .ids import IGNORE_INDEX, check_counts
 from .progress import ResumableData
 from .sources import SOURCES
 from .vocab import ByteVocab, TokenizerVocab, vocab_from_state, vocab_state
@@ -159,9 +159,7 @@ class TextDataModule(ResumableData):
                 metrics are then per token, not per byte.
         """
         super().__init__()
-        for name, value in (("context", context), ("batch_size", batch_size), ("batches_per_epoch", batches_per_epoch)):
-            if not 1 <= value <= MAX_COUNT:
-                raise ValueError(f"data.{name}={value} must be a positive integer, at most {MAX_COUNT:,}")
+        check_counts(context=context, batch_size=batch_size, batches_per_epoch=batches_per_epoch)
         if eval_stride is not None and not 1 <= eval_stride <= context:
             raise ValueError(f"data.eval_stride={eval_stride} must lie in [1, context={context}], or be None")
         self.path, self.data_dir, self.context, self.batch_size = path, Path(data_dir), context, batch_size

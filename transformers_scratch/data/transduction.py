@@ -25,7 +25,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from ..model.models import EncoderDecoder
-from .ids import IGNORE_INDEX, MAX_COUNT
+from .ids import IGNORE_INDEX, check_counts
 from .progress import ResumableData
 
 ALPHABET = "0123456789+"
@@ -145,10 +145,7 @@ class TransductionDataModule(ResumableData):
             raise ValueError(
                 f"data.min_length {min_length} and data.max_length {max_length} must satisfy 1 <= min <= max"
             )
-        for name, value in (("batch_size", batch_size), ("batches_per_epoch", batches_per_epoch),
-                            ("val_size", val_size), ("test_size", test_size)):  # fmt: skip
-            if not 1 <= value <= MAX_COUNT:
-                raise ValueError(f"data.{name}={value} must be a positive integer, at most {MAX_COUNT:,}")
+        check_counts(batch_size=batch_size, batches_per_epoch=batches_per_epoch, val_size=val_size, test_size=test_size)
         self.task, self.min_length, self.max_length = task, min_length, max_length
         self.batch_size, self.batches_per_epoch, self.val_size, self.test_size = (
             batch_size, batches_per_epoch, val_size, test_size)  # fmt: skip
