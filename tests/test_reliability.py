@@ -77,8 +77,14 @@ def text(tmp_path, monkeypatch) -> Path:
         (["--trainer.max_steps", "-5"], "max_steps"),
         (["--model.optim.cooldown", "2"], "cooldown=2.0 must lie in [0, 1]: the fraction of the steps spent decaying"),
         (["--bogus", "3"], "unrecognized arguments: --bogus"),
+        (
+            ["--data.num_workers", "null"],
+            "--data.num_workers null: TextDataModule's num_workers takes a value of "
+            "type int, not null; pass one, or drop the flag (its default: 0)",
+        ),
+        (["--data.seed", "null"], "--data.seed null: TextDataModule's seed takes a value of type int"),
     ],
-    ids=["heads", "depth", "batch-size", "context", "max-steps", "cooldown", "unknown"],
+    ids=["heads", "depth", "batch-size", "context", "max-steps", "cooldown", "unknown", "workers-null", "seed-null"],
 )
 def test_out_of_range_settings_get_one_line(capsys, text, args, message):
     err = fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), *args, message=message)

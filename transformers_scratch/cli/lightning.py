@@ -15,6 +15,7 @@ Hand-written pieces, and why Lightning's own do not do:
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
 import sys
 import warnings
@@ -205,6 +206,32 @@ def _class_name(item) -> str:
     return str(getattr(item, "class_path", "")).rsplit(".", 1)[-1]
 
 
+def class_of(component) -> type:
+    """The class a ``class_path`` names (jsonargparse has imported it while parsing)."""
+    module, _, name = component.class_path.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+def refuse_null(key: str, component) -> None:
+    """jsonargparse checks a class's arguments against their types, but takes ``null`` for any ``init_args`` of a
+    class given by ``class_path`` (``--data.num_workers null`` reached the DataLoader). An argument set to null
+    whose type does not admit None is refused here, naming the flag and its default."""
+    if not isinstance(getattr(component, "class_path", None), str):
+        return
+    cls: Any = class_of(component)  # any class: mypy would call its __init__ unsound to read
+    try:
+        hints = get_type_hints(cls.__init__)
+    except Exception:  # annotations this Python cannot evaluate: jsonargparse's own checks stand
+        return
+    for arg, value in (component.get("init_args") or {}).items():
+        if value is None and arg in hints and hints[arg] is not Any and type(None) not in get_args(hints[arg]):
+            default = inspect.signature(cls).parameters[arg].default
+            suggestion = "" if default is inspect.Parameter.empty else f" (its default: {default!r})"
+            raise ValueError(f"--{key}.{arg} null: {cls.__name__}'s {arg} takes a value of type "
+                             f"{getattr(hints[arg], '__name__', hints[arg])}, not null; pass one, or drop the "
+                             f"flag{suggestion}")  # fmt: skip
+
+
 # What every run has: the bar, the learning-rate log, the phase timers, the throughput and the Ctrl-C/SIGTERM
 # saver. A config's own `trainer.callbacks` list adds to these (CLI.with_project_callbacks); the checkpoint policy
 # is the `checkpoint` key's.
@@ -312,6 +339,8 @@ class CLI(LightningCLI):
             raise ValueError(named or str(e)) from None
         silence()
         sub = self.config.get("subcommand")
+        for key in ("model", "data"):
+            refuse_null(key, (self.config[sub] if sub else self.config).get(key))
         seed = (self.config[sub] if sub else self.config).get("seed_everything")
         if not isinstance(seed, bool) and isinstance(seed, int) and not 0 <= seed < 2**32:
             raise ValueError(f"seed_everything={seed} must lie in [0, {2**32 - 1:,}] (numpy's seeds), or be true/false")
@@ -462,8 +491,7 @@ class CLI(LightningCLI):
 
     @staticmethod
     def model_class_of(cfg) -> type:
-        module, _, name = cfg.model.class_path.rpartition(".")
-        return getattr(importlib.import_module(module), name)
+        return class_of(cfg.model)
 
     def _continue_logs(self, cfg) -> None:
         """A resumed run logs into the CSV version and the W&B run it started (the checkpoint names them)."""
