@@ -123,8 +123,9 @@ def bounded(folder: Path):
     assert not list(folder.rglob(MARKER)), "code from a pickle ran"
 
 
-def command(args: list[str], folder: Path, names: tuple[str, ...]) -> tuple[int, str]:
-    """``main(args)`` in ``folder``: 0, or one ``error:`` line naming one of ``names`` (a file or a flag)."""
+def assert_cli(args: list[str], folder: Path, names: tuple[str, ...]) -> tuple[int, str]:
+    """Asserts the property at a command's door: ``main(args)`` in ``folder`` exits 0, or exits non-zero with one
+    ``error:`` line naming one of ``names`` (a file or a flag), within the bounds. Returns the code and the line."""
     out, err = io.StringIO(), io.StringIO()
     with bounded(folder), inside(folder), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
@@ -145,8 +146,9 @@ def command(args: list[str], folder: Path, names: tuple[str, ...]) -> tuple[int,
     return code, line
 
 
-def api(call, folder: Path, names: tuple[str, ...]):
-    """A Python entry point: a result, or ValueError/OSError naming one of ``names``."""
+def assert_api(call, folder: Path, names: tuple[str, ...]):
+    """Asserts the property at a Python entry point: ``call()`` returns, or raises ValueError/OSError naming one of
+    ``names`` in one line, within the bounds. Returns the result or the error."""
     with bounded(folder.parent):
         try:
             return call()
@@ -278,7 +280,7 @@ def yaml_text(value) -> bytes:
 def test_a_config_file(made, tmp_path_factory, config):
     folder = fresh(made, tmp_path_factory)
     (folder / "fuzz.yaml").write_bytes(config)
-    command(["fit", "--config", TINY_LM, "--config", "fuzz.yaml", "--data.path", str(made / "text.txt"), *TINY,
+    assert_cli(["fit", "--config", TINY_LM, "--config", "fuzz.yaml", "--data.path", str(made / "text.txt"), *TINY,
              *SHORT], folder, ("fuzz.yaml", "--", "model", "data", "trainer", "checkpoint", "sample"))  # fmt: skip
 
 
@@ -292,7 +294,7 @@ texts = st.one_of(st.binary(max_size=2000), st.text(max_size=2000).map(str.encod
 def test_a_data_file(made, tmp_path_factory, data):
     folder = fresh(made, tmp_path_factory)
     (folder / "fuzz.txt").write_bytes(data)
-    command(["fit", "--config", TINY_LM, "--data.path", "fuzz.txt", *TINY, *SHORT], folder, ("fuzz.txt",))
+    assert_cli(["fit", "--config", TINY_LM, "--data.path", "fuzz.txt", *TINY, *SHORT], folder, ("fuzz.txt",))
 
 
 @fuzz()
@@ -305,7 +307,7 @@ def test_a_prompt_or_text_file(made, tmp_path_factory, data, flag):
     name, option = flag.split()
     extra = {"sample": ["--length", "5"], "attention": ["--out", "a.png"], "decode": []}[name]
     checkpoint = made / ("checkpoints/s2s/last.ckpt" if name == "decode" else "checkpoints/made/last.ckpt")
-    command([name, "--ckpt_path", str(checkpoint), option, "fuzz.txt", *extra], folder, (option, "fuzz.txt"))
+    assert_cli([name, "--ckpt_path", str(checkpoint), option, "fuzz.txt", *extra], folder, (option, "fuzz.txt"))
 
 
 @fuzz()
@@ -316,7 +318,7 @@ def test_a_state_dict_file(made, tmp_path_factory, data):
     original = (made / "state_dict.pt").read_bytes()
     body = data.draw(st.one_of(mutated(original[:4096]).map(lambda head: head + original[4096:]), in_zip(original)))
     (folder / "fuzz.pt").write_bytes(body)
-    command(["convert_xl", "--state_dict", "fuzz.pt", "--out", "out.ckpt"], folder, ("fuzz.pt", "--state_dict"))
+    assert_cli(["convert_xl", "--state_dict", "fuzz.pt", "--out", "out.ckpt"], folder, ("fuzz.pt", "--state_dict"))
 
 
 # ---- checkpoints: torch zip archives, mutated whole and member by member --------------------------------------
@@ -338,7 +340,7 @@ def test_a_checkpoint(made, tmp_path_factory, blob, how, data, name):
     test = ["--config", TINY_LM, "--data.path", str(made / "text.txt"), *TINY, "--trainer.logger", "false",
             "--trainer.limit_test_batches", "1"]  # fmt: skip
     extra = {"sample": ["--prompt", "the", "--length", "5"], "test": test, "export": ["--out", "out"]}[name]
-    command([name, "--ckpt_path", "fuzz.ckpt", *extra], folder, ("fuzz.ckpt", "--ckpt_path"))
+    assert_cli([name, "--ckpt_path", "fuzz.ckpt", *extra], folder, ("fuzz.ckpt", "--ckpt_path"))
 
 
 # ---- Hugging Face folders: config.json, safetensors headers and bodies ---------------------------------------
@@ -372,7 +374,7 @@ def test_a_hugging_face_folder(made, tmp_path_factory, data, part):
         weights = struct.pack("<Q", data.draw(st.integers(0, 2**64 - 1))) + weights[8:]
     (folder / "config.json").write_bytes(config)
     (folder / "model.safetensors").write_bytes(weights)
-    api(lambda: from_hf(folder), folder, (str(folder),))
+    assert_api(lambda: from_hf(folder), folder, (str(folder),))
 
 
 # ---- the project's own exports ------------------------------------------------------------------------------
@@ -386,7 +388,7 @@ def test_an_export_folder(made, tmp_path_factory, data, part):
     for name in ("config.json", "model.safetensors"):
         body = (made / "export" / name).read_bytes()
         (folder / name).write_bytes(data.draw(mutated(body)) if name == part else body)
-    api(lambda: from_pretrained(folder), folder, (str(folder),))
+    assert_api(lambda: from_pretrained(folder), folder, (str(folder),))
 
 
 def test_an_export_folder_with_a_flipped_bit_in_a_choice(made, tmp_path_factory):
@@ -400,7 +402,7 @@ def test_an_export_folder_with_a_flipped_bit_in_a_choice(made, tmp_path_factory)
     assert b'"positions": "learned"' in config
     (folder / "config.json").write_bytes(config.replace(b'"learned"', b'"mearned"'))
     (folder / "model.safetensors").write_bytes((made / "export" / "model.safetensors").read_bytes())
-    refused = api(lambda: from_pretrained(folder), folder, (str(folder),))
+    refused = assert_api(lambda: from_pretrained(folder), folder, (str(folder),))
     assert isinstance(refused, ValueError) and "mearned" in str(refused)
 
 
@@ -421,7 +423,7 @@ def test_a_tokenizer(made, tmp_path_factory, data):
     else:
         body = data.draw(mutated(body))
     (folder / "fuzztok" / "tokenizer.json").write_bytes(body)
-    command(["fit", "--config", TINY_LM, "--data.path", str(made / "text.txt"), "--data.tokenizer", "fuzztok", *TINY,
+    assert_cli(["fit", "--config", TINY_LM, "--data.path", str(made / "text.txt"), "--data.tokenizer", "fuzztok", *TINY,
              *SHORT], folder, ("fuzztok", "--data.tokenizer"))  # fmt: skip
 
 
@@ -434,7 +436,7 @@ def test_a_metrics_file(made, tmp_path_factory, data):
     rows = st.lists(st.lists(st.text(max_size=8) | st.floats().map(str), min_size=1, max_size=5), max_size=6)
     generated = rows.map(lambda r: "\n".join(",".join(cells) for cells in r).encode())
     (folder / "metrics.csv").write_bytes(data.draw(st.one_of(mutated(real), generated)))
-    command(["plot", "metrics.csv", "--out", "out.png"], folder, ("metrics.csv",))
+    assert_cli(["plot", "metrics.csv", "--out", "out.png"], folder, ("metrics.csv",))
 
 
 # ---- command-line values --------------------------------------------------------------------------------------
@@ -505,14 +507,14 @@ def test_a_command_line_value(made, tmp_path_factory, flag, value):
         "test": scoring,
     }[name]
     named = (flag, flag.lstrip("-"), flag.rsplit(".", 1)[-1], *([value[:20]] if len(value) >= 8 else []))
-    command([name, *base, flag, value], folder, named)  # the flag, or a long value itself (shortened)
+    assert_cli([name, *base, flag, value], folder, named)  # the flag, or a long value itself (shortened)
 
 
 def test_the_pickle_that_runs_code_is_refused_and_runs_nothing(made, tmp_path_factory):
     """The seed of the checkpoint door's hostile half: loaded unsafely it would write MARKER."""
     folder = fresh(made, tmp_path_factory)
     (folder / "fuzz.ckpt").write_bytes((made / "runs_code.ckpt").read_bytes())
-    code, line = command(
+    code, line = assert_cli(
         ["sample", "--ckpt_path", "fuzz.ckpt", "--prompt", "the", "--length", "5"], folder, ("fuzz.ckpt",)
     )
     assert code != 0 and not (folder / MARKER).exists()
@@ -545,6 +547,6 @@ def test_a_tokenizer_that_makes_tokenizers_panic_gets_one_line(made, tmp_path_fa
     tokenizer["normalizer"] = {"type": "Precompiled", "precompiled_charsmap": ""}
     (folder / "fuzztok").mkdir()
     (folder / "fuzztok" / "tokenizer.json").write_text(json.dumps(tokenizer))
-    code, line = command(["fit", "--config", TINY_LM, "--data.path", str(made / "text.txt"), "--data.tokenizer",
+    code, line = assert_cli(["fit", "--config", TINY_LM, "--data.path", str(made / "text.txt"), "--data.tokenizer",
                           "fuzztok", *TINY, *SHORT], folder, ("fuzztok",))  # fmt: skip
     assert code != 0 and "is not a tokenizer.json" in line
