@@ -573,6 +573,39 @@ def test_a_checkpoint_that_runs_code_or_is_broken_is_refused_by_every_command(ca
     assert not trace.exists()
 
 
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        ("renamed", "'model.head.weight' is missing (and 1 more)"),
+        ("shape", "'model.head.weight' is [3, 32], not [256, 32]"),
+        ("extra", "'model.spare' is not one of its weights"),
+        ("no-tensors", "holds no model weights (its state_dict is no mapping of names to tensors)"),
+    ],
+)
+@pytest.mark.parametrize("command", ["fit", "validate", "test", "predict"])
+def test_a_checkpoint_whose_weights_do_not_fit_its_settings_is_refused_in_one_line(
+    capsys, text, tmp_path, damage, message, command
+):
+    """Found by the checkpoint door: one flipped bit in a weight's name reached Lightning's strict load, whose
+    RuntimeError lists every key."""
+    module = LitCharLM(TINY)
+    state = module.state_dict()
+    if damage == "renamed":
+        state["lodel.head.weight"] = state.pop("model.head.weight")
+    elif damage == "shape":
+        state["model.head.weight"] = state["model.head.weight"][:3]
+    elif damage == "extra":
+        state["model.spare"] = torch.zeros(2)
+    else:
+        state["model.head.weight"] = "not a tensor"
+    hparams = {"_class_path": "transformers_scratch.training.modules.LitCharLM", **dict(module.hparams)}
+    torch.save({"state_dict": state, "hyper_parameters": hparams, "TextDataModule": {"vocab_symbols": None},
+                "pytorch-lightning_version": L.__version__}, tmp_path / "bad.ckpt")  # fmt: skip
+    fails(capsys, command, "--config", TINY_LM, "--data.path", str(text), "--ckpt_path", str(tmp_path / "bad.ckpt"),
+          "--data.predict_path", str(text), "--data.context", "16", "--name", "damaged", message=message)  # fmt: skip
+    assert not Path("checkpoints/damaged").exists()
+
+
 LOADERS = {"load", "load_checkpoint", "load_from_checkpoint"}  # torch.load, CheckpointIO's, LightningModule's
 
 
@@ -953,6 +986,37 @@ def test_a_hostile_config_file_gets_one_line(tmp_path, capsys, monkeypatch, cont
     err = fails(capsys, "fit", "--config", "a.yaml", "--config", "b.yaml", "--config", "bad.yaml", message=message)
     assert "'bad.yaml'" in err and "'a.yaml'" not in err  # which of the files, of several
     assert len(err) < 1000  # nothing long echoed back
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("checkpoint: null\n", "checkpoint: null: checkpoint is a group of SafeModelCheckpoint's settings"),
+        ("trainer: null\n", "trainer: null: trainer is a group of Trainer's settings, not one value"),
+        ("sample: null\n", "sample: null: sample is a group of SampleText's settings"),
+        ("predictions: null\n", "predictions: null: predictions is a group of PredictionWriter's settings"),
+        ("checkpoint: {save_top_k: null}\n", "--checkpoint.save_top_k null: SafeModelCheckpoint's save_top_k takes "
+         "a value of type int, not null; pass one, or drop the flag (its default: 1)"),
+        ("trainer: {accelerator: null}\n", "--trainer.accelerator null: Trainer's accelerator takes a value of type "
+         "str or Accelerator"),
+    ],
+    ids=["checkpoint", "trainer", "sample", "predictions", "save-top-k", "accelerator"],
+)  # fmt: skip
+def test_a_group_of_settings_set_to_null_gets_one_line(capsys, text, content, message):
+    """jsonargparse takes null for a whole group (found by the config door: ``checkpoint: null`` reached
+    ``cfg.checkpoint.monitor``), and for an argument of a callback's group whose type does not admit it."""
+    Path("null.yaml").write_text(content)
+    fails(capsys, "fit", "--config", TINY_LM, "--config", "null.yaml", "--data.path", str(text), message=message)
+    assert not Path("checkpoints").exists()
+
+
+def test_a_null_checkpoint_folder_is_the_runs_own(capsys, text):
+    """``checkpoint: {dirpath: null}`` is Lightning's "the default folder": here, checkpoints/NAME/."""
+    Path("null.yaml").write_text("checkpoint: {dirpath: null}\n")
+    main(["fit", "--config", TINY_LM, "--config", "null.yaml", "--data.path", str(text), "--trainer.max_steps", "1",
+          "--data.batches_per_epoch", "1", "--trainer.limit_val_batches", "1", "--sample.length", "0",
+          "--trainer.logger", "false", "--final_validation", "false", "--name", "nulldir"])  # fmt: skip
+    assert Path("checkpoints/nulldir/last.ckpt").is_file()
 
 
 def test_a_value_too_long_for_a_config_is_named_by_its_flag(capsys, text):

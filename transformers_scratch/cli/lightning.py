@@ -21,11 +21,12 @@ import sys
 import warnings
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, get_args, get_type_hints
+from types import UnionType
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import torch
 from jsonargparse import ArgumentError, ArgumentParser, Namespace, set_parsing_settings
-from lightning import LightningDataModule
+from lightning import LightningDataModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities import rank_zero_only
@@ -98,7 +99,7 @@ def name_run(cfg) -> str:
         init = getattr(logger, "init_args", None)
         if init is not None and init.get("name") == RUN:
             init.name = name
-    if cfg.get("checkpoint") and cfg.checkpoint.dirpath == f"checkpoints/{RUN}":
+    if cfg.get("checkpoint") and cfg.checkpoint.dirpath in (None, f"checkpoints/{RUN}"):  # null: the default
         cfg.checkpoint.dirpath = f"checkpoints/{name}"
     return name
 
@@ -212,24 +213,48 @@ def class_of(component) -> type:
     return getattr(importlib.import_module(module), name)
 
 
-def refuse_null(key: str, component) -> None:
+def refuse_null(key: str, cls: Any, values) -> None:
     """jsonargparse checks a class's arguments against their types, but takes ``null`` for any ``init_args`` of a
-    class given by ``class_path`` (``--data.num_workers null`` reached the DataLoader). An argument set to null
-    whose type does not admit None is refused here, naming the flag and its default."""
-    if not isinstance(getattr(component, "class_path", None), str):
-        return
-    cls: Any = class_of(component)  # any class: mypy would call its __init__ unsound to read
+    class given by ``class_path`` (``--data.num_workers null`` reached the DataLoader), and for a whole group of a
+    callback's arguments (``checkpoint: null`` in a config). Either is refused here, naming the flag: a group set to
+    null, and an argument set to null whose type does not admit None (with its default)."""
+    if values is None:
+        raise ValueError(
+            f"{key}: null: {key} is a group of {cls.__name__}'s settings, not one value; give them as a mapping "
+            f"(e.g. `{key}: {{...}}` in a config), or leave {key} out for its defaults"
+        )
     try:
         hints = get_type_hints(cls.__init__)
     except Exception:  # annotations this Python cannot evaluate: jsonargparse's own checks stand
         return
-    for arg, value in (component.get("init_args") or {}).items():
+    for arg, value in values.items():
         if value is None and arg in hints and hints[arg] is not Any and type(None) not in get_args(hints[arg]):
             default = inspect.signature(cls).parameters[arg].default
             suggestion = "" if default is inspect.Parameter.empty else f" (its default: {default!r})"
             raise ValueError(f"--{key}.{arg} null: {cls.__name__}'s {arg} takes a value of type "
-                             f"{getattr(hints[arg], '__name__', hints[arg])}, not null; pass one, or drop the "
-                             f"flag{suggestion}")  # fmt: skip
+                             f"{type_name(hints[arg])}, not null; pass one, or drop the flag{suggestion}")  # fmt: skip
+
+
+def weight_shapes(ckpt_path: str, state) -> dict[str, tuple[int, ...]]:
+    """A checkpoint's ``state_dict`` as names and shapes, refused in one line where it is no mapping of tensors."""
+    if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
+        raise ValueError(f"--ckpt_path {ckpt_path!r} holds no model weights (its state_dict is no mapping of names "
+                         "to tensors); pass a checkpoint written by fit")  # fmt: skip
+    return {str(name): tuple(t.shape) for name, t in state.items()}
+
+
+def type_name(hint) -> str:
+    """A type as a user reads it: ``int``, ``str or Accelerator``, ``list``."""
+    if get_origin(hint) in (Union, UnionType):
+        return " or ".join(type_name(arg) for arg in get_args(hint))
+    if get_origin(hint) is Literal:
+        return " or ".join(repr(arg) for arg in get_args(hint))
+    return str(getattr(get_origin(hint) or hint, "__name__", hint))
+
+
+# The callbacks every run has whose settings are groups of flags: --checkpoint.*, --sample.*, --predictions.*
+CALLBACK_GROUPS: dict[str, type] = {"checkpoint": SafeModelCheckpoint, "sample": SampleText,
+                                    "predictions": PredictionWriter}  # fmt: skip
 
 
 # What every run has: the bar, the learning-rate log, the phase timers, the throughput and the Ctrl-C/SIGTERM
@@ -300,9 +325,8 @@ class CLI(LightningCLI):
             default=None,
             help="Run name: logs/<name>/, checkpoints/<name>/ (default: the config's).",
         )
-        parser.add_lightning_class_args(SafeModelCheckpoint, "checkpoint")
-        parser.add_lightning_class_args(SampleText, "sample")
-        parser.add_lightning_class_args(PredictionWriter, "predictions")
+        for key, callback in CALLBACK_GROUPS.items():
+            parser.add_lightning_class_args(callback, key)
         for flag, default, text in (
             ("final_validation", True, "After fit, score the whole validation split once when "
              "trainer.limit_val_batches scored part of it."),
@@ -339,18 +363,23 @@ class CLI(LightningCLI):
             raise ValueError(named or str(e)) from None
         silence()
         sub = self.config.get("subcommand")
-        for key in ("model", "data"):
-            refuse_null(key, (self.config[sub] if sub else self.config).get(key))
-        seed = (self.config[sub] if sub else self.config).get("seed_everything")
+        cfg = self.config[sub] if sub else self.config
+        for key in ("model", "data"):  # classes a config names by class_path
+            if isinstance(getattr(cfg.get(key), "class_path", None), str):
+                refuse_null(key, class_of(cfg[key]), cfg[key].get("init_args") or {})
+        for key, group in {"trainer": Trainer, **CALLBACK_GROUPS}.items():  # classes whose settings are groups
+            if key in cfg:
+                refuse_null(key, group, cfg[key])
+        seed = cfg.get("seed_everything")
         if not isinstance(seed, bool) and isinstance(seed, int) and not 0 <= seed < 2**32:
             raise ValueError(f"seed_everything={seed} must lie in [0, {2**32 - 1:,}] (numpy's seeds), or be true/false")
-        accumulate = (self.config[sub] if sub else self.config).get("trainer", {}).get("accumulate_grad_batches")
+        accumulate = cfg.get("trainer", {}).get("accumulate_grad_batches")
         if isinstance(accumulate, int) and not 1 <= accumulate <= MAX_COUNT:  # Lightning divides the loss by it
             raise ValueError(f"trainer.accumulate_grad_batches={shortened(str(accumulate))} must lie in [1, "
                              f"{MAX_COUNT:,}]; pass e.g. --trainer.accumulate_grad_batches 4")  # fmt: skip
         if sub != "fit":  # scoring writes no checkpoint: where the checkpoint callback once saved does not matter
             warnings.filterwarnings("ignore", message=r"The dirpath has changed from")
-        if not (self.config[sub] if sub else self.config).get("verbose"):
+        if not cfg.get("verbose"):
             quiet()
         if sub == "predict":
             if self.config.predict.get("return_predictions") is None:
@@ -360,7 +389,8 @@ class CLI(LightningCLI):
             self.config.predict.trainer.logger = False
         self.ckpt_vocab, self.ckpt_hparams = None, {}
         self.ckpt_run: dict = {}
-        self.name = name_run(self.config[sub] if sub else self.config)
+        self.ckpt_shapes: dict[str, tuple[int, ...]] | None = None
+        self.name = name_run(cfg)
         if not sub or not self.config[sub].get("ckpt_path"):
             return
         cfg = self.config[sub]
@@ -378,6 +408,7 @@ class CLI(LightningCLI):
             self.ckpt_vocab = checkpoint_vocab(checkpoint)
             self.ckpt_hparams = dict(checkpoint.get("hyper_parameters") or {})
             self.ckpt_run = checkpoint.get("run") or {}
+            self.ckpt_shapes = weight_shapes(cfg.ckpt_path, checkpoint["state_dict"])
 
     def _parse_ckpt_path(self) -> None:
         """Lightning's version puts *every* hyper-parameter of the checkpoint over the command line, so a resumed
@@ -502,7 +533,28 @@ class CLI(LightningCLI):
                 continue
             logger.init_args["id" if name == "WandbLogger" else "version"] = version
 
+    def check_weights_fit(self) -> None:
+        """The checkpoint's weights against the module built from its settings, before Lightning's strict load,
+        whose RuntimeError lists every key: a name or a shape that the module lacks (a damaged file, or one of
+        another version) is refused in one line, naming the first."""
+        if self.ckpt_shapes is None:
+            return
+        ours = {name: tuple(t.shape) for name, t in self.model.state_dict().items()}
+        theirs = self.ckpt_shapes
+        problems = [f"{name!r} is missing" for name in ours if name not in theirs]
+        problems += [f"{name!r} is not one of its weights" for name in theirs if name not in ours]
+        problems += [f"{name!r} is {list(theirs[name])}, not {list(shape)}" for name, shape in ours.items()
+                     if name in theirs and theirs[name] != shape]  # fmt: skip
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise ValueError(
+                f"--ckpt_path {self.config[self.subcommand].ckpt_path!r} does not fit the {type(self.model).__name__} "
+                f"its settings describe: {shortened(problems[0])}{more}; the file is damaged or was written by "
+                "another version: pass another checkpoint"
+            )
+
     def before_fit(self) -> None:
+        self.check_weights_fit()
         self._restore_vocab()
         self._check_pretrained()
         if self.trainer.world_size == 1:  # the data read and checked now: a refused run leaves no folders behind
@@ -590,13 +642,17 @@ class CLI(LightningCLI):
     def _read_data(self) -> None:
         """validate and test: the vocabulary restored, then the data read and checked, before the loggers start
         (as ``before_fit`` does): a refused data file leaves no log version and no W&B run."""
+        self.check_weights_fit()
         self._restore_vocab()
         if self.trainer.world_size == 1:
             self.datamodule.prepare_data()
             self.datamodule.setup()  # no stage: each module's own note of its stage comes with Lightning's call
 
+    def before_predict(self) -> None:  # predict reads its file in its loader, and has no loggers
+        self.check_weights_fit()
+        self._restore_vocab()
+
     before_validate = before_test = _read_data
-    before_predict = _restore_vocab  # predict reads its file in its loader, and has no loggers
 
 
 def build_cli(args: list[str] | None = None, run: bool = True) -> CLI:
