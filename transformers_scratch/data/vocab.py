@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from . import ids
-from .files import DataError
+from .files import DataError, shortened
 
 
 class ByteVocab:
@@ -95,6 +95,7 @@ class TokenizerVocab:
     checkpoint, so that sample and predict decode with it without the file."""
 
     MAX_BYTES = 50_000_000  # the largest published tokenizer.json files are a few tens of MB
+    MAX_IDS = 2**24  # ids a tokenizer may give: the largest published vocabularies hold a few hundred thousand
 
     def __init__(self, json_text: str, source: str = "the checkpoint's tokenizer") -> None:
         try:
@@ -108,6 +109,14 @@ class TokenizerVocab:
             except Exception as e:  # tokenizers raises its own exception type for a malformed file
                 reason = " ".join(str(e).split())[:120]
                 raise DataError(f"{source} is not a tokenizer.json ({reason}); pass one") from None
+            ids = self.tokenizer.get_vocab(with_added_tokens=True)
+            counted = self.tokenizer.get_vocab_size(with_added_tokens=True)
+        # the embedding needs a row for every id the tokenizer gives, and a file's ids may leave gaps
+        token, top = max(ids.items(), key=lambda item: item[1], default=("", -1))
+        if top >= self.MAX_IDS:  # ids are unsigned
+            raise DataError(f"{source} gives {shortened(repr(token))} the id {top:,}, past {self.MAX_IDS:,}; "
+                            "pass a tokenizer.json that tokenizers wrote")  # fmt: skip
+        self.size = max(counted, top + 1)
         self.json = json_text
 
     @contextlib.contextmanager
@@ -148,15 +157,14 @@ class TokenizerVocab:
         except UnicodeDecodeError:
             raise DataError(f"data.tokenizer {str(file)!r} is not UTF-8 text; pass a tokenizer.json") from None
 
-    @property
-    def size(self) -> int:
-        return self.tokenizer.get_vocab_size()
-
     def encode(self, data: bytes) -> Tensor:
         """UTF-8 text -> long ids (a byte that is not UTF-8 is replaced, as the decoder would show it)."""
         text = data.decode("utf-8", errors="replace")
         with self.native("encode"):
             ids = self.tokenizer.encode(text, add_special_tokens=False).ids
+        if ids and max(ids) >= self.size:  # the embedding has no row for it
+            raise DataError(f"{self.source} gave the id {max(ids):,}, past its vocabulary of {self.size:,}; pass a "
+                            "tokenizer.json that tokenizers wrote")  # fmt: skip
         return torch.tensor(ids, dtype=torch.long)
 
     def encode_text(self, text: str) -> Tensor:
