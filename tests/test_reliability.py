@@ -83,9 +83,14 @@ def text(tmp_path, monkeypatch) -> Path:
             "type int, not null; pass one, or drop the flag (its default: 0)",
         ),
         (["--data.seed", "null"], "--data.seed null: TextDataModule's seed takes a value of type int"),
+        (["--trainer.log_every_n_steps", "0"], "trainer.log_every_n_steps=0 must lie in [1, 16,777,216]"),
+        (["--trainer.check_val_every_n_epoch", "0"], "trainer.check_val_every_n_epoch=0 must lie in [1, 16,777,216]"),
+        (["--trainer.val_check_interval", "0"], "trainer.val_check_interval=0 must lie in [1, 16,777,216]"),
+        (["--trainer.accelerator", "c"], "trainer: You selected an invalid accelerator name: `accelerator='c'`"),
     ],
-    ids=["heads", "depth", "batch-size", "context", "max-steps", "cooldown", "unknown", "workers-null", "seed-null"],
-)
+    ids=["heads", "depth", "batch-size", "context", "max-steps", "cooldown", "unknown", "workers-null", "seed-null",
+         "log-every-0", "val-every-0", "val-interval-0", "accelerator"],
+)  # fmt: skip
 def test_out_of_range_settings_get_one_line(capsys, text, args, message):
     err = fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), *args, message=message)
     assert "Does not validate" not in err and "usage:" not in err
@@ -1017,6 +1022,14 @@ def test_a_null_checkpoint_folder_is_the_runs_own(capsys, text):
           "--data.batches_per_epoch", "1", "--trainer.limit_val_batches", "1", "--sample.length", "0",
           "--trainer.logger", "false", "--final_validation", "false", "--name", "nulldir"])  # fmt: skip
     assert Path("checkpoints/nulldir/last.ckpt").is_file()
+
+
+def test_a_fit_that_trains_no_step_says_it_wrote_no_checkpoint(capsys, text):
+    main(["fit", "--config", TINY_LM, "--data.path", str(text), "--trainer.limit_train_batches", "0",
+          "--trainer.limit_val_batches", "1", "--trainer.logger", "false", "--name", "none"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert "this run trained no step (trainer.limit_train_batches=0), so it wrote no checkpoint" in err
+    assert "this run: checkpoints in" not in err and not Path("checkpoints/none/last.ckpt").exists()
 
 
 def test_a_value_too_long_for_a_config_is_named_by_its_flag(capsys, text):

@@ -30,6 +30,7 @@ from lightning import LightningDataModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities import rank_zero_only
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from ..data import checkpoint_vocab
 from ..data.files import shortened
@@ -257,6 +258,12 @@ CALLBACK_GROUPS: dict[str, type] = {"checkpoint": SafeModelCheckpoint, "sample":
                                     "predictions": PredictionWriter}  # fmt: skip
 
 
+# The trainer's counts that Lightning takes a step modulo, or divides by, without checking them (0 is a
+# ZeroDivisionError deep in a loop), with a value to suggest
+TRAINER_COUNTS = {"accumulate_grad_batches": 4, "log_every_n_steps": 50, "check_val_every_n_epoch": 1,
+                  "val_check_interval": 250}  # fmt: skip
+
+
 # What every run has: the bar, the learning-rate log, the phase timers, the throughput and the Ctrl-C/SIGTERM
 # saver. A config's own `trainer.callbacks` list adds to these (CLI.with_project_callbacks); the checkpoint policy
 # is the `checkpoint` key's.
@@ -373,10 +380,11 @@ class CLI(LightningCLI):
         seed = cfg.get("seed_everything")
         if not isinstance(seed, bool) and isinstance(seed, int) and not 0 <= seed < 2**32:
             raise ValueError(f"seed_everything={seed} must lie in [0, {2**32 - 1:,}] (numpy's seeds), or be true/false")
-        accumulate = cfg.get("trainer", {}).get("accumulate_grad_batches")
-        if isinstance(accumulate, int) and not 1 <= accumulate <= MAX_COUNT:  # Lightning divides the loss by it
-            raise ValueError(f"trainer.accumulate_grad_batches={shortened(str(accumulate))} must lie in [1, "
-                             f"{MAX_COUNT:,}]; pass e.g. --trainer.accumulate_grad_batches 4")  # fmt: skip
+        for key, example in TRAINER_COUNTS.items():  # Lightning divides by them, or takes a step modulo them
+            value = cfg.get("trainer", {}).get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and not 1 <= value <= MAX_COUNT:
+                raise ValueError(f"trainer.{key}={shortened(str(value))} must lie in [1, {MAX_COUNT:,}]; pass e.g. "
+                                 f"--trainer.{key} {example}")  # fmt: skip
         if sub != "fit":  # scoring writes no checkpoint: where the checkpoint callback once saved does not matter
             warnings.filterwarnings("ignore", message=r"The dirpath has changed from")
         if not cfg.get("verbose"):
@@ -455,6 +463,16 @@ class CLI(LightningCLI):
                     f"keeps the architecture it was trained with; drop {flag} to continue it, or start a new run "
                     "with --name"
                 )
+
+    def instantiate_trainer(self, **kwargs: Any) -> Trainer:
+        """Lightning's Trainer checks its own settings (an accelerator it does not know, devices it does not have),
+        in words that name the value but not where it was set: its refusal is named as the trainer's."""
+        try:
+            return super().instantiate_trainer(**kwargs)
+        except (MisconfigurationException, ValueError) as e:
+            if str(e).startswith("trainer"):
+                raise
+            raise ValueError(f"trainer: {e}") from e
 
     def before_instantiate_classes(self) -> None:
         cfg = self.config[self.subcommand] if self.subcommand else self.config
@@ -585,6 +603,10 @@ class CLI(LightningCLI):
 
     def after_fit(self) -> None:
         release_run_folder(Path(self.checkpoint_dir))
+        if not (Path(self.checkpoint_dir) / "last.ckpt").is_file():  # Lightning skips fit with no training batch
+            limit = self.trainer.limit_train_batches
+            note(f"this run trained no step (trainer.limit_train_batches={limit}), so it wrote no checkpoint")
+            return
         self._validate_in_full()
         ours = run_checkpoint(self.trainer)
         best = ours.best_model_path if ours is not None else ""
