@@ -1028,7 +1028,7 @@ def test_a_fit_that_trains_no_step_says_it_wrote_no_checkpoint(capsys, text):
     main(["fit", "--config", TINY_LM, "--data.path", str(text), "--trainer.limit_train_batches", "0",
           "--trainer.limit_val_batches", "1", "--trainer.logger", "false", "--name", "none"])  # fmt: skip
     err = capsys.readouterr().err
-    assert "this run trained no step (trainer.limit_train_batches=0), so it wrote no checkpoint" in err
+    assert "this run trained no step (trainer.max_steps=1000, trainer.limit_train_batches=0), so it wrote no" in err
     assert "this run: checkpoints in" not in err and not Path("checkpoints/none/last.ckpt").exists()
 
 

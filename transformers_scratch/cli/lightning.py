@@ -603,9 +603,10 @@ class CLI(LightningCLI):
 
     def after_fit(self) -> None:
         release_run_folder(Path(self.checkpoint_dir))
-        if not (Path(self.checkpoint_dir) / "last.ckpt").is_file():  # Lightning skips fit with no training batch
-            limit = self.trainer.limit_train_batches
-            note(f"this run trained no step (trainer.limit_train_batches={limit}), so it wrote no checkpoint")
+        if self.trainer.global_step == 0:  # Lightning skips fit with no training batch, and saves nothing
+            trainer = self.trainer
+            note(f"this run trained no step (trainer.max_steps={trainer.max_steps}, trainer.limit_train_batches="
+                 f"{trainer.limit_train_batches}), so it wrote no checkpoint")  # fmt: skip
             return
         self._validate_in_full()
         ours = run_checkpoint(self.trainer)
