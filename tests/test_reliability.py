@@ -587,12 +587,12 @@ def test_a_checkpoint_that_runs_code_or_is_broken_is_refused_by_every_command(ca
         ("no-tensors", "holds no model weights (its state_dict is no mapping of names to tensors)"),
     ],
 )
-@pytest.mark.parametrize("command", ["fit", "validate", "test", "predict"])
+@pytest.mark.parametrize("command", ["fit", "validate", "test", "predict", "sample", "export"])
 def test_a_checkpoint_whose_weights_do_not_fit_its_settings_is_refused_in_one_line(
     capsys, text, tmp_path, damage, message, command
 ):
     """Found by the checkpoint door: one flipped bit in a weight's name reached Lightning's strict load, whose
-    RuntimeError lists every key."""
+    RuntimeError lists every key. Every command that reads a checkpoint checks it the same way."""
     module = LitCharLM(TINY)
     state = module.state_dict()
     if damage == "renamed":
@@ -606,9 +606,14 @@ def test_a_checkpoint_whose_weights_do_not_fit_its_settings_is_refused_in_one_li
     hparams = {"_class_path": "transformers_scratch.training.modules.LitCharLM", **dict(module.hparams)}
     torch.save({"state_dict": state, "hyper_parameters": hparams, "TextDataModule": {"vocab_symbols": None},
                 "pytorch-lightning_version": L.__version__}, tmp_path / "bad.ckpt")  # fmt: skip
-    fails(capsys, command, "--config", TINY_LM, "--data.path", str(text), "--ckpt_path", str(tmp_path / "bad.ckpt"),
-          "--data.predict_path", str(text), "--data.context", "16", "--name", "damaged", message=message)  # fmt: skip
-    assert not Path("checkpoints/damaged").exists()
+    bad = str(tmp_path / "bad.ckpt")
+    args = {
+        "sample": ["sample", "--ckpt_path", bad, "--prompt", "the "],
+        "export": ["export", "--ckpt_path", bad, "--out", str(tmp_path / "exported")],
+    }.get(command) or [command, "--config", TINY_LM, "--data.path", str(text), "--ckpt_path", bad,
+                       "--data.predict_path", str(text), "--data.context", "16", "--name", "damaged"]  # fmt: skip
+    fails(capsys, *args, message=message)
+    assert not Path("checkpoints/damaged").exists() and not (tmp_path / "exported").exists()
 
 
 LOADERS = {"load", "load_checkpoint", "load_from_checkpoint"}  # torch.load, CheckpointIO's, LightningModule's

@@ -60,9 +60,11 @@ from ..training.checkpoints import (
     check_data_fits,
     check_linked_context,
     check_settings,
+    check_weights,
     claim_run_folder,
     read_checkpoint,
     release_run_folder,
+    weight_shapes,
 )
 from ..training.console import note, quiet, shown, silence
 from ..training.loggers import CSVLogger, WandbLogger
@@ -234,14 +236,6 @@ def refuse_null(key: str, cls: Any, values) -> None:
             suggestion = "" if default is inspect.Parameter.empty else f" (its default: {default!r})"
             raise ValueError(f"--{key}.{arg} null: {cls.__name__}'s {arg} takes a value of type "
                              f"{type_name(hints[arg])}, not null; pass one, or drop the flag{suggestion}")  # fmt: skip
-
-
-def weight_shapes(ckpt_path: str, state) -> dict[str, tuple[int, ...]]:
-    """A checkpoint's ``state_dict`` as names and shapes, refused in one line where it is no mapping of tensors."""
-    if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
-        raise ValueError(f"--ckpt_path {ckpt_path!r} holds no model weights (its state_dict is no mapping of names "
-                         "to tensors); pass a checkpoint written by fit")  # fmt: skip
-    return {str(name): tuple(t.shape) for name, t in state.items()}
 
 
 def type_name(hint) -> str:
@@ -552,24 +546,9 @@ class CLI(LightningCLI):
             logger.init_args["id" if name == "WandbLogger" else "version"] = version
 
     def check_weights_fit(self) -> None:
-        """The checkpoint's weights against the module built from its settings, before Lightning's strict load,
-        whose RuntimeError lists every key: a name or a shape that the module lacks (a damaged file, or one of
-        another version) is refused in one line, naming the first."""
-        if self.ckpt_shapes is None:
-            return
-        ours = {name: tuple(t.shape) for name, t in self.model.state_dict().items()}
-        theirs = self.ckpt_shapes
-        problems = [f"{name!r} is missing" for name in ours if name not in theirs]
-        problems += [f"{name!r} is not one of its weights" for name in theirs if name not in ours]
-        problems += [f"{name!r} is {list(theirs[name])}, not {list(shape)}" for name, shape in ours.items()
-                     if name in theirs and theirs[name] != shape]  # fmt: skip
-        if problems:
-            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-            raise ValueError(
-                f"--ckpt_path {self.config[self.subcommand].ckpt_path!r} does not fit the {type(self.model).__name__} "
-                f"its settings describe: {shortened(problems[0])}{more}; the file is damaged or was written by "
-                "another version: pass another checkpoint"
-            )
+        """The checkpoint's weights against the module built from its settings, before Lightning's strict load."""
+        if self.ckpt_shapes is not None:
+            check_weights(self.config[self.subcommand].ckpt_path, self.model, self.ckpt_shapes)
 
     def before_fit(self) -> None:
         self.check_weights_fit()

@@ -109,10 +109,10 @@ class TokenizerVocab:
             except Exception as e:  # tokenizers raises its own exception type for a malformed file
                 reason = " ".join(str(e).split())[:120]
                 raise DataError(f"{source} is not a tokenizer.json ({reason}); pass one") from None
-            ids = self.tokenizer.get_vocab(with_added_tokens=True)
+            vocab = self.tokenizer.get_vocab(with_added_tokens=True)
             counted = self.tokenizer.get_vocab_size(with_added_tokens=True)
         # the embedding needs a row for every id the tokenizer gives, and a file's ids may leave gaps
-        token, top = max(ids.items(), key=lambda item: item[1], default=("", -1))
+        token, top = max(vocab.items(), key=lambda item: item[1], default=("", -1))
         if top >= self.MAX_IDS:  # ids are unsigned
             raise DataError(f"{source} gives {shortened(repr(token))} the id {top:,}, past {self.MAX_IDS:,}; "
                             "pass a tokenizer.json that tokenizers wrote")  # fmt: skip
@@ -162,8 +162,8 @@ class TokenizerVocab:
         text = data.decode("utf-8", errors="replace")
         with self.native("encode"):
             ids = self.tokenizer.encode(text, add_special_tokens=False).ids
-        if ids and max(ids) >= self.size:  # the embedding has no row for it
-            raise DataError(f"{self.source} gave the id {max(ids):,}, past its vocabulary of {self.size:,}; pass a "
+        if ids and (top := max(ids)) >= self.size:  # the embedding has no row for it
+            raise DataError(f"{self.source} gave the id {top:,}, past its vocabulary of {self.size:,}; pass a "
                             "tokenizer.json that tokenizers wrote")  # fmt: skip
         return torch.tensor(ids, dtype=torch.long)
 

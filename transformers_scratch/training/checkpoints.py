@@ -14,6 +14,7 @@ from typing import get_args, get_type_hints
 import torch
 
 from ..data import ByteVocab, WordVocab, checkpoint_vocab
+from ..data.files import shortened
 from ..data.vocab import Vocab
 from ..model.config import TransformerConfig, read_settings
 from .modules import LitTransformer
@@ -76,6 +77,32 @@ def check_settings(ckpt_path: str, module_class: type[LitTransformer], settings)
     return dataclasses.asdict(read_settings(cls, settings, f"--ckpt_path {ckpt_path!r}"))
 
 
+def weight_shapes(ckpt_path: str, state) -> dict[str, tuple[int, ...]]:
+    """A checkpoint's ``state_dict`` as names and shapes, refused in one line where it is no mapping of tensors."""
+    if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
+        raise ValueError(f"--ckpt_path {ckpt_path!r} holds no model weights (its state_dict is no mapping of names "
+                         "to tensors); pass a checkpoint written by fit")  # fmt: skip
+    return {str(name): tuple(t.shape) for name, t in state.items()}
+
+
+def check_weights(ckpt_path: str, module: torch.nn.Module, shapes: dict[str, tuple[int, ...]]) -> None:
+    """A checkpoint's weights (:func:`weight_shapes`) against the module built from its settings, before a strict
+    load, whose RuntimeError lists every key: a name or a shape that the module lacks (a damaged file, or one of
+    another layout) is refused in one line, naming the first."""
+    ours = {name: tuple(t.shape) for name, t in module.state_dict().items()}
+    problems = [f"{name!r} is missing" for name in ours if name not in shapes]
+    problems += [f"{name!r} is not one of its weights" for name in shapes if name not in ours]
+    problems += [f"{name!r} is {list(shapes[name])}, not {list(shape)}" for name, shape in ours.items()
+                 if name in shapes and shapes[name] != shape]  # fmt: skip
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ValueError(
+            f"--ckpt_path {ckpt_path!r} does not fit the {type(module).__name__} its settings describe: "
+            f"{shortened(problems[0])}{more}; the file is damaged, or predates the package's layout or comes from "
+            "another version: pass another checkpoint, or train it again with this one"
+        )
+
+
 def load_trained(ckpt_path: str, *takes: type[LitTransformer], command: str = "this command"):
     """The trained module (on the CPU, in eval mode) and the vocabulary it was trained with, from one read of the
     file. ``takes``: the module classes the command can use; a checkpoint of another refuses in one line."""
@@ -90,6 +117,7 @@ def load_trained(ckpt_path: str, *takes: type[LitTransformer], command: str = "t
     takes_args = inspect.signature(module_class).parameters  # settings since dropped (older layouts) are left out
     try:
         module = module_class(**{k: v for k, v in hparams.items() if k in takes_args})
+        check_weights(ckpt_path, module, weight_shapes(ckpt_path, checkpoint["state_dict"]))
         module.load_state_dict(checkpoint["state_dict"])
     except (TypeError, RuntimeError, KeyError) as e:
         reason = (str(e).splitlines() or [type(e).__name__])[0][:200]
