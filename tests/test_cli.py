@@ -351,6 +351,35 @@ def test_only_the_subcommand_being_run_is_built():
 
 
 @pytest.mark.slow
+def test_a_config_that_names_its_loggers_leaves_the_default_list_unread_and_wandb_unimported():
+    """Reading the default loggers imports W&B (0.4 s of a speedrun's start-up). A config that names its own
+    replaces that list whole, so it is left unread; the config parsed is the same as when it is read."""
+    code = ("import sys, io, contextlib\nfrom transformers_scratch.cli import main, lightning\n"
+            "def printed(*extra):\n"
+            "    with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.suppress(SystemExit):\n"
+            "        main(['fit', '--config', 'configs/speedrun_cpu.yaml', *extra, '--print_config'])\n"
+            "    return out.getvalue()\n"
+            "trimmed = printed()\n"
+            "assert 'wandb' not in sys.modules, 'imported'\n"
+            "assert 'CSVLogger' in trimmed and 'WandbLogger' not in trimmed, trimmed\n"
+            "lightning.configs_name_loggers = lambda argv, configs: False\n"
+            "assert printed() == trimmed\n"
+            "assert 'wandb' in sys.modules\n")  # fmt: skip
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+@pytest.mark.parametrize("flag", ["--trainer.logger.init_args.flush_logs_every_n_steps=7", "--trainer.logger+=x"])
+def test_a_command_line_that_edits_the_loggers_keeps_the_default_list(flag):
+    from transformers_scratch.cli.lightning import configs_name_loggers
+
+    named = [{"trainer": {"logger": False}}]
+    assert configs_name_loggers(["--config", "c.yaml"], named)
+    assert not configs_name_loggers(["--config", "c.yaml", flag], named)
+    assert not configs_name_loggers(["--trainer", "t.yaml", "--config", "c.yaml"], named)
+    assert not configs_name_loggers(["--config", "c.yaml"], [{"trainer": {"max_steps": 3}}, {"model": None}])
+
+
 def test_the_enwik8_model_trains_at_context_4096(tmp_path):
     """Issue 4: the enwik8 config's model (12 x 256) at a 16x longer context, through the CLI. Fused
     attention never builds a t x t mask, so only the position table and the windows grow."""

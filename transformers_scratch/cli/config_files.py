@@ -90,11 +90,12 @@ def longest_value(text: str) -> str:
     return ".".join(path) if path else f"line {at + 1}"
 
 
-def check_config_files(args: list[str]) -> None:
+def check_config_files(args: list[str]) -> list[dict]:
     """Every ``--config`` file read and parsed with the limits before jsonargparse reads it whole, so that a
     refusal names the file (and, for a file too long, the key that holds the long value); a file too large to
     be a config is not read at all. The files jsonargparse cannot find or open are left to its own message, and
-    a pipe to jsonargparse's read through :func:`load`."""
+    a pipe to jsonargparse's read through :func:`load`. Returns the settings of the files read."""
+    read = []
     for path in config_paths(args):
         try:
             if not stat.S_ISREG(os.stat(path).st_mode):
@@ -127,6 +128,8 @@ def check_config_files(args: list[str]) -> None:
                 f"--config {path!r} holds no mapping of settings (it is empty, a list or plain text: {what!r}); "
                 "pass a YAML file such as configs/first_run.yaml"
             )
+        read.append(settings)
+    return read
 
 
 def check_values(args: list[str]) -> None:

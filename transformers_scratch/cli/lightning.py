@@ -270,6 +270,14 @@ PROJECT_CALLBACKS: list[dict[str, Any]] = [
 ]
 
 
+def configs_name_loggers(argv: list[str], configs: list[dict]) -> bool:
+    """Whether the ``--config`` files name the run's loggers, so that the default list is replaced whole (a list
+    is not merged) and never read, and the command line leaves the loggers alone: ``--trainer.logger...`` or a
+    ``--trainer`` group may edit that default before a config replaces it."""
+    named = any(isinstance(c.get("trainer"), dict) and "logger" in c["trainer"] for c in configs)
+    return named and not any(a == "--trainer" or a.startswith(("--trainer=", "--trainer.logger")) for a in argv)
+
+
 class SaveRunConfig(SaveConfigCallback):
     """Lightning's: the run's config.yaml in its log folder. With ``--trainer.logger false`` a run has no log
     folder, and Lightning would write config.yaml into the working directory, over a file of that name: then
@@ -335,6 +343,7 @@ class CLI(LightningCLI):
         ):  # fmt: skip
             parser.add_argument(f"--{flag}", type=bool, default=default, help=text)
         name = RUN
+        self.parsers = [*getattr(self, "parsers", []), parser]  # one a subcommand: parse_arguments may trim them
         parser.set_defaults({
             "trainer.logger": [
                 {"class_path": f"{CSVLogger.__module__}.CSVLogger", "init_args": {"save_dir": "logs", "name": name}},
@@ -352,7 +361,9 @@ class CLI(LightningCLI):
 
     def parse_arguments(self, parser, args) -> None:
         check_values(self.argv)
-        check_config_files(self.argv)
+        if configs_name_loggers(self.argv, check_config_files(self.argv)):
+            for each in self.parsers:  # the default list need not be read: reading it imports W&B (0.4 s)
+                each.set_defaults({"trainer.logger": None})
         try:
             super().parse_arguments(parser, args)
         except UnicodeDecodeError:
