@@ -343,7 +343,7 @@ class CLI(LightningCLI):
         ):  # fmt: skip
             parser.add_argument(f"--{flag}", type=bool, default=default, help=text)
         name = RUN
-        self.parsers = [*getattr(self, "parsers", []), parser]  # one a subcommand: parse_arguments may trim them
+        self.parsers = [*getattr(self, "parsers", []), parser]  # one per subcommand: parse_arguments may trim them
         parser.set_defaults({
             "trainer.logger": [
                 {"class_path": f"{CSVLogger.__module__}.CSVLogger", "init_args": {"save_dir": "logs", "name": name}},
