@@ -350,7 +350,6 @@ def test_only_the_subcommand_being_run_is_built():
     assert set(cli.subcommands()) == {"fit", "validate", "test", "predict"}
 
 
-@pytest.mark.slow
 def test_a_config_that_names_its_loggers_leaves_the_default_list_unread_and_wandb_unimported():
     """Reading the default loggers imports W&B (0.4 s of a speedrun's start-up). A config that names its own
     replaces that list whole, so it is left unread; the config parsed is the same as when it is read."""
@@ -380,6 +379,7 @@ def test_a_command_line_that_edits_the_loggers_keeps_the_default_list(flag):
     assert not configs_name_loggers(["--config", "c.yaml"], [{"trainer": {"max_steps": 3}}, {"model": None}])
 
 
+@pytest.mark.slow
 def test_the_enwik8_model_trains_at_context_4096(tmp_path):
     """Issue 4: the enwik8 config's model (12 x 256) at a 16x longer context, through the CLI. Fused
     attention never builds a t x t mask, so only the position table and the windows grow."""
