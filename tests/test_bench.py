@@ -14,6 +14,17 @@ from transformers_scratch.experiments.endtoend import format_end_to_end
 TOY = {"vocab_size": 32, "context": 16, "emb": 16, "heads": 2, "depth": 1}
 
 
+def bench_in_process(monkeypatch, capsys, *argv: str) -> dict:
+    """The bench command's report (``--json``), run in this process with each measurement in it too: a child
+    process a measurement costs seconds of imports, and its isolation is held by
+    :func:`test_a_failed_measurement_is_reported_not_raised`."""
+    from transformers_scratch.experiments import bench
+
+    monkeypatch.setattr(bench, "run_isolated", lambda job, memory_cap_gb=None, timeout=900: run_job(job))
+    bench.main([*argv, "--json"])
+    return json.loads(capsys.readouterr().out)
+
+
 def test_a_training_job_reports_throughput_and_memory():
     result = run_job(train_job("cpu", TOY, batch=2, context=16, steps=2, warmup=1, precision="32-true"))
     assert result["tokens_per_s"] > 0
@@ -80,14 +91,10 @@ def test_a_failed_measurement_is_reported_not_raised():
     assert set(result) == {"error"} and "allocate" in result["error"]
 
 
-@pytest.mark.slow
-def test_the_command_prints_a_table_and_json(tmp_path):
-    argv = [sys.executable, "-m", "transformers_scratch.experiments.bench", "--depth", "1", "--emb", "16",
-            "--heads", "2",
-            "--context", "16", "--batch", "2", "--steps", "1", "--warmup", "0", "--no-compile", "--new-tokens", "4",
-            "--seq2seq", "--json"]  # fmt: skip
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=True).stdout
-    report = json.loads(out)
+def test_the_command_prints_a_table_and_json(monkeypatch, capsys):
+    report = bench_in_process(monkeypatch, capsys, "--depth", "1", "--emb", "16", "--heads", "2", "--context", "16",
+                              "--batch", "2", "--steps", "1", "--warmup", "0", "--no-compile", "--new-tokens", "4",
+                              "--seq2seq")  # fmt: skip
     assert [row["variant"] for row in report["train"]] == [
         "fused (default)",
         "reference attention",
@@ -430,16 +437,10 @@ def test_the_scaling_report_fits_exponents_and_draws_a_log_log_picture(tmp_path)
     assert (tmp_path / "s.png").stat().st_size > 0
 
 
-@pytest.mark.slow
-def test_the_long_context_command_measures_every_kernel_and_a_model_step(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "transformers_scratch.experiments.bench", "--long-context", "--start-context", "64",
-         "--max-context", "128", "--depth", "1", "--emb", "32", "--heads", "2", "--attn-heads", "2",
-         "--attn-head-width", "8", "--model-steps", "1", "--plot", str(tmp_path / "s.png"), "--json"],
-        capture_output=True, text=True, timeout=900, cwd=tmp_path,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-2000:]
-    report = json.loads(result.stdout)["scaling"]
+def test_the_long_context_command_measures_every_kernel_and_a_model_step(tmp_path, monkeypatch, capsys):
+    report = bench_in_process(monkeypatch, capsys, "--long-context", "--start-context", "64", "--max-context", "128",
+                              "--depth", "1", "--emb", "32", "--heads", "2", "--attn-heads", "2", "--attn-head-width",
+                              "8", "--model-steps", "1", "--plot", str(tmp_path / "s.png"))["scaling"]  # fmt: skip
     assert [row["kernel"] for row in report["attention"]][:2] == ["sdpa", "explicit"]
     assert all(len(row["points"]) == 2 for row in report["attention"] + report["model"])
     assert (tmp_path / "s.png").stat().st_size > 0

@@ -7,6 +7,7 @@ import math
 import os
 import re
 import shutil
+import site
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from inprocess import Ran, run_cli
 from transformers_scratch.cli import build_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,11 +37,15 @@ FAST = ["--trainer.max_steps", "6", "--data.batches_per_epoch", "3", "--trainer.
         "--trainer.log_every_n_steps", "1", "--sample.length", "20"]  # fmt: skip
 
 
-def cli(*args, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+def cli_process(*args, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``python cli.py ARGS`` in a new process, as a user types it (for what is about processes and start-up)."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     clean.update(HOME=str(cwd), PYTHONUNBUFFERED="1", **(env or {}))  # HOME: no wandb login from this machine
     return subprocess.run([sys.executable, str(ROOT / "cli.py"), *args], cwd=cwd, env=clean,
                           capture_output=True, text=True, timeout=600)  # fmt: skip
+
+
+cli = run_cli  # everything else: the same entry point inside this process (tests/inprocess.py)
 
 
 def corpus(path: Path, n: int = 60_000) -> Path:
@@ -50,7 +56,7 @@ def corpus(path: Path, n: int = 60_000) -> Path:
     return path
 
 
-def assert_fails_cleanly(result: subprocess.CompletedProcess, message: str) -> None:
+def assert_fails_cleanly(result: Ran | subprocess.CompletedProcess, message: str) -> None:
     assert result.returncode != 0, result.stdout[-2000:]
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
     assert result.stderr.count("error:") == 1, result.stderr[-3000:]
@@ -450,7 +456,7 @@ def test_imdb_on_the_real_tarball_reports_validation_accuracy(tmp_path):
 
 
 # ---- bad input: one clear line, non-zero exit ---------------------------------------------------------
-def lm_fit(cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+def lm_fit(cwd: Path, *args: str, env: dict | None = None) -> Ran:
     return cli("fit", "--config", TINY_LM, *FAST, *args, cwd=cwd, env=env)
 
 
@@ -556,8 +562,12 @@ def test_a_plain_install_gives_the_transformers_scratch_command(tmp_path):
             (src / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(ROOT / name, src / name)
     venv = tmp_path / "venv"
-    # No pip of its own: this machine's pip and setuptools build and install into the new environment.
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
+    # No pip of its own: the new environment sees the packages of the one running the tests (a .pth file of its
+    # site folders; --system-site-packages would show the base interpreter's instead, where this one is a virtual
+    # environment), so their pip and setuptools build and install the project alone into it.
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    own_site = next((venv / "lib").glob("python3*/site-packages"))
+    (own_site / "tests_outer.pth").write_text("".join(f"{p}\n" for p in site.getsitepackages()))
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", str(src)]
     install = subprocess.run(pip, capture_output=True, text=True)
     assert install.returncode == 0, install.stderr[-3000:]
@@ -614,7 +624,8 @@ def test_the_first_run_trains_validates_saves_and_samples_with_only_the_sample_o
     text = IMDB_TARBALL.parent / "tinyshakespeare.txt"  # what the config downloads; no network here
     data = text if text.exists() else corpus(tmp_path / "text.txt", n=200_000)
     start = time.perf_counter()
-    result = cli("fit", "--config", str(ROOT / "configs" / "first_run.yaml"), "--data.path", str(data), cwd=tmp_path)
+    result = cli_process("fit", "--config", str(ROOT / "configs" / "first_run.yaml"), "--data.path", str(data),
+                         cwd=tmp_path)  # fmt: skip
     seconds = time.perf_counter() - start
     assert result.returncode == 0, result.stderr[-3000:]
     print(f"first run: {seconds:.1f} s wall")  # reported, not asserted: the machine decides

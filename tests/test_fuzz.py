@@ -10,7 +10,8 @@ command's flags (Hypothesis). The property is the same at every door:
   inside the example that made it rather than in the kernel's out-of-memory killer),
   no file that existed before the example is changed, and no code in a pickle runs.
 
-The fast selection runs :data:`FAST` examples a door; ``-m slow`` runs :data:`MANY` a door. Examples come from a
+The suite runs :data:`FAST` examples a door; the deep run, ``TS_FUZZ_SLOW=1 python -m pytest tests/test_fuzz.py``
+(outside the suite: minutes), runs :data:`MANY` a door. Examples come from a
 fixed seed (the same every run, ``TS_FUZZ_SEED`` to draw others), so a failure replays; every failure found became
 a fixed example below (``@example``)."""
 
@@ -40,7 +41,7 @@ TINY_LM = str(ROOT / "configs" / "tiny_charlm.yaml")
 SECONDS = 60  # one example, at most
 PEAK_MB = 4096  # the test process's peak resident memory during one example, at most
 ROOM_MB = 6144  # address space an example may add to the test process (RLIMIT_AS), so a runaway read fails in it
-FAST, MANY = 4, 300  # examples a door: the fast selection, and the slow run (9 doors: 2,700 in all)
+FAST, MANY = 4, 300  # examples a door: the suite, and the deep run (9 doors: 2,700 in all)
 SEED = int(os.environ.get("TS_FUZZ_SEED", "0"))  # the examples' seed: TS_FUZZ_SEED=1 and on draw new ones
 TINY = ["--model.model.emb", "32", "--model.model.heads", "2", "--model.model.depth", "1", "--data.context", "16",
         "--data.batch_size", "4"]  # fmt: skip
@@ -50,7 +51,7 @@ MARKER = "pickle-ran"  # a file that only code from a pickle would write
 
 
 def fuzz(n_slow: int = MANY):
-    """Hypothesis settings for one door: a few examples in the fast selection, many under ``-m slow``. Examples
+    """Hypothesis settings for one door: a few examples in the suite, many with ``TS_FUZZ_SLOW=1``. Examples
     come from one fixed seed, :data:`SEED`, not from the test's source (Hypothesis's ``derandomize``), so that a
     door's examples stay the same when its test is edited (an ``@example`` more); another seed explores further."""
     slow = os.environ.get("TS_FUZZ_SLOW") == "1"
@@ -550,21 +551,6 @@ def test_the_pickle_that_runs_code_is_refused_and_runs_nothing(made, tmp_path_fa
     with inside(folder):  # the guard is real: an unsafe load runs it
         torch.load("fuzz.ckpt", weights_only=False)
     assert (folder / MARKER).exists()
-
-
-@pytest.mark.slow
-def test_every_door_with_many_examples(tmp_path):
-    """The doors above with :data:`MANY` examples each, in a process of their own."""
-    import subprocess
-    import sys
-
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:warnings", __file__, "-m",
-         "not slow", "--basetemp", str(tmp_path / "many")],
-        env={**os.environ, "TS_FUZZ_SLOW": "1"}, capture_output=True, text=True, timeout=3600,
-    )  # fmt: skip
-    print(run.stdout)  # every falsifying example, whole (pytest shows it when this fails)
-    assert run.returncode == 0, run.stdout[-3000:]
 
 
 def test_a_tokenizer_that_makes_tokenizers_panic_gets_one_line(made, tmp_path_factory):

@@ -18,6 +18,7 @@ from types import SimpleNamespace
 import lightning as L
 import pytest
 import torch
+from inprocess import run_cli
 from test_cli import corpus
 from test_data import make_aclimdb
 from torch.utils.data import DataLoader, TensorDataset
@@ -356,7 +357,7 @@ def test_every_checkpoint_asked_for_is_written_before_the_first_validation_and_a
     cut = python("-c", KILLED_RUN, *data, "--trainer.max_steps", "7", cwd=killed, env={"KILL_AT": "4"})
     assert cut.returncode == -signal.SIGKILL, cut.stderr[-3000:]
     assert torch.load(killed / "checkpoints" / "tiny_imdb" / "last.ckpt", weights_only=True)["global_step"] == 3
-    done = python(str(ROOT / "cli.py"), "fit", *data, "--trainer.max_steps", "7", cwd=whole)
+    done = run_cli("fit", *data, "--trainer.max_steps", "7", cwd=whole)
     assert done.returncode == 0, done.stderr[-3000:]
     folder = whole / "checkpoints" / "tiny_imdb"
     assert torch.load(folder / "last.ckpt", weights_only=True)["global_step"] == 7
@@ -389,13 +390,13 @@ def test_a_killed_run_resumed_from_its_last_checkpoint_equals_the_uninterrupted_
             "--trainer.enable_progress_bar", "false"]  # fmt: skip
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     whole.mkdir(), killed.mkdir()
-    done = python(str(ROOT / "cli.py"), "fit", *args, cwd=whole)
+    done = run_cli("fit", *args, cwd=whole)
     assert done.returncode == 0, done.stderr[-3000:]
     cut = python("-c", KILLED_RUN, *args, cwd=killed, env={"KILL_AT": str(kill)})
     assert cut.returncode == -signal.SIGKILL, cut.stderr[-3000:]
     name = Path(args[1]).stem
     assert torch.load(killed / "checkpoints" / name / "last.ckpt", weights_only=True)["global_step"] == kill - 1
-    resumed = python(str(ROOT / "cli.py"), "fit", *args, "--ckpt_path", "last", cwd=killed)
+    resumed = run_cli("fit", *args, "--ckpt_path", "last", cwd=killed)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     a = torch.load(whole / "checkpoints" / name / "last.ckpt", weights_only=True)
     b = torch.load(killed / "checkpoints" / name / "last.ckpt", weights_only=True)
@@ -429,12 +430,12 @@ def test_a_resumed_run_applies_a_changed_learning_rate_schedule_and_batch_size(t
             "--trainer.limit_val_batches", "1", "--sample.length", "0", "--trainer.log_every_n_steps", "1",
             "--trainer.enable_progress_bar", "false", "--model.optim.warmup_steps", "2"]  # fmt: skip
     quiet = {"WANDB_MODE": "disabled"}
-    first = python(str(ROOT / "cli.py"), "fit", *args, "--trainer.max_steps", "4", cwd=tmp_path, env=quiet)
+    first = run_cli("fit", *args, "--trainer.max_steps", "4", cwd=tmp_path, env=quiet)
     assert first.returncode == 0, first.stderr[-3000:]
     assert ("this run: checkpoints in checkpoints/tiny_charlm/ (newest: last.ckpt, best: checkpoints/tiny_charlm/"
             in first.stdout + first.stderr)  # fmt: skip
     assert "logs in logs/tiny_charlm/version_0/; continue it with --ckpt_path last" in first.stdout + first.stderr
-    again = python(str(ROOT / "cli.py"), "fit", *args, "--trainer.max_steps", "6", "--model.optim.lr", "1e-4",
+    again = run_cli("fit", *args, "--trainer.max_steps", "6", "--model.optim.lr", "1e-4",
                    "--data.batch_size", "8", "--ckpt_path", "last", cwd=tmp_path, env=quiet)  # fmt: skip
     assert again.returncode == 0, again.stderr[-3000:]
     out = again.stdout + again.stderr
@@ -786,11 +787,11 @@ def test_a_resumed_run_writes_its_own_last_ckpt_from_a_moved_folder_and_a_new_ca
     data = corpus(first / "text.txt")
     args = [*RESUMABLE, "--data.path", "text.txt"]
     quiet = {"WANDB_MODE": "disabled"}
-    run = python(str(ROOT / "cli.py"), "fit", *args, "--trainer.max_steps", "4", "--checkpoint.every_n_train_steps",
+    run = run_cli("fit", *args, "--trainer.max_steps", "4", "--checkpoint.every_n_train_steps",
                  "2", cwd=first, env=quiet)  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     first.rename(moved)
-    again = python(str(ROOT / "cli.py"), "fit", *args, "--trainer.max_steps", "7", "--checkpoint.every_n_train_steps",
+    again = run_cli("fit", *args, "--trainer.max_steps", "7", "--checkpoint.every_n_train_steps",
                    "1", "--ckpt_path", "last", cwd=moved, env=quiet)  # fmt: skip
     assert again.returncode == 0, again.stderr[-3000:]
     folder = moved / "checkpoints" / "tiny_charlm"
@@ -808,9 +809,9 @@ def test_a_single_logger_resumes_like_a_list(tmp_path):
                       "    init_args:\n      save_dir: logs\n")  # fmt: skip
     args = [*RESUMABLE, "--config", str(config), "--data.path", str(corpus(tmp_path / "text.txt"))]
     quiet = {"WANDB_MODE": "disabled"}
-    run = python(str(ROOT / "cli.py"), "fit", *args, "--trainer.max_steps", "4", cwd=tmp_path, env=quiet)
+    run = run_cli("fit", *args, "--trainer.max_steps", "4", cwd=tmp_path, env=quiet)
     assert run.returncode == 0, run.stderr[-3000:]
-    again = python(str(ROOT / "cli.py"), "fit", *args, "--trainer.max_steps", "6", "--ckpt_path", "last",
+    again = run_cli("fit", *args, "--trainer.max_steps", "6", "--ckpt_path", "last",
                    cwd=tmp_path, env=quiet)  # fmt: skip
     assert again.returncode == 0 and "Traceback" not in again.stderr, again.stderr[-3000:]
     assert torch.load(tmp_path / "checkpoints/tiny_charlm/last.ckpt", weights_only=True)["global_step"] == 6
@@ -1162,7 +1163,7 @@ def test_sigterm_stops_predict_on_a_large_file(tmp_path):
     quiet = {"WANDB_MODE": "disabled"}
     data = ["--config", TINY_LM, "--data.path", str(big), "--trainer.logger", "false"]
     short = ["--trainer.max_steps", "2", "--sample.length", "0", "--trainer.limit_val_batches", "1"]
-    fit = python(str(ROOT / "cli.py"), "fit", *data, *short, "--final_validation", "false", cwd=tmp_path, env=quiet)
+    fit = run_cli("fit", *data, *short, "--final_validation", "false", cwd=tmp_path, env=quiet)
     assert fit.returncode == 0, fit.stderr[-3000:]
     args = [*data, "--data.predict_path", str(big), "--ckpt_path", "checkpoints/tiny_charlm/last.ckpt"]
     stopped = python("-c", PREDICT_SIGNALLED, *args, cwd=tmp_path, env=quiet)

@@ -10,6 +10,7 @@ import lightning as L
 import pytest
 import torch
 
+from inprocess import run_cli as cli
 from transformers_scratch import EncoderDecoder, EncoderDecoderConfig, from_pretrained
 from transformers_scratch.data import IGNORE_INDEX as IGNORE
 from transformers_scratch.data import TransductionDataModule
@@ -24,13 +25,6 @@ TINY = ["--model.model.emb", "32", "--model.model.heads", "2", "--model.model.de
         "--data.test_size", "20", "--data.batch_size", "16", "--trainer.max_steps", "4",
         "--data.batches_per_epoch", "2", "--trainer.logger", "false",
         "--trainer.enable_progress_bar", "false"]  # fmt: skip
-
-
-def cli(*args, cwd: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    env.update(HOME=str(cwd), PYTHONUNBUFFERED="1")
-    return subprocess.run([sys.executable, str(ROOT / "cli.py"), *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=600)  # fmt: skip
 
 
 # ---- the tasks --------------------------------------------------------------------------------------
