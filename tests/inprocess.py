@@ -28,6 +28,10 @@ import torch
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 LOGGERS = ("lightning", "lightning.pytorch", "lightning.fabric")
+# A new interpreter's warning filters (the warnings module's documentation), in place of pytest's.
+PYTHON_FILTERS = [("default", DeprecationWarning, "__main__"), ("ignore", DeprecationWarning, ""),
+                  ("ignore", PendingDeprecationWarning, ""), ("ignore", ImportWarning, ""),
+                  ("ignore", ResourceWarning, "")]  # fmt: skip
 
 
 @dataclass
@@ -97,20 +101,22 @@ def _captured(out: io.StringIO, err: io.StringIO):
 
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
+            warnings.resetwarnings()  # not pytest's filters (-W, filterwarnings) but a new process's, each seen anew
+            for action, category, module in PYTHON_FILTERS:
+                warnings.filterwarnings(action, category=category, module=module, append=True)
             warnings.showwarning = show
             yield
     finally:
-        for handler, stream in zip(handlers, streams):
+        for handler, stream in zip(handlers, streams, strict=True):
             handler.setStream(stream)
 
 
-def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> Ran:
-    """``cli.py ARGS`` in ``cwd``, inside this process. ``env`` adds to the environment."""
-    from transformers_scratch.cli import main
-
+def run_main(main, *args: str, cwd: Path, env: dict[str, str] | None = None, prog: str = "cli.py") -> Ran:
+    """``main(ARGS)``, a command's entry point, as the program ``prog`` in ``cwd``, inside this process. ``env``
+    adds to the environment."""
     argv, out, err = [str(a) for a in args], io.StringIO(), io.StringIO()
     code = 0
-    with _process_state(Path(cwd), {"HOME": str(cwd), **(env or {})}, ["cli.py", *argv]), _captured(out, err):
+    with _process_state(Path(cwd), {"HOME": str(cwd), **(env or {})}, [prog, *argv]), _captured(out, err):
         try:
             main(argv)
         except SystemExit as e:
@@ -121,3 +127,10 @@ def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> Ran:
             traceback.print_exc(file=sys.stderr)
             code = 1
     return Ran(argv, code, out.getvalue(), err.getvalue())
+
+
+def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> Ran:
+    """``cli.py ARGS`` in ``cwd``, inside this process. ``env`` adds to the environment."""
+    from transformers_scratch.cli import main
+
+    return run_main(main, *args, cwd=cwd, env=env)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from inprocess import Ran, run_cli
+
 from transformers_scratch.cli import build_cli
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -2,8 +2,10 @@
 runs that diverge, are killed and resumed. Each test fails when its guard is removed."""
 
 import ast
+import contextlib
 import csv
 import gzip
+import hashlib
 import io
 import os
 import signal
@@ -831,15 +833,11 @@ def test_an_architecture_flag_the_checkpoint_contradicts_is_refused(text, capsys
 
 
 SIGNALLED_RUN = """
-import hashlib, os, signal, sys
-from lightning.pytorch.callbacks import Callback
-import transformers_scratch.cli.lightning as cli_lightning
+import os, signal, sys
+from test_reliability import RecordBatches, recording
 from transformers_scratch.cli import main
 
-class Script(Callback):  # records each training batch, and sends the signal where asked
-    def on_train_batch_start(self, trainer, module, batch, i):
-        with open("batches.txt", "a") as f:
-            f.write(f"{trainer.global_step} {hashlib.sha1(batch[0].numpy().tobytes()).hexdigest()}\\n")
+class Send(RecordBatches):  # and sends the signal where asked
     def send(self, trainer, where):
         if os.environ.get("WHERE") == where and trainer.global_step == int(os.environ["STEP"]):
             os.environ["WHERE"] = "sent"
@@ -850,13 +848,35 @@ class Script(Callback):  # records each training batch, and sends the signal whe
         if not trainer.sanity_checking:
             self.send(trainer, "validation")
 
-before_fit = cli_lightning.CLI.before_fit
-def with_script(self):
-    before_fit(self)
-    self.trainer.callbacks.append(Script())
-cli_lightning.CLI.before_fit = with_script
-main(["fit", *sys.argv[1:]])
+with recording(Send):
+    main(["fit", *sys.argv[1:]])
 """
+
+
+class RecordBatches(L.Callback):
+    """Writes each training batch's step and digest to batches.txt."""
+
+    def on_train_batch_start(self, trainer, module, batch, i):
+        with open("batches.txt", "a") as f:
+            f.write(f"{trainer.global_step} {hashlib.sha1(batch[0].numpy().tobytes()).hexdigest()}\n")
+
+
+@contextlib.contextmanager
+def recording(callback: type[L.Callback] = RecordBatches):
+    """Every fit in the block runs with ``callback()`` among its callbacks."""
+    import transformers_scratch.cli.lightning as cli_lightning
+
+    before_fit = cli_lightning.CLI.before_fit
+
+    def with_callback(self):
+        before_fit(self)
+        self.trainer.callbacks.append(callback())
+
+    cli_lightning.CLI.before_fit = with_callback
+    try:
+        yield
+    finally:
+        cli_lightning.CLI.before_fit = before_fit
 
 
 @pytest.mark.slow
@@ -873,16 +893,17 @@ def test_a_signal_saves_the_run_and_its_resume_ends_as_the_uninterrupted_run(tmp
     whole, cut = tmp_path / "whole", tmp_path / "cut"
     whole.mkdir(), cut.mkdir()
     quiet = {"WANDB_MODE": "disabled"}
-    done = python("-c", SIGNALLED_RUN, *args, cwd=whole, env={**quiet, "WHERE": "nowhere", "STEP": "0"})
+    with recording():
+        done = run_cli("fit", *args, cwd=whole, env=quiet)
     assert done.returncode == 0, done.stderr[-3000:]
-    stopped = python("-c", SIGNALLED_RUN, *args, cwd=cut,
-                     env={**quiet, "WHERE": where, "STEP": str(step), "SIGNAL": sent})  # fmt: skip
+    signalled = {**quiet, "WHERE": where, "STEP": str(step), "SIGNAL": sent, "PYTHONPATH": str(ROOT / "tests")}
+    stopped = python("-c", SIGNALLED_RUN, *args, cwd=cut, env=signalled)  # a process of its own: the signal is real
     assert stopped.returncode == 128 + getattr(signal, sent), stopped.stderr[-3000:]
     assert f"{sent} at step {saved}: saved" in stopped.stderr and "continue with --ckpt_path last" in stopped.stderr
     last = cut / "checkpoints" / "tiny_charlm" / "last.ckpt"
     assert torch.load(last, weights_only=True)["global_step"] == saved
-    resumed = python("-c", SIGNALLED_RUN, *args, "--ckpt_path", "last", cwd=cut, env={**quiet, "WHERE": "nowhere",
-                     "STEP": "0"})  # fmt: skip
+    with recording():
+        resumed = run_cli("fit", *args, "--ckpt_path", "last", cwd=cut, env=quiet)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     batches = [(d / "batches.txt").read_text().splitlines() for d in (whole, cut)]
     assert len(batches[0]) == 10 and batches[0] == batches[1]  # the same batches, in order, none twice

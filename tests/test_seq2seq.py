@@ -9,8 +9,8 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
-
 from inprocess import run_cli as cli
+
 from transformers_scratch import EncoderDecoder, EncoderDecoderConfig, from_pretrained
 from transformers_scratch.data import IGNORE_INDEX as IGNORE
 from transformers_scratch.data import TransductionDataModule

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from inprocess import run_cli
 from test_reliability import fails, python, same_training_state
 from torch.testing import assert_close
 
@@ -262,13 +263,13 @@ def test_a_killed_xl_run_resumed_draws_the_same_segments_and_memory(tmp_path):
     args = xl_args(text_file(tmp_path / "text.txt"))
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     whole.mkdir(), killed.mkdir()
-    done = python(str(ROOT / "cli.py"), "fit", *args, cwd=whole)
+    done = run_cli("fit", *args, cwd=whole)
     assert done.returncode == 0, done.stderr[-3000:]
     cut = python("-c", KILLED_RUN, *args, cwd=killed, env={"KILL_AT": "7"})
     assert cut.returncode == -9, cut.stderr[-3000:]
     saved = torch.load(killed / "checkpoints" / "shakespeare_xl" / "last.ckpt", weights_only=True)
     assert saved["global_step"] == 6 and saved["xl_memory"].shape == (1, 2, 4, 16, 32)
-    resumed = python(str(ROOT / "cli.py"), "fit", *args, "--ckpt_path", "last", cwd=killed)
+    resumed = run_cli("fit", *args, "--ckpt_path", "last", cwd=killed)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     a, b = (torch.load(d / "checkpoints" / "shakespeare_xl" / "last.ckpt", weights_only=True) for d in (whole, killed))
     same_training_state(a, b)
