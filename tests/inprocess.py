@@ -112,13 +112,13 @@ def _captured(out: io.StringIO, err: io.StringIO):
 
 
 def run_main(main, *args: str, cwd: Path, env: dict[str, str] | None = None, prog: str = "cli.py") -> Ran:
-    """``main(ARGS)``, a command's entry point, as the program ``prog`` in ``cwd``, inside this process. ``env``
-    adds to the environment."""
+    """A command's entry point, ``main()``, as the program ``prog`` started with ``ARGS`` in ``cwd``, inside this
+    process: it reads ``sys.argv`` as it would in a process of its own. ``env`` adds to the environment."""
     argv, out, err = [str(a) for a in args], io.StringIO(), io.StringIO()
     code = 0
     with _process_state(Path(cwd), {"HOME": str(cwd), **(env or {})}, [prog, *argv]), _captured(out, err):
         try:
-            main(argv)
+            main()
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
             if isinstance(e.code, str):
