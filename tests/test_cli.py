@@ -86,7 +86,6 @@ def test_every_config_instantiates(config, monkeypatch):
         assert cfg.num_classes == run.datamodule.num_classes == 2
 
 
-@pytest.mark.slow
 def test_enwik8_config_has_the_tutorials_sizes(tmp_path):
     result = cli("fit", "--config", str(ROOT / "configs" / "enwik8.yaml"), "--print_config", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -118,7 +117,6 @@ def trained(tmp_path_factory):
     return cwd, data, result
 
 
-@pytest.mark.slow
 def test_fit_writes_checkpoints_logs_and_an_offline_wandb_run(trained):
     cwd, _, result = trained
     ckpt = cwd / "checkpoints" / "tiny_charlm" / "last.ckpt"
@@ -134,7 +132,6 @@ def test_fit_writes_checkpoints_logs_and_an_offline_wandb_run(trained):
     assert "--- sample at step" in result.stdout + result.stderr
 
 
-@pytest.mark.slow
 def test_a_cheap_validation_during_fit_is_followed_by_one_over_the_whole_split(tmp_path):
     """trainer.limit_val_batches keeps the frequent validations cheap; after fit the model is scored once on the
     whole validation split: the number `validate` gives for last.ckpt. The step keeps its one sample, and
@@ -161,7 +158,6 @@ def test_a_cheap_validation_during_fit_is_followed_by_one_over_the_whole_split(t
     assert again.returncode == 0 and "final validation" not in again.stdout + again.stderr, again.stderr[-3000:]
 
 
-@pytest.mark.slow
 def test_resume_continues_from_last(trained):
     cwd, data, _ = trained
     result = cli("fit", "--config", TINY_LM, "--data.path", str(data), "--data.vocab", "file",
@@ -171,7 +167,6 @@ def test_resume_continues_from_last(trained):
     assert torch.load(cwd / "checkpoints" / "tiny_charlm" / "last.ckpt", weights_only=True)["global_step"] == 9
 
 
-@pytest.mark.slow
 def test_test_prints_bits_per_byte(trained):
     cwd, data, _ = trained
     result = cli(
@@ -193,7 +188,6 @@ def test_test_prints_bits_per_byte(trained):
     assert "contiguous windows of 64 bytes" in result.stdout + result.stderr  # the protocol is named
 
 
-@pytest.mark.slow
 def test_predict_scores_a_file(trained):
     cwd, data, _ = trained
     (cwd / "score.txt").write_text("the dog sat on the mat " * 20)
@@ -207,7 +201,6 @@ def test_predict_scores_a_file(trained):
     assert not (cwd / "phases.json").exists()
 
 
-@pytest.mark.slow
 def test_sample_prints_text_that_begins_with_the_prompt(trained):
     cwd, _, _ = trained
     result = cli("sample", "--ckpt_path", "checkpoints/tiny_charlm/last.ckpt", "--prompt", "the cat ",
@@ -216,7 +209,6 @@ def test_sample_prints_text_that_begins_with_the_prompt(trained):
     assert result.stdout.startswith("the cat ") and len(result.stdout.rstrip("\n")) == len("the cat ") + 50
 
 
-@pytest.mark.slow
 def test_samples_are_reproducible_by_seed_and_several_differ(trained):
     cwd = trained[0]
     (cwd / "prompt.txt").write_text("the dog ")
@@ -233,7 +225,6 @@ def test_samples_are_reproducible_by_seed_and_several_differ(trained):
     assert other.stdout != three.stdout
 
 
-@pytest.mark.slow
 def test_sample_needs_one_prompt_and_a_sane_count(trained):
     cwd, ckpt = trained[0], "checkpoints/tiny_charlm/last.ckpt"
     assert_fails_cleanly(cli("sample", "--ckpt_path", ckpt, cwd=cwd), "--prompt TEXT or --prompt_file FILE")
@@ -252,7 +243,6 @@ def test_sample_needs_one_prompt_and_a_sane_count(trained):
         assert_fails_cleanly(graph, "and this machine has no GPU; leave --cuda_graph off")
 
 
-@pytest.mark.slow
 def test_export_writes_a_model_that_loads_without_the_project_cli(trained):
     from transformers_scratch import from_pretrained
     from transformers_scratch.training.checkpoints import load_trained
@@ -271,7 +261,6 @@ def test_export_writes_a_model_that_loads_without_the_project_cli(trained):
     assert_fails_cleanly(again, "'exported' already holds model.safetensors and config.json; pass another folder")
 
 
-@pytest.mark.slow
 def test_attention_draws_every_layer_and_head_of_a_character_model(trained):
     cwd = trained[0]
     result = cli("attention", "--ckpt_path", "checkpoints/tiny_charlm/last.ckpt", "--text", "the cat sat on a mat",
@@ -285,7 +274,6 @@ def test_attention_draws_every_layer_and_head_of_a_character_model(trained):
     assert_fails_cleanly(empty, "--max_tokens 0 must lie in [1, 256]")
 
 
-@pytest.mark.slow
 def test_plot_draws_a_runs_learning_curves(trained):
     cwd = trained[0]
     result = cli("plot", "logs/tiny_charlm/version_0", cwd=cwd)
@@ -296,7 +284,6 @@ def test_plot_draws_a_runs_learning_curves(trained):
     assert_fails_cleanly(missing, "'logs/tiny_charlm/version_9/metrics.csv' does not exist")
 
 
-@pytest.mark.slow
 def test_a_learned_position_checkpoint_refuses_windows_past_its_context(trained):
     cwd, data, _ = trained
     result = cli("test", "--config", TINY_LM, "--data.path", str(data), "--data.vocab", "file", "--data.context", "128",
@@ -305,7 +292,6 @@ def test_a_learned_position_checkpoint_refuses_windows_past_its_context(trained)
                          " was trained at: its learned position embeddings have no vector past 64")  # fmt: skip
 
 
-@pytest.mark.slow
 def test_an_alibi_checkpoint_is_tested_past_its_training_context(tmp_path):
     data = corpus(tmp_path / "text.txt")
     args = ["--config", TINY_LM, "--data.path", str(data), "--model.model.positions", "alibi", "--trainer.logger",
@@ -319,7 +305,6 @@ def test_an_alibi_checkpoint_is_tested_past_its_training_context(tmp_path):
     assert "contiguous windows of 256 bytes" in result.stdout + result.stderr and "test/bpc" in result.stdout
 
 
-@pytest.mark.slow
 def test_the_help_lists_every_command_under_the_name_it_was_invoked_by(tmp_path):
     result = cli("--help", cwd=tmp_path)
     assert result.returncode == 0 and result.stdout.startswith("usage: cli.py COMMAND")
@@ -356,6 +341,7 @@ def test_only_the_subcommand_being_run_is_built():
     assert set(cli.subcommands()) == {"fit", "validate", "test", "predict"}
 
 
+@pytest.mark.slow
 def test_a_config_that_names_its_loggers_leaves_the_default_list_unread_and_wandb_unimported():
     """Reading the default loggers imports W&B (0.4 s of a speedrun's start-up). A config that names its own
     replaces that list whole, so it is left unread; the config parsed is the same as when it is read."""
@@ -403,7 +389,6 @@ def test_the_enwik8_model_trains_at_context_4096(tmp_path):
     assert all(v.isfinite().all() for v in ckpt["state_dict"].values() if v.is_floating_point())
 
 
-@pytest.mark.slow
 def test_sample_refuses_an_empty_prompt(trained):
     assert_fails_cleanly(
         cli("sample", "--ckpt_path", "checkpoints/tiny_charlm/last.ckpt", "--prompt", "", cwd=trained[0]),
@@ -411,7 +396,6 @@ def test_sample_refuses_an_empty_prompt(trained):
     )
 
 
-@pytest.mark.slow
 def test_sample_refuses_characters_outside_the_vocabulary(trained):
     result = cli("sample", "--ckpt_path", "checkpoints/tiny_charlm/last.ckpt", "--prompt", "the CAT", cwd=trained[0])
     assert_fails_cleanly(result, "prompt character 'C' is not in the model's vocabulary")
@@ -460,18 +444,15 @@ def lm_fit(cwd: Path, *args: str, env: dict | None = None) -> Ran:
     return cli("fit", "--config", TINY_LM, *FAST, *args, cwd=cwd, env=env)
 
 
-@pytest.mark.slow
 def test_missing_data_path(tmp_path):
     result = lm_fit(tmp_path, "--data.path", "missing.txt")
     assert_fails_cleanly(result, "data.path 'missing.txt' does not exist")
 
 
-@pytest.mark.slow
 def test_unreadable_data_path(tmp_path):
     assert_fails_cleanly(lm_fit(tmp_path, "--data.path", str(tmp_path)), "is a directory")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["zip", "gz"])
 def test_corrupt_archive(tmp_path, kind):
     path = tmp_path / f"enwik8.{kind}"
@@ -485,20 +466,17 @@ def test_corrupt_archive(tmp_path, kind):
     assert_fails_cleanly(lm_fit(tmp_path, "--data.path", str(path)), "truncated or corrupt")
 
 
-@pytest.mark.slow
 def test_corrupt_imdb_tarball(tmp_path):
     (tmp_path / "aclImdb_v1.tar.gz").write_bytes(gzip.compress(b"not a tar file " * 1000)[:300])
     result = cli("fit", "--config", TINY_IMDB, "--data.path", "aclImdb_v1.tar.gz", cwd=tmp_path)
     assert_fails_cleanly(result, "truncated or corrupt")
 
 
-@pytest.mark.slow
 def test_file_shorter_than_one_window(tmp_path):
     (tmp_path / "short.txt").write_text("far too short " * 50)
     assert_fails_cleanly(lm_fit(tmp_path, "--data.path", "short.txt"), "fewer than one window")
 
 
-@pytest.mark.slow
 def test_a_model_context_that_contradicts_the_data(tmp_path):
     """model.context is linked from data.context; a different value typed by hand is refused, not replaced."""
     corpus(tmp_path / "t.txt")
@@ -514,7 +492,6 @@ def test_checkpoint_that_does_not_exist(tmp_path):
     assert_fails_cleanly(result, "--ckpt_path 'gone.ckpt' does not exist")
 
 
-@pytest.mark.slow
 def test_missing_enwik8_with_no_network(tmp_path):
     result = lm_fit(
         tmp_path,
@@ -530,14 +507,12 @@ def test_missing_enwik8_with_no_network(tmp_path):
     assert_fails_cleanly(result, "put it at data/enwik8.zip, or pass --data.path")
 
 
-@pytest.mark.slow
 def test_missing_imdb_with_no_network(tmp_path):
     env = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
     result = cli("fit", "--config", TINY_IMDB, "--data.path", "null", cwd=tmp_path, env=env)
     assert_fails_cleanly(result, "pass --data.path data/aclImdb_v1.tar.gz")
 
 
-@pytest.mark.slow
 def test_predictions_can_go_to_a_file(trained):
     cwd, data, _ = trained
     (cwd / "score2.txt").write_text("the cat ran far away " * 20)

@@ -106,7 +106,6 @@ def test_the_pretrained_encoder_starts_the_classifier_and_other_sizes_are_refuse
         assert part in str(refused.value)
 
 
-@pytest.mark.slow
 def test_pretraining_then_fine_tuning_end_to_end(tmp_path):
     """cli.py fit with imdb_mlm.yaml on a few reviews, then imdb.yaml + imdb_finetune.yaml from its checkpoint. At
     learning rate 0 fine-tuning moves nothing, so the classifier's encoder is the pretrained one, bit for bit.
@@ -147,7 +146,6 @@ def test_pretraining_then_fine_tuning_end_to_end(tmp_path):
     assert "2 layers x 2 heads over 7 words" in drawn.stdout and (tmp_path / "a.png").stat().st_size > 0
 
 
-@pytest.mark.slow
 def test_fine_tuning_names_a_missing_or_foreign_checkpoint(tmp_path):
     root = make_aclimdb(tmp_path / "imdb", per_class=4)
     args = ["fit", "--config", str(CONFIGS / "imdb.yaml"), "--config", str(CONFIGS / "imdb_finetune.yaml"),
