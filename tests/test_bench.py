@@ -85,6 +85,7 @@ def test_cuda_graphs_are_a_gpu_variant_of_the_compiled_step():
     assert not any(v["cuda_graphs"] for v in dict(variants("cuda", compile_=False)).values())
 
 
+@pytest.mark.slow
 def test_a_failed_measurement_is_reported_not_raised():
     job = train_job("cpu", {**TOY, "emb": 4096, "context": 4096}, batch=64, context=4096, steps=1, warmup=0,
                     precision="32-true")  # fmt: skip
@@ -152,6 +153,7 @@ class GPT(nn.Module):  # nanoGPT's interface around this project's model
 """
 
 
+@pytest.mark.slow
 def test_a_nanogpt_checkpoint_is_scored_as_cli_test_scores_the_project(tmp_path, capsys):
     """``python -m transformers_scratch.experiments.nanogpt`` gives the number that ``cli.py test`` gives for the same
     model on the same file: the same windows, every test byte once. A stand-in model.py wraps this project's
@@ -345,6 +347,7 @@ def test_the_speedrun_verdict_compares_the_means_at_each_programs_own_budget():
     assert verdict([*rows[1:], {"run": "fit", "error": "exit code 1"}], 100, 300)["fit_below_nanogpt"] is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("wrong", [3.0, 1 / 3], ids=["pace-too-fast", "pace-too-slow"])
 def test_nanogpt_fits_its_iterations_to_the_bench_deadline_when_its_pace_was_wrong(tmp_path, wrong):
     """A pace three times too fast sets three times the iterations that fit; one three times too slow, a third.
@@ -366,6 +369,7 @@ def test_nanogpt_fits_its_iterations_to_the_bench_deadline_when_its_pace_was_wro
     assert 2.0 < heldout(row, str(text), copy / "model.py") < 4.0  # the saved model, scored
 
 
+@pytest.mark.slow
 def test_nanogpt_keeps_the_longest_end_it_has_seen_in_reserve(tmp_path, monkeypatch):
     """A run's end (last evaluation, save, exit) can take longer than the rest of its wall time suggests, here an
     evaluation of 2.5 s against 0.3 s for the first. The deadline keeps the longest end seen in reserve; the pace

@@ -493,6 +493,7 @@ FLAGS = {
 }  # fmt: skip
 
 
+@pytest.mark.slow
 @fuzz()
 @given(flag=st.sampled_from(sorted((name, flag) for name, flags in FLAGS.items() for flag in flags)), value=VALUES)
 @example(flag=("fit", "--model.optim.lr"), value="9" * 40)  # found: a traceback, the float32 update overflowing

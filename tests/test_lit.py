@@ -297,6 +297,7 @@ def test_training_lowers_the_loss_and_checkpoints_rebuild_the_model(tmp_path, pr
     assert_close(restored(x), module(x))
 
 
+@pytest.mark.slow
 def test_compiled_training_writes_checkpoints_that_load_without_compile(tmp_path):
     module = LitCharLM(TINY, OptimConfig(warmup_steps=1), compile=True)
     t = trainer(tmp_path, max_steps=2, callbacks=[SafeModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)])

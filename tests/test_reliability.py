@@ -468,6 +468,7 @@ def test_a_fresh_fit_never_starts_over_another_runs_checkpoints(tmp_path):
     release_run_folder(folder)
 
 
+@pytest.mark.slow
 def test_two_fits_never_share_a_folder_and_a_killed_ones_leftovers_are_cleared(tmp_path):
     folder = tmp_path / "run"
     holds = "import sys, time; from pathlib import Path; from transformers_scratch.training.checkpoints import "

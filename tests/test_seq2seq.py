@@ -123,6 +123,7 @@ def test_label_smoothing_changes_the_training_loss_only():
     assert losses[0] != losses[1]
 
 
+@pytest.mark.slow
 def test_the_module_learns_to_reverse_unseen_strings(tmp_path):
     """A small encoder-decoder, trained through Lightning on the data module, decodes held-out sources."""
     torch.manual_seed(0)
