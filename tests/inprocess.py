@@ -18,6 +18,7 @@ import logging
 import os
 import random
 import signal
+import subprocess
 import sys
 import traceback
 import warnings
@@ -134,3 +135,11 @@ def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> Ran:
     from transformers_scratch.cli import main
 
     return run_main(main, *args, cwd=cwd, env=env)
+
+
+def run_process(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``python ARGS`` in a process of its own, for what is about processes: in ``cwd``, with ``HOME`` there and no
+    ``WANDB_*`` settings of the caller's, as :func:`run_cli` has them. ``env`` adds to the environment."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    clean.update(HOME=str(cwd), PYTHONUNBUFFERED="1", **(env or {}))
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=clean, capture_output=True, text=True, timeout=600)

@@ -5,7 +5,6 @@ import csv
 import gzip
 import json
 import math
-import os
 import re
 import shutil
 import site
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from inprocess import Ran, run_cli
+from inprocess import Ran, run_cli, run_process
 
 from transformers_scratch.cli import build_cli
 
@@ -39,10 +38,7 @@ FAST = ["--trainer.max_steps", "6", "--data.batches_per_epoch", "3", "--trainer.
 
 def cli_process(*args, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
     """``python cli.py ARGS`` in a new process, as a user types it (for what is about processes and start-up)."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    clean.update(HOME=str(cwd), PYTHONUNBUFFERED="1", **(env or {}))  # HOME: no wandb login from this machine
-    return subprocess.run([sys.executable, str(ROOT / "cli.py"), *args], cwd=cwd, env=clean,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    return run_process(str(ROOT / "cli.py"), *args, cwd=cwd, env=env)
 
 
 cli = run_cli  # everything else: the same entry point inside this process (tests/inprocess.py)

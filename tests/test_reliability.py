@@ -21,6 +21,7 @@ import lightning as L
 import pytest
 import torch
 from inprocess import run_cli
+from inprocess import run_process as python
 from test_cli import corpus
 from test_data import make_aclimdb
 from torch.utils.data import DataLoader, TensorDataset
@@ -315,12 +316,6 @@ run = build_cli(sys.argv[1:], run=False)
 run.trainer.callbacks.append(Kill())
 run.trainer.fit(run.model, datamodule=run.datamodule)
 """
-
-
-def python(*args, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    clean.update(HOME=str(cwd), PYTHONUNBUFFERED="1", **(env or {}))
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=clean, capture_output=True, text=True, timeout=600)
 
 
 def small_imdb(tmp_path: Path) -> Path:
