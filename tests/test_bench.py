@@ -15,15 +15,16 @@ from transformers_scratch.experiments.endtoend import format_end_to_end
 TOY = {"vocab_size": 32, "context": 16, "emb": 16, "heads": 2, "depth": 1}
 
 
-def bench_in_process(monkeypatch, capsys, *argv: str) -> dict:
+def bench_in_process(monkeypatch, tmp_path, *argv: str) -> dict:
     """The bench command's report (``--json``), run in this process with each measurement in it too: a child
     process a measurement costs seconds of imports, and its isolation is held by
     :func:`test_a_failed_measurement_is_reported_not_raised`."""
     from transformers_scratch.experiments import bench
 
     monkeypatch.setattr(bench, "run_isolated", lambda job, memory_cap_gb=None, timeout=900: run_job(job))
-    bench.main([*argv, "--json"])
-    return json.loads(capsys.readouterr().out)
+    ran = run_main(bench.main, *argv, "--json", cwd=tmp_path, prog="bench.py")
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    return json.loads(ran.stdout)
 
 
 def test_a_training_job_reports_throughput_and_memory():
@@ -93,8 +94,8 @@ def test_a_failed_measurement_is_reported_not_raised():
     assert set(result) == {"error"} and "allocate" in result["error"]
 
 
-def test_the_command_prints_a_table_and_json(monkeypatch, capsys):
-    report = bench_in_process(monkeypatch, capsys, "--depth", "1", "--emb", "16", "--heads", "2", "--context", "16",
+def test_the_command_prints_a_table_and_json(monkeypatch, tmp_path):
+    report = bench_in_process(monkeypatch, tmp_path, "--depth", "1", "--emb", "16", "--heads", "2", "--context", "16",
                               "--batch", "2", "--steps", "1", "--warmup", "0", "--no-compile", "--new-tokens", "4",
                               "--seq2seq")  # fmt: skip
     assert [row["variant"] for row in report["train"]] == [
@@ -441,8 +442,8 @@ def test_the_scaling_report_fits_exponents_and_draws_a_log_log_picture(tmp_path)
     assert (tmp_path / "s.png").stat().st_size > 0
 
 
-def test_the_long_context_command_measures_every_kernel_and_a_model_step(tmp_path, monkeypatch, capsys):
-    report = bench_in_process(monkeypatch, capsys, "--long-context", "--start-context", "64", "--max-context", "128",
+def test_the_long_context_command_measures_every_kernel_and_a_model_step(tmp_path, monkeypatch):
+    report = bench_in_process(monkeypatch, tmp_path, "--long-context", "--start-context", "64", "--max-context", "128",
                               "--depth", "1", "--emb", "32", "--heads", "2", "--attn-heads", "2", "--attn-head-width",
                               "8", "--model-steps", "1", "--plot", str(tmp_path / "s.png"))["scaling"]  # fmt: skip
     assert [row["kernel"] for row in report["attention"]][:2] == ["sdpa", "explicit"]

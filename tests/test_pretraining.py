@@ -13,7 +13,7 @@ from transformers_scratch.model.config import ClassifierConfig, MaskedLMConfig
 from transformers_scratch.model.models import MaskedLM, SequenceClassifier, encoder_state
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_cli import assert_fails_cleanly, cli  # noqa: E402
+from test_cli import assert_fails_cleanly  # noqa: E402
 from test_data import make_aclimdb  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,7 +106,7 @@ def test_the_pretrained_encoder_starts_the_classifier_and_other_sizes_are_refuse
         assert part in str(refused.value)
 
 
-def test_pretraining_then_fine_tuning_end_to_end(tmp_path):
+def test_pretraining_then_fine_tuning_end_to_end(tmp_path, cli):
     """cli.py fit with imdb_mlm.yaml on a few reviews, then imdb.yaml + imdb_finetune.yaml from its checkpoint. At
     learning rate 0 fine-tuning moves nothing, so the classifier's encoder is the pretrained one, bit for bit.
     Other sizes and another vocabulary are refused, each with one line. The fine-tuned classifier's attention
@@ -146,7 +146,7 @@ def test_pretraining_then_fine_tuning_end_to_end(tmp_path):
     assert "2 layers x 2 heads over 7 words" in drawn.stdout and (tmp_path / "a.png").stat().st_size > 0
 
 
-def test_fine_tuning_names_a_missing_or_foreign_checkpoint(tmp_path):
+def test_fine_tuning_names_a_missing_or_foreign_checkpoint(tmp_path, cli):
     root = make_aclimdb(tmp_path / "imdb", per_class=4)
     args = ["fit", "--config", str(CONFIGS / "imdb.yaml"), "--config", str(CONFIGS / "imdb_finetune.yaml"),
             "--data.path", str(root), "--data.val_size", "2", "--data.vocab_words", "30"]  # fmt: skip

@@ -20,8 +20,7 @@ from types import SimpleNamespace
 import lightning as L
 import pytest
 import torch
-from inprocess import run_cli
-from inprocess import run_process as python
+from inprocess import run_cli, run_process
 from test_cli import corpus
 from test_data import make_aclimdb
 from torch.utils.data import DataLoader, TensorDataset
@@ -351,7 +350,7 @@ def test_every_checkpoint_asked_for_is_written_before_the_first_validation_and_a
             "--trainer.logger", "false"]  # fmt: skip
     killed, whole = tmp_path / "killed", tmp_path / "whole"
     killed.mkdir(), whole.mkdir()
-    cut = python("-c", KILLED_RUN, *data, "--trainer.max_steps", "7", cwd=killed, env={"KILL_AT": "4"})
+    cut = run_process("-c", KILLED_RUN, *data, "--trainer.max_steps", "7", cwd=killed, env={"KILL_AT": "4"})
     assert cut.returncode == -signal.SIGKILL, cut.stderr[-3000:]
     assert torch.load(killed / "checkpoints" / "tiny_imdb" / "last.ckpt", weights_only=True)["global_step"] == 3
     done = run_cli("fit", *data, "--trainer.max_steps", "7", cwd=whole)
@@ -389,7 +388,7 @@ def test_a_killed_run_resumed_from_its_last_checkpoint_equals_the_uninterrupted_
     whole.mkdir(), killed.mkdir()
     done = run_cli("fit", *args, cwd=whole)
     assert done.returncode == 0, done.stderr[-3000:]
-    cut = python("-c", KILLED_RUN, *args, cwd=killed, env={"KILL_AT": str(kill)})
+    cut = run_process("-c", KILLED_RUN, *args, cwd=killed, env={"KILL_AT": str(kill)})
     assert cut.returncode == -signal.SIGKILL, cut.stderr[-3000:]
     name = Path(args[1]).stem
     assert torch.load(killed / "checkpoints" / name / "last.ckpt", weights_only=True)["global_step"] == kill - 1
@@ -890,7 +889,7 @@ def test_a_signal_saves_the_run_and_its_resume_ends_as_the_uninterrupted_run(tmp
         done = run_cli("fit", *args, cwd=whole, env=quiet)
     assert done.returncode == 0, done.stderr[-3000:]
     signalled = {**quiet, "WHERE": where, "STEP": str(step), "SIGNAL": sent, "PYTHONPATH": str(ROOT / "tests")}
-    stopped = python("-c", SIGNALLED_RUN, *args, cwd=cut, env=signalled)  # a process of its own: the signal is real
+    stopped = run_process("-c", SIGNALLED_RUN, *args, cwd=cut, env=signalled)  # its own process: a real signal
     assert stopped.returncode == 128 + getattr(signal, sent), stopped.stderr[-3000:]
     assert f"{sent} at step {saved}: saved" in stopped.stderr and "continue with --ckpt_path last" in stopped.stderr
     last = cut / "checkpoints" / "tiny_charlm" / "last.ckpt"
@@ -1180,6 +1179,6 @@ def test_sigterm_stops_predict_on_a_large_file(tmp_path):
     fit = run_cli("fit", *data, *short, "--final_validation", "false", cwd=tmp_path, env=quiet)
     assert fit.returncode == 0, fit.stderr[-3000:]
     args = [*data, "--data.predict_path", str(big), "--ckpt_path", "checkpoints/tiny_charlm/last.ckpt"]
-    stopped = python("-c", PREDICT_SIGNALLED, *args, cwd=tmp_path, env=quiet)
+    stopped = run_process("-c", PREDICT_SIGNALLED, *args, cwd=tmp_path, env=quiet)
     assert stopped.returncode == 143, stopped.stderr[-3000:]
     assert "SIGTERM: predict stopped" in stopped.stderr and "went on" not in stopped.stderr

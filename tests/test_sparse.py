@@ -260,8 +260,8 @@ def test_the_attention_picture_shows_each_heads_pattern(tmp_path):
     assert attention_patterns(dense, 40) is None
 
 
-def test_a_sparse_character_model_trains_samples_and_draws_its_patterns_through_the_cli(tmp_path):
-    from test_cli import FAST, TINY_LM, cli, corpus
+def test_a_sparse_character_model_trains_samples_and_draws_its_patterns_through_the_cli(tmp_path, cli):
+    from test_cli import FAST, TINY_LM, corpus
 
     data = corpus(tmp_path / "text.txt")
     sparse = ["--model.model.attention", "sparse", "--model.model.sparse_pattern", "fixed",

@@ -12,8 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from inprocess import run_cli
-from test_reliability import fails, python, same_training_state
+from inprocess import run_cli, run_process
+from test_reliability import fails, same_training_state
 from torch.testing import assert_close
 
 from transformers_scratch.cli import main
@@ -265,7 +265,7 @@ def test_a_killed_xl_run_resumed_draws_the_same_segments_and_memory(tmp_path):
     whole.mkdir(), killed.mkdir()
     done = run_cli("fit", *args, cwd=whole)
     assert done.returncode == 0, done.stderr[-3000:]
-    cut = python("-c", KILLED_RUN, *args, cwd=killed, env={"KILL_AT": "7"})
+    cut = run_process("-c", KILLED_RUN, *args, cwd=killed, env={"KILL_AT": "7"})
     assert cut.returncode == -9, cut.stderr[-3000:]
     saved = torch.load(killed / "checkpoints" / "shakespeare_xl" / "last.ckpt", weights_only=True)
     assert saved["global_step"] == 6 and saved["xl_memory"].shape == (1, 2, 4, 16, 32)
