@@ -241,14 +241,14 @@ def test_sample_needs_one_prompt_and_a_sane_count(trained):
 
 def test_export_writes_a_model_that_loads_without_the_project_cli(trained):
     from transformers_scratch import from_pretrained
-    from transformers_scratch.training.checkpoints import load_trained
+    from transformers_scratch.training.checkpoints import Checkpoint
     from transformers_scratch.training.modules import LitCharLM
 
     cwd, ckpt = trained[0], "checkpoints/tiny_charlm/last.ckpt"
     result = cli("export", "--ckpt_path", ckpt, "--out", "exported", cwd=cwd)
     assert result.returncode == 0, result.stderr
     assert "exported LitCharLM's model to exported/ (model.safetensors, config.json)" in result.stdout
-    module, vocab = load_trained(str(cwd / ckpt), LitCharLM)
+    module, vocab = Checkpoint(str(cwd / ckpt)).trained(LitCharLM)
     x = vocab.encode_text("the cat sat")  # (1, t)
     assert torch.equal(from_pretrained(cwd / "exported")(x), module.model(x))
     config = json.loads((cwd / "exported" / "config.json").read_text())

@@ -160,11 +160,11 @@ def test_fine_tuning_names_a_missing_or_foreign_checkpoint(tmp_path, cli):
              "1", "--trainer.logger", "false", "--sample.length", "0", cwd=tmp_path)  # fmt: skip
     assert lm.returncode == 0, lm.stderr[-3000:]
     foreign = cli(*args, "--model.pretrained", "checkpoints/tiny_charlm/last.ckpt", cwd=tmp_path)
-    assert_fails_cleanly(foreign, "holds a LitCharLM; fine-tuning starts from a LitMaskedLM")
+    assert_fails_cleanly(foreign, "holds a LitCharLM; fine-tuning takes LitMaskedLM")
     hollow = {"hyper_parameters": {"_class_path": "transformers_scratch.training.LitMaskedLM", "model": {}}}
     torch.save(hollow, tmp_path / "hollow.ckpt")  # a LitMaskedLM's settings, no weights
     empty = cli(*args, "--model.pretrained", "hollow.ckpt", cwd=tmp_path)
-    assert_fails_cleanly(empty, "model.pretrained 'hollow.ckpt' holds no weights")
+    assert_fails_cleanly(empty, "model.pretrained 'hollow.ckpt' holds no model weights")
 
 
 def test_fine_tuning_names_a_pretrained_checkpoint_of_a_newer_layout(tmp_path):

@@ -98,8 +98,9 @@ def main(argv: list[str] | None = None) -> None:
 
     from ..data import DataError
     from ..training.callbacks import TrainingDiverged
-    from ..training.console import clipped, close_bars, error_line
-    from .lightning import brief, build_cli
+    from ..training.console import clipped, close_bars
+    from .errors import error_line
+    from .lightning import build_cli
 
     try:
         if args[0] in FUNCTION_NAMES:
@@ -113,5 +114,5 @@ def main(argv: list[str] | None = None) -> None:
         if os.environ.get("TS_DEBUG"):
             raise
         close_bars()
-        print(f"error: {clipped(brief(error_line(e)))}\n(set TS_DEBUG=1 to see the traceback)", file=sys.stderr)
+        print(f"error: {clipped(error_line(e, args))}\n(set TS_DEBUG=1 to see the traceback)", file=sys.stderr)
         sys.exit(1)

@@ -14,7 +14,7 @@ from ..data import WordVocab
 from ..data.files import shortened
 from ..model.hf import save_hf
 from ..model.pretrained import save_pretrained
-from ..training.checkpoints import load_trained
+from ..training.checkpoints import Checkpoint
 from ..training.console import shown
 from ..training.inference import continue_text, decode_sources, export_vocab
 from ..training.modules import LitCharLM, LitClassifier, LitMaskedLM, LitSeq2Seq, LitXL
@@ -116,7 +116,7 @@ def sample(
         )
     if seed is not None and not 0 <= seed <= MAX_SEED:
         raise ValueError(f"--seed must lie in [0, 2**63 - 1], and {str(seed)[:30]} does not; pass a smaller seed")
-    module, vocab = load_trained(ckpt_path, LitCharLM, LitXL, command="sample")
+    module, vocab = Checkpoint(ckpt_path).trained(LitCharLM, LitXL, command="sample")
     if vocab is None:
         raise ValueError(f"--ckpt_path {ckpt_path!r} holds no vocabulary; pass a checkpoint written by fit")
     if cuda_graph and (not cache or not torch.cuda.is_available()):
@@ -153,7 +153,7 @@ def decode(ckpt_path: str, input: str | None = None, input_file: str | None = No
         raise ValueError(f"--input_file holds {len(sources):,} sources, more than {MAX_INPUTS:,}; split the file")
     if batch_size < 1:
         raise ValueError(f"--batch_size {batch_size} must be a positive integer")
-    module, _ = load_trained(ckpt_path, LitSeq2Seq, command="decode")
+    module, _ = Checkpoint(ckpt_path).trained(LitSeq2Seq, command="decode")
     for outputs in decode_sources(module, sources, batch_size):
         print("\n".join(outputs))
 
@@ -171,10 +171,10 @@ def export(ckpt_path: str, out: str, format: Literal["project", "hf"] = "project
             model that one of those families expresses (the refusal names the option that none has).
     """
     if format == "hf":
-        module, _ = load_trained(ckpt_path, LitCharLM, LitMaskedLM, command="export --format hf")
+        module, _ = Checkpoint(ckpt_path).trained(LitCharLM, LitMaskedLM, command="export --format hf")
         folder = save_hf(module.model, out)
     else:
-        module, vocab = load_trained(ckpt_path, LitCharLM, LitClassifier, LitSeq2Seq, LitXL, command="export")
+        module, vocab = Checkpoint(ckpt_path).trained(LitCharLM, LitClassifier, LitSeq2Seq, LitXL, command="export")
         folder = save_pretrained(module.model, out, {"vocab": export_vocab(module, vocab)})
     print(f"exported {type(module).__name__}'s model to {folder}/ (model.safetensors, config.json)")
 
@@ -207,11 +207,10 @@ def convert_xl(
 
     from ..data.vocab import vocab_state
     from ..model.xl import from_authors
-    from ..training.checkpoints import read_state_dict
 
     if Path(out).exists():
         raise FileExistsError(f"--out {out!r} already exists; pass a new file name")
-    state = read_state_dict(state_dict, "--state_dict")
+    state = Checkpoint.tensors(state_dict, "--state_dict")
     model = from_authors(state, f"--state_dict {state_dict!r}", pre_norm=pre_norm, context=context, mem_len=mem_len,
                          clamp_len=clamp_len, same_length=same_length)  # fmt: skip
     vocab = authors_vocab(symbols, model.cfg.vocab_size)
@@ -290,7 +289,7 @@ def attention(
     check_dpi(dpi)
     if not 1 <= max_tokens <= MAX_PICTURED:
         raise ValueError(f"--max_tokens {max_tokens} must lie in [1, {MAX_PICTURED}]: a panel holds that many")
-    module, vocab = load_trained(ckpt_path, LitClassifier, LitCharLM, LitXL, command="attention")
+    module, vocab = Checkpoint(ckpt_path).trained(LitClassifier, LitCharLM, LitXL, command="attention")
     model = module.model
     if vocab is None:
         raise ValueError(f"--ckpt_path {ckpt_path!r} holds no vocabulary; pass a checkpoint written by fit")

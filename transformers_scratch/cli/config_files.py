@@ -1,13 +1,11 @@
 """Config files and values are untrusted input, read with limits: jsonargparse's YAML loader is replaced by one
 that refuses more than :data:`MAX_CHARS` characters, nesting deeper than :data:`MAX_DEPTH` and more than
-:data:`MAX_ALIASES` aliases (a "billion laughs" file is refused before it is expanded), with one clear line each.
-A file that is not UTF-8 text is named by :func:`unreadable_config`."""
+:data:`MAX_ALIASES` aliases (a "billion laughs" file is refused before it is expanded), with one clear line each."""
 
 from __future__ import annotations
 
 import os
 import stat
-from pathlib import Path
 
 import yaml
 from jsonargparse import set_loader
@@ -55,20 +53,6 @@ def config_paths(args: list[str]) -> list[str]:
     return [args[i + 1] for i, arg in enumerate(args[:-1]) if arg == "--config"] + [
         arg.split("=", 1)[1] for arg in args if arg.startswith("--config=")
     ]
-
-
-def not_a_config(message: str, args: list[str]) -> str | None:
-    """jsonargparse's report of a config that is no mapping of settings, or no YAML, as one line naming the
-    config files given; None for any other report."""
-    named = ", ".join(repr(p) for p in config_paths(args)) or "a config"
-    first = (message.splitlines() or [""])[0]
-    if first.startswith("Unexpected config:"):
-        what = first.removeprefix("Unexpected config:").strip()[:40]
-        return (f"--config {named} holds no mapping of settings (it is empty, a list or plain text: {what!r}); pass "
-                "a YAML file such as configs/first_run.yaml")  # fmt: skip
-    if first.startswith("Problems parsing config"):
-        return f"--config {named} is not valid YAML ({first.split(':', 1)[-1].strip()[:80]}); fix it or pass another"
-    return None
 
 
 def longest_value(text: str) -> str:
@@ -144,18 +128,6 @@ def check_values(args: list[str]) -> None:
 def not_utf8(path: str, e: UnicodeDecodeError) -> str:
     return (f"--config {path!r} is not a YAML file in UTF-8 (byte {e.start:,} is not text); pass a config "
             "such as configs/first_run.yaml")  # fmt: skip
-
-
-def unreadable_config(args: list[str]) -> str | None:
-    """The first ``--config`` file in ``args`` that is not UTF-8 text, described; None if there is none."""
-    for path in config_paths(args):
-        try:
-            Path(path).read_bytes()[: MAX_CHARS * 4].decode("utf-8")
-        except UnicodeDecodeError as e:
-            return not_utf8(path, e)
-        except OSError:
-            continue
-    return None
 
 
 set_loader("yaml", load, exceptions=(yaml.YAMLError,))

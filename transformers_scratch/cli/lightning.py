@@ -7,7 +7,6 @@ config file's (``--name`` overrides it): it logs to ``logs/<name>/`` and checkpo
 Hand-written pieces, and why Lightning's own do not do:
 - :func:`name_run` puts the run's name into the shared defaults once the config is parsed (jsonargparse has no
   default that depends on another value);
-- :func:`brief` cuts jsonargparse's nested union report to one line;
 - ``_parse_ckpt_path`` overrides a private LightningCLI method (no public hook), because Lightning's puts every
   hyper-parameter of a checkpoint over the command line, and a resumed run would silently keep its old settings.
 """
@@ -19,20 +18,19 @@ import inspect
 import re
 import sys
 import warnings
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from types import UnionType
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import torch
-from jsonargparse import ArgumentError, ArgumentParser, Namespace, set_parsing_settings
+from jsonargparse import ArgumentParser, Namespace, set_parsing_settings
 from lightning import LightningDataModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
-from ..data import checkpoint_vocab
 from ..data.files import shortened
 from ..data.ids import MAX_COUNT
 from ..data.vocab import vocab_state
@@ -55,26 +53,17 @@ from ..training.callbacks import (
     Throughput,
     run_checkpoint,
 )
-from ..training.checkpoints import (
-    check_ckpt_path,
-    check_data_fits,
-    check_linked_context,
-    check_settings,
-    check_weights,
-    claim_run_folder,
-    read_checkpoint,
-    release_run_folder,
-    weight_shapes,
-)
+from ..training.checkpoints import Checkpoint, check_ckpt_path, check_linked_context
 from ..training.console import note, quiet, shown, silence
 from ..training.loggers import CSVLogger, WandbLogger
 from ..training.modules import LitTransformer, read_pretrained
 from ..training.optim import OptimConfig
-from .config_files import check_config_files, check_values, not_a_config, unreadable_config
+from ..training.run_folder import claim_run_folder, release_run_folder
+from .config_files import check_config_files, check_values
+from .errors import ALLOWED_IMPORTS
 
 # A config names classes and callables by import path; only these packages may be named (checked by jsonargparse
 # before it imports anything), so a config cannot run os.system, eval or an arbitrary module's import-time code.
-ALLOWED_IMPORTS = ["transformers_scratch", "torch", "lightning"]
 set_parsing_settings(import_path_denylist=["*"], import_path_allowlist=ALLOWED_IMPORTS)
 
 
@@ -107,6 +96,63 @@ def name_run(cfg) -> str:
     return name
 
 
+@dataclass
+class Run:
+    """What the parsed command line tells the later hooks: the run's name, and the checkpoint it reads."""
+
+    name: str
+    ckpt: Checkpoint | None = None
+
+
+def refuse_nulls(cfg) -> None:
+    """jsonargparse checks a class's arguments against their types, but takes ``null`` for any ``init_args`` of a
+    class given by ``class_path``, and for a whole group of a callback's arguments: refused (:func:`refuse_null`).
+    Lightning takes a step modulo the trainer's counts, or divides by them, unchecked: they are bounded here."""
+    for key in ("model", "data"):  # classes a config names by class_path
+        if isinstance(getattr(cfg.get(key), "class_path", None), str):
+            refuse_null(key, class_of(cfg[key]), cfg[key].get("init_args") or {})
+    for key, group in {"trainer": Trainer, **CALLBACK_GROUPS}.items():  # classes whose settings are groups
+        if key in cfg:
+            refuse_null(key, group, cfg[key])
+    seed = cfg.get("seed_everything")
+    if not isinstance(seed, bool) and isinstance(seed, int) and not 0 <= seed < 2**32:
+        raise ValueError(f"seed_everything={seed} must lie in [0, {2**32 - 1:,}] (numpy's seeds), or be true/false")
+    for key, example in TRAINER_COUNTS.items():
+        value = cfg.get("trainer", {}).get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and not 1 <= value <= MAX_COUNT:
+            raise ValueError(f"trainer.{key}={shortened(str(value))} must lie in [1, {MAX_COUNT:,}]; pass e.g. "
+                             f"--trainer.{key} {example}")  # fmt: skip
+
+
+def settle_output(sub: str | None, cfg) -> None:
+    """What a run leaves out: Lightning's and W&B's messages unless ``--verbose``; for scoring, the warning that
+    the checkpoint folder moved (it writes none); for predict, the kept predictions and the loggers (it logs no
+    metric: a W&B run and a log version of hyper-parameters would be all it left, one for every refused file)."""
+    if sub != "fit":
+        warnings.filterwarnings("ignore", message=r"The dirpath has changed from")
+    if not cfg.get("verbose"):
+        quiet()
+    if sub == "predict":
+        if cfg.get("return_predictions") is None:
+            cfg.return_predictions = False  # written as they come (PredictionWriter), not kept
+        cfg.trainer.logger = False
+
+
+def read_run_checkpoint(cfg, name: str) -> Checkpoint | None:
+    """The run's ``--ckpt_path``, read once (its shapes, not its weights: Lightning restores them); ``last`` is
+    this run's own ``last.ckpt`` (one run, one place)."""
+    if not cfg.get("ckpt_path"):
+        return None
+    if cfg.ckpt_path == "last":
+        last = Path(cfg.checkpoint.dirpath or "checkpoints") / "last.ckpt"
+        if not last.is_file():
+            raise FileNotFoundError(f"--ckpt_path last: there is no {last} to resume (the run is named {name!r}); "
+                                    "start it without --ckpt_path, or name another run with --name")  # fmt: skip
+        cfg.ckpt_path = str(last)
+    check_ckpt_path(cfg.ckpt_path)
+    return Checkpoint(cfg.ckpt_path, weights=False) if Path(cfg.ckpt_path).is_file() else None
+
+
 def refuse_optimizer_flags(argv: list[str]) -> None:
     """LightningCLI's ``--optimizer``/``--lr_scheduler`` would replace the modules' two weight-decay groups and
     warm-up schedule with one plain group; the settings live under ``model.optim`` instead."""
@@ -118,32 +164,6 @@ def refuse_optimizer_flags(argv: list[str]) -> None:
                 ".weight_decay, .beta1, .beta2, .warmup_steps, .schedule (cosine, wsd or constant), .min_lr_ratio, "
                 ".cooldown, .total_steps, .optimizer (adamw or muon), .muon_lr and .muon_stacked"
             )
-
-
-SCAFFOLDING = (
-    "Parser key", "Does not validate", "Subtypes:", "Errors:", "Given value", "Expected a <class 'NoneType'>",
-    "Not a valid subclass", "Subclass types expect", "a class path", "a dict", "Problem with given class_path",
-)  # fmt: skip
-
-
-def brief(message: str) -> str:
-    """One line from jsonargparse's nested "does not validate against any of the Union subtypes" report: the
-    innermost key and the first real reason (the project's own message, when a config refused the value)."""
-    lines = [line.strip().removeprefix("- ") for line in message.splitlines() if line.strip()]
-    if len(lines) <= 1:
-        return message
-    keys = [line.split('"')[1] for line in lines if line.startswith('Parser key "')]
-    reasons = [line for line in lines if not line.startswith(SCAFFOLDING)]
-    if not reasons:
-        return lines[0]
-    reason = reasons[0].split("callable class: ")[-1]
-    if "import path denylist" in reason:
-        path = reason.split("'")[1]
-        reason = (
-            f"{path!r} is refused: a config may name classes and functions from {', '.join(ALLOWED_IMPORTS)} only "
-            "(nothing else is imported)"
-        )
-    return f"{'.'.join(keys)}: {reason}" if keys else reason
 
 
 DESCRIPTION = "Train and evaluate the project's models. The other commands: cli.py --help."
@@ -186,23 +206,6 @@ def nested_help(argv: list[str]) -> str | None:
         parser = ArgumentParser(prog=f"{Path(sys.argv[0]).name} {argv[0]}", description=cls.__doc__)
         parser.add_class_arguments(cls, nested_key=key.removeprefix("--").removesuffix(".help"))
         return parser.format_help()
-    return None
-
-
-def missing_value(message: str, argv: list[str]) -> str | None:
-    """argparse's "argument --data: expected one argument" names the group, not the flag: the flag that has no
-    value after it (the line's end, or another option such as ``--``), named; None for any other report."""
-    if "expected one argument" not in message:
-        return None
-    for i, arg in enumerate(argv):
-        if (
-            arg.startswith("--")
-            and "=" not in arg
-            and arg != "--"
-            and (i + 1 == len(argv) or argv[i + 1].startswith("-"))
-        ):
-            after = repr(argv[i + 1]) if i + 1 < len(argv) else "nothing"
-            return f"{arg} needs a value, and {after} follows it; pass one, e.g. {arg} VALUE (or {arg}=VALUE)"
     return None
 
 
@@ -360,68 +363,20 @@ class CLI(LightningCLI):
         })  # fmt: skip
 
     def parse_arguments(self, parser, args) -> None:
+        """Read the config files with limits, parse, then: refuse what jsonargparse lets through, settle how the
+        run is quiet, name the run and read its checkpoint. Each step is a function of its own; what later hooks
+        need travels as one value, ``self.run``."""
         check_values(self.argv)
         if configs_name_loggers(self.argv, check_config_files(self.argv)):
             for each in self.parsers:  # the default list need not be read: reading it imports W&B (0.4 s)
                 each.set_defaults({"trainer.logger": None})
-        try:
-            super().parse_arguments(parser, args)
-        except UnicodeDecodeError:
-            raise ValueError(unreadable_config(self.argv) or "a config file is not UTF-8 text") from None
-        except ArgumentError as e:  # a config that is no mapping, or no YAML: named, in one line
-            named = not_a_config(str(e), self.argv) or missing_value(str(e), self.argv)
-            if named is None and (culprit := self.config_at_fault(parser, str(e))):
-                named = f"--config {culprit!r}: {brief(str(e))}"
-            raise ValueError(named or str(e)) from None
+        super().parse_arguments(parser, args)
         silence()
         sub = self.config.get("subcommand")
         cfg = self.config[sub] if sub else self.config
-        for key in ("model", "data"):  # classes a config names by class_path
-            if isinstance(getattr(cfg.get(key), "class_path", None), str):
-                refuse_null(key, class_of(cfg[key]), cfg[key].get("init_args") or {})
-        for key, group in {"trainer": Trainer, **CALLBACK_GROUPS}.items():  # classes whose settings are groups
-            if key in cfg:
-                refuse_null(key, group, cfg[key])
-        seed = cfg.get("seed_everything")
-        if not isinstance(seed, bool) and isinstance(seed, int) and not 0 <= seed < 2**32:
-            raise ValueError(f"seed_everything={seed} must lie in [0, {2**32 - 1:,}] (numpy's seeds), or be true/false")
-        for key, example in TRAINER_COUNTS.items():  # Lightning divides by them, or takes a step modulo them
-            value = cfg.get("trainer", {}).get(key)
-            if isinstance(value, int) and not isinstance(value, bool) and not 1 <= value <= MAX_COUNT:
-                raise ValueError(f"trainer.{key}={shortened(str(value))} must lie in [1, {MAX_COUNT:,}]; pass e.g. "
-                                 f"--trainer.{key} {example}")  # fmt: skip
-        if sub != "fit":  # scoring writes no checkpoint: where the checkpoint callback once saved does not matter
-            warnings.filterwarnings("ignore", message=r"The dirpath has changed from")
-        if not cfg.get("verbose"):
-            quiet()
-        if sub == "predict":
-            if self.config.predict.get("return_predictions") is None:
-                self.config.predict.return_predictions = False  # written as they come (PredictionWriter), not kept
-            # predict logs no metric: a W&B run and a log version holding only hyper-parameters is all it would
-            # leave (and one for every refused input file)
-            self.config.predict.trainer.logger = False
-        self.ckpt_vocab, self.ckpt_hparams = None, {}
-        self.ckpt_run: dict = {}
-        self.ckpt_shapes: dict[str, tuple[int, ...]] | None = None
-        self.name = name_run(cfg)
-        if not sub or not self.config[sub].get("ckpt_path"):
-            return
-        cfg = self.config[sub]
-        if cfg.ckpt_path == "last":  # this run's own folder: one run, one place
-            last = Path(cfg.checkpoint.dirpath or "checkpoints") / "last.ckpt"
-            if not last.is_file():
-                raise FileNotFoundError(
-                    f"--ckpt_path last: there is no {last} to resume (the run is named {self.name!r}); "
-                    "start it without --ckpt_path, or name another run with --name"
-                )
-            cfg.ckpt_path = str(last)
-        check_ckpt_path(cfg.ckpt_path)
-        if Path(cfg.ckpt_path).is_file():  # read once: one clear line for a truncated or foreign file
-            checkpoint = read_checkpoint(cfg.ckpt_path)
-            self.ckpt_vocab = checkpoint_vocab(checkpoint)
-            self.ckpt_hparams = dict(checkpoint.get("hyper_parameters") or {})
-            self.ckpt_run = checkpoint.get("run") or {}
-            self.ckpt_shapes = weight_shapes(cfg.ckpt_path, checkpoint["state_dict"])
+        refuse_nulls(cfg)
+        settle_output(sub, cfg)
+        self.run = Run(name_run(cfg), read_run_checkpoint(cfg, run_name(cfg)) if sub else None)
 
     def _parse_ckpt_path(self) -> None:
         """Lightning's version puts *every* hyper-parameter of the checkpoint over the command line, so a resumed
@@ -430,44 +385,24 @@ class CLI(LightningCLI):
         (``LitTransformer.on_train_start``). A checkpoint of another kind of model is refused.
         (Overrides a private LightningCLI method: no public hook parses checkpoint hyper-parameters;
         tests/test_reliability.py pins the behaviour.)"""
-        hparams = {k: v for k, v in self.ckpt_hparams.items() if k != "_instantiator"}
-        if not hparams:
+        ckpt = self.run.ckpt
+        if ckpt is None or not ckpt.hparams and not ckpt.class_path:
             return
         sub = self.config.subcommand
-        given, written = self.config[sub].model.class_path, hparams.pop("_class_path", None)
-        if written and written.rsplit(".", 1)[-1] != given.rsplit(".", 1)[-1]:
-            raise ValueError(
-                f"--ckpt_path {self.config[sub].ckpt_path!r} holds a {written.rsplit('.', 1)[-1]} and this config "
-                f"runs a {given.rsplit('.', 1)[-1]}; pass the config the checkpoint was trained with"
-            )
-        if "model" in hparams:
-            hparams["model"] = check_settings(self.config[sub].ckpt_path, self.model_class_of(self.config[sub]),
-                                              hparams["model"])  # fmt: skip
-            self._refuse_changed_architecture(hparams["model"])
-            architecture = {sub: {"model": {"class_path": given, "dict_kwargs": {"model": hparams["model"]}}}}
-            self.config = self.parser.parse_object(architecture, self.config)
-            init = self.config[sub].model.get("init_args")
-            if init is not None and init.get("init_from"):  # the checkpoint holds what it started from, and more
-                init.init_from = None
-
-    def _refuse_changed_architecture(self, trained) -> None:
-        """A model flag on the command line that the checkpoint contradicts would be silently replaced by the
-        checkpoint's value (its weights fit nothing else): refused, naming both values and the ways out."""
-        cfg = self.config[self.config.subcommand]
-        model = (cfg.model.get("init_args") or {}).get("model") or {}
-        for arg in self.argv:
-            flag = arg.split("=", 1)[0]
-            field = flag.removeprefix("--model.model.").removeprefix("--model.init_args.model.")
-            if field == flag or field in LINKED:
-                continue
-            given = model.get(field)
-            was = trained.get(field) if isinstance(trained, dict) else getattr(trained, field, None)
-            if was is not None and given is not None and given != was:
-                raise ValueError(
-                    f"{flag} {given} differs from the checkpoint's {was} (--ckpt_path {cfg.ckpt_path!r}): a run "
-                    f"keeps the architecture it was trained with; drop {flag} to continue it, or start a new run "
-                    "with --name"
-                )
+        cfg = self.config[sub]
+        given = cfg.model.class_path.rsplit(".", 1)[-1]
+        if ckpt.class_path and ckpt.kind != given:
+            raise ValueError(f"{ckpt.source} holds a {ckpt.kind} and this config runs a {given}; pass the config the "
+                             "checkpoint was trained with")  # fmt: skip
+        if ckpt.model is None:
+            return
+        trained = ckpt.settings(class_of(cfg.model))
+        ckpt.refuse_changed((cfg.model.get("init_args") or {}).get("model") or {}, trained, self.argv, LINKED)
+        architecture = {sub: {"model": {"class_path": cfg.model.class_path, "dict_kwargs": {"model": trained}}}}
+        self.config = self.parser.parse_object(architecture, self.config)
+        init = self.config[sub].model.get("init_args")
+        if init is not None and init.get("init_from"):  # the checkpoint holds what it started from, and more
+            init.init_from = None
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         """Lightning's Trainer checks its own settings (an accelerator it does not know, devices it does not have),
@@ -481,11 +416,13 @@ class CLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         cfg = self.config[self.subcommand] if self.subcommand else self.config
-        if self.subcommand == "fit" and self.ckpt_run:
-            self._continue_logs(cfg)
+        ckpt = self.run.ckpt
+        if self.subcommand == "fit" and ckpt is not None and ckpt.run:
+            self._continue_logs(cfg, ckpt.run)
         data = cfg.data.get("init_args") or {}
-        check_data_fits(cfg.get("ckpt_path"), self.ckpt_hparams.get("model") or {}, self.ckpt_vocab, data)
-        if not self.ckpt_hparams.get("model"):  # no checkpoint decides the model: its context comes from the data
+        if ckpt is not None:
+            ckpt.check_data(data)
+        if ckpt is None or not ckpt.model:  # no checkpoint decides the model: its context comes from the data
             check_linked_context((cfg.model.get("init_args") or {}).get("model") or {}, data)
         model_class = self.model_class_of(cfg)
         if cfg.checkpoint.monitor is None and hasattr(model_class, "checkpoint_metric"):
@@ -505,22 +442,6 @@ class CLI(LightningCLI):
         if cfg.trainer.get("enable_progress_bar") is False:  # Lightning refuses a progress bar it may not show
             callbacks = [c for c in callbacks if _class_name(c) != "ProgressBar"]
         cfg.trainer.callbacks = callbacks
-
-    def config_at_fault(self, parser, message: str) -> str | None:
-        """The ``--config`` file that a parse error comes from, when several are given: the first whose settings,
-        read in order, give the same error on their own (jsonargparse's report names the key, not the file)."""
-        first = (message.splitlines() or [""])[0]
-        for i, arg in enumerate(self.argv[:-1]):
-            if arg != "--config":
-                continue
-            try:
-                parser.parse_args(self.argv[: i + 2])
-            except ArgumentError as e:
-                if (str(e).splitlines() or [""])[0] == first:
-                    return self.argv[i + 1]
-            except Exception:  # a partial command line may fail otherwise: that config is not the one
-                continue
-        return None
 
     @staticmethod
     def with_project_callbacks(callbacks: list) -> list:
@@ -547,19 +468,19 @@ class CLI(LightningCLI):
     def model_class_of(cfg) -> type:
         return class_of(cfg.model)
 
-    def _continue_logs(self, cfg) -> None:
+    def _continue_logs(self, cfg, run: dict) -> None:
         """A resumed run logs into the CSV version and the W&B run it started (the checkpoint names them)."""
         loggers = cfg.trainer.get("logger")
         for logger in loggers if isinstance(loggers, list) else [loggers] if loggers else []:  # one, or a list
-            name, version = _class_name(logger), self.ckpt_run.get(_class_name(logger))
+            name, version = _class_name(logger), run.get(_class_name(logger))
             if version is None or not hasattr(logger, "init_args"):
                 continue
             logger.init_args["id" if name == "WandbLogger" else "version"] = version
 
     def check_weights_fit(self) -> None:
         """The checkpoint's weights against the module built from its settings, before Lightning's strict load."""
-        if self.ckpt_shapes is not None:
-            check_weights(self.config[self.subcommand].ckpt_path, self.model, self.ckpt_shapes)
+        if self.run.ckpt is not None:
+            self.run.ckpt.check_fits(self.model)
 
     def before_fit(self) -> None:
         self.check_weights_fit()
@@ -579,7 +500,7 @@ class CLI(LightningCLI):
         model, cfg = self.model.model, self.model.model.cfg
         resuming = f"resuming from {shown(self.config.fit.ckpt_path)}\n" if self.config.fit.get("ckpt_path") else ""
         return resuming + (
-            f"run {self.name}: checkpoints in {shown(self.checkpoint_dir)}/, logs in {', '.join(logs) or 'none'}\n"
+            f"run {self.run.name}: checkpoints in {shown(self.checkpoint_dir)}/, logs in {', '.join(logs) or 'none'}\n"
             f"model: {type(model).__name__}, {count_parameters(model) / 1e6:.2f}M parameters, {cfg.depth} blocks x "
             f"{cfg.emb}, {cfg.heads} heads, context {cfg.context}"
             + (f" and a memory of {cfg.mem_len}" if isinstance(cfg, XLConfig) else "")
@@ -649,8 +570,8 @@ class CLI(LightningCLI):
     def _restore_vocab(self) -> None:
         """Give the data module the vocabulary of the checkpoint it will serve, whatever class wrote it (read
         once, when the arguments were checked)."""
-        if self.ckpt_vocab is not None:
-            self.datamodule.load_state_dict(vocab_state(self.ckpt_vocab))
+        if self.run.ckpt is not None and self.run.ckpt.vocab is not None:
+            self.datamodule.load_state_dict(vocab_state(self.run.ckpt.vocab))
 
     def _read_data(self) -> None:
         """validate and test: the vocabulary restored, then the data read and checked, before the loggers start

@@ -172,10 +172,10 @@ def heldout(row: dict, data: str, model_py: Path | None) -> float:
         with contextlib.redirect_stdout(sys.stderr):  # GPT() prints its size
             model = load_nanogpt(str(model_py), row["ckpt"], torch.device("cpu"))
         return heldout_nats(nanogpt_logits(model), windows, torch.device("cpu"), bf16=False)
-    from ..training.checkpoints import load_trained
+    from ..training.checkpoints import Checkpoint
     from ..training.modules import LitCharLM
 
-    model = load_trained(row["ckpt"], LitCharLM)[0].model
+    model = Checkpoint(row["ckpt"]).trained(LitCharLM)[0].model
     return heldout_nats(lambda x, y: model(x), windows, torch.device("cpu"), bf16=False)
 
 
@@ -247,10 +247,12 @@ def speedrun_fit(data: str, budget: float, seed: int, work: Path, threads: int |
         return {"run": "fit", "error": run.error()}
     import yaml  # jsonargparse's YAML library
 
+    from ..training.checkpoints import Checkpoint
+
     log = logs[-1]  # phases.json and the run's whole config.yaml
     data_args = yaml.safe_load((log / "config.yaml").read_text())["data"]["init_args"]
     startup = json.loads((log / "phases.json").read_text())["first_batch"] - run.launch
-    steps = torch.load(ckpt, map_location="cpu", weights_only=True)["global_step"]
+    steps = Checkpoint(str(ckpt), weights=False).step
     tokens = steps * data_args["batch_size"] * data_args["context"]
     return {"run": "fit", "seed": seed, "wall_s": run.wall, "startup_s": startup, "steps": steps, "tokens": tokens,
             "context": data_args["context"], "load": load, "ckpt": str(ckpt)}  # fmt: skip

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-import torch
+from ..training.checkpoints import Checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = [ROOT / "configs" / "tiny_charlm.yaml", ROOT / "configs" / "extrapolate.yaml"]
@@ -59,7 +59,7 @@ def main(argv: list[str], build) -> int:
     for kind in args.kinds:
         name = f"extrapolate-{kind}"
         last = work / "checkpoints" / name / "last.ckpt"
-        done = last.is_file() and torch.load(last, weights_only=True)["global_step"] >= args.steps
+        done = last.is_file() and Checkpoint(str(last), weights=False).step >= args.steps
         if not done:
             resume = ["--ckpt_path", "last"] if last.is_file() else []
             began = time.perf_counter()

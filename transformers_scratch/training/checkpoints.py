@@ -1,25 +1,25 @@
-"""Reading what ``fit`` wrote, one way for every command (the module and its vocabulary, from one read of the
-file); whether a run's data fits a checkpoint; and the run-folder lock: one run, one place."""
+"""Reading what ``fit`` wrote. A :class:`Checkpoint` reads a file once, as data (``weights_only``), and checks
+what it holds: the kind of model, its settings, its weights' names and shapes, the vocabulary and the run it
+continues. Every command that reads a checkpoint goes through it: fit (``--ckpt_path``, ``model.init_from``,
+``model.pretrained``), validate, test, predict, sample, export, attention and decode; convert_xl reads its file of
+tensors with :meth:`Checkpoint.tensors`. A file is untrusted: each refusal is one line naming the flag and file."""
 
 from __future__ import annotations
 
-import atexit
 import dataclasses
 import inspect
-import os
 import sys
 from pathlib import Path
-from typing import get_args, get_type_hints
+from typing import Any, get_args, get_type_hints
 
 import torch
 
 from ..data import ByteVocab, WordVocab, checkpoint_vocab
 from ..data.files import shortened
-from ..data.vocab import Vocab
 from ..model.config import TransformerConfig, read_settings
-from .modules import LitTransformer
 
 CKPT_ALIASES = {"last", "best", "hpc", "registry"}  # names Lightning resolves itself
+RETRAIN = "it predates the package's layout or comes from another version: train it again with this one"
 
 
 def check_ckpt_path(ckpt_path: str | None) -> None:
@@ -31,107 +31,161 @@ def check_ckpt_path(ckpt_path: str | None) -> None:
         )
 
 
-def read_checkpoint(ckpt_path: str) -> dict:
-    """The checkpoint's contents, loaded as data (``weights_only``), with one clear error if it cannot be."""
-    check_ckpt_path(ckpt_path)
-    try:
-        checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True)
-    except Exception as e:  # a broken file fails anywhere in torch's reader, with any type of error
-        reason = (str(e).splitlines() or ["empty file"])[0][:200]
-        raise ValueError(
-            f"--ckpt_path {ckpt_path!r} is not a readable checkpoint ({type(e).__name__}: {reason}); "
-            "it may be truncated or not written by fit: pass another checkpoint"
-        ) from e
-    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
-        raise ValueError(f"--ckpt_path {ckpt_path!r} holds no model weights; pass a checkpoint written by fit")
-    return checkpoint
-
-
-def read_state_dict(path: str, flag: str) -> dict:
-    """A file of named tensors (``torch.save(model.state_dict())``), read as data: a pickled model, which would
-    run code when read, and anything but tensors, are refused in one line."""
+def _load(path: str, flag: str, example: str, what: str, fix: str) -> Any:
+    """``torch.load`` as data, on the CPU: a broken file fails anywhere in torch's reader, with any type of error,
+    and is refused in one line."""
     if not Path(path).is_file():
-        raise FileNotFoundError(
-            f"{flag} {path!r} does not exist; pass a file written by torch.save(model.state_dict())"
-        )
+        raise FileNotFoundError(f"{flag} {path!r} does not exist; pass {example}")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # a broken file fails anywhere in torch's reader, with any type of error
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
         reason = (str(e).splitlines() or ["empty file"])[0][:200]
-        raise ValueError(
-            f"{flag} {path!r} is not a file of tensors ({type(e).__name__}: {reason}); save the model's "
-            "state_dict(), not the model (a pickled model runs code when it is read)"
-        ) from e
-    if not isinstance(state, dict):
-        raise ValueError(f"{flag} {path!r} holds a {type(state).__name__}, not a state dict; save model.state_dict()")
-    return state
+        raise ValueError(f"{flag} {path!r} is not {what} ({type(e).__name__}: {reason}); {fix}") from e
 
 
-def check_settings(ckpt_path: str, module_class: type[LitTransformer], settings):
-    """A checkpoint's model settings against the config class of the module that will take them, before
-    anything is built (:func:`~..model.config.read_settings`); returned as a dict of every setting."""
-    hint = get_type_hints(module_class.__init__).get("model")
-    cls = next((a for a in get_args(hint) if isinstance(a, type) and dataclasses.is_dataclass(a)), None)
-    if cls is None or settings is None:
-        return settings
-    return dataclasses.asdict(read_settings(cls, settings, f"--ckpt_path {ckpt_path!r}"))
+class Checkpoint:
+    """One checkpoint file, read once and checked. ``flag`` names where it was given (``--ckpt_path``,
+    ``model.pretrained``, ...); ``weights``: keep the tensors (to build a module here), or only their shapes (a
+    run that Lightning restores itself)."""
 
+    def __init__(self, path: str, flag: str = "--ckpt_path", weights: bool = True) -> None:
+        self.source = f"{flag} {path!r}"
+        example = "a checkpoint file such as checkpoints/enwik8/last.ckpt"
+        data = _load(path, flag, example, "a readable checkpoint", "it may be truncated or not written by fit: pass "
+                     "another checkpoint")  # fmt: skip
+        if not isinstance(data, dict) or not isinstance(data.get("state_dict"), dict):
+            raise ValueError(f"{self.source} holds no model weights; pass a checkpoint written by fit")
+        state = data["state_dict"]
+        if not all(isinstance(t, torch.Tensor) for t in state.values()):
+            raise ValueError(f"{self.source} holds no model weights (its state_dict is no mapping of names to "
+                             "tensors); pass a checkpoint written by fit")  # fmt: skip
+        hparams = dict(data.get("hyper_parameters") or {})
+        self.path, self.class_path = path, str(hparams.get("_class_path") or "")
+        self.kind = self.class_path.rsplit(".", 1)[-1] or "?"  # the module class that wrote it
+        self.hparams = {k: v for k, v in hparams.items() if not str(k).startswith("_")}
+        self.vocab = checkpoint_vocab(data)
+        self.run: dict = data.get("run") or {}  # the CSV version and W&B id it logged to
+        self.step = int(data.get("global_step") or 0)
+        self.shapes = {str(name): tuple(t.shape) for name, t in state.items()}
+        self.state = state if weights else None
 
-def weight_shapes(ckpt_path: str, state) -> dict[str, tuple[int, ...]]:
-    """A checkpoint's ``state_dict`` as names and shapes, refused in one line where it is no mapping of tensors."""
-    if not isinstance(state, dict) or not all(isinstance(t, torch.Tensor) for t in state.values()):
-        raise ValueError(f"--ckpt_path {ckpt_path!r} holds no model weights (its state_dict is no mapping of names "
-                         "to tensors); pass a checkpoint written by fit")  # fmt: skip
-    return {str(name): tuple(t.shape) for name, t in state.items()}
+    @property
+    def model(self):
+        """The model's settings as written (a dict, or None)."""
+        return self.hparams.get("model")
 
+    def settings(self, module_class: Any) -> Any:
+        """The model settings, checked against the config class of the module that will take them, before
+        anything is built (:func:`~..model.config.read_settings`); a dict of every setting."""
+        hint = get_type_hints(module_class.__init__).get("model")
+        cls = next((a for a in get_args(hint) if isinstance(a, type) and dataclasses.is_dataclass(a)), None)
+        if cls is None or self.model is None:
+            return self.model
+        return dataclasses.asdict(read_settings(cls, self.model, self.source))
 
-def check_weights(ckpt_path: str, module: torch.nn.Module, shapes: dict[str, tuple[int, ...]]) -> None:
-    """A checkpoint's weights (:func:`weight_shapes`) against the module built from its settings, before a strict
-    load, whose RuntimeError lists every key: a name or a shape that the module lacks (a damaged file, or one of
-    another layout) is refused in one line, naming the first."""
-    ours = {name: tuple(t.shape) for name, t in module.state_dict().items()}
-    problems = [f"{name!r} is missing" for name in ours if name not in shapes]
-    problems += [f"{name!r} is not one of its weights" for name in shapes if name not in ours]
-    problems += [f"{name!r} is {list(shapes[name])}, not {list(shape)}" for name, shape in ours.items()
-                 if name in shapes and shapes[name] != shape]  # fmt: skip
-    if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise ValueError(
-            f"--ckpt_path {ckpt_path!r} does not fit the {type(module).__name__} its settings describe: "
-            f"{shortened(problems[0])}{more}; the file is damaged, or predates the package's layout or comes from "
-            "another version: pass another checkpoint, or train it again with this one"
+    def refuse_kind(self, *takes: type, command: str) -> type:
+        """The one of ``takes`` (module classes) that wrote the file; any other is refused, naming both."""
+        cls = next((c for c in takes if c.__name__ == self.kind), None)
+        if cls is None:
+            raise ValueError(
+                f"{self.source} holds a {self.kind}; {command} takes {', '.join(c.__name__ for c in takes)}"
+            )
+        return cls
+
+    def check_fits(self, module: torch.nn.Module) -> None:
+        """The weights against the module built from the settings, before a strict load, whose RuntimeError lists
+        every key: a name or a shape the module lacks is refused in one line, naming the first."""
+        ours = {name: tuple(t.shape) for name, t in module.state_dict().items()}
+        problems = [f"{name!r} is missing" for name in ours if name not in self.shapes]
+        problems += [f"{name!r} is not one of its weights" for name in self.shapes if name not in ours]
+        problems += [f"{name!r} is {list(self.shapes[name])}, not {list(shape)}" for name, shape in ours.items()
+                     if name in self.shapes and self.shapes[name] != shape]  # fmt: skip
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise ValueError(
+                f"{self.source} does not fit the {type(module).__name__} its settings describe: "
+                f"{shortened(problems[0])}{more}; the file is damaged, or {RETRAIN}"
+            )
+
+    def trained(self, *takes: type, command: str = "this command"):
+        """The trained module (on the CPU, in eval mode) and its vocabulary. ``takes``: the module classes the
+        command can use."""
+        module_class = self.refuse_kind(*takes, command=command)
+        self.settings(module_class)
+        takes_args = inspect.signature(module_class).parameters  # settings since dropped (older layouts) left out
+        assert self.state is not None, "read with weights=False"
+        try:
+            module = module_class(**{k: v for k, v in self.hparams.items() if k in takes_args})
+            self.check_fits(module)
+            module.load_state_dict(self.state)
+        except (TypeError, RuntimeError, KeyError) as e:
+            reason = (str(e).splitlines() or [type(e).__name__])[0][:200]
+            raise ValueError(f"{self.source} does not fit this version's {self.kind} ({reason}); {RETRAIN}") from e
+        return module.eval(), self.vocab
+
+    def refuse_changed(self, given: dict, trained, argv: list[str], linked: tuple[str, ...]) -> None:
+        """A model flag on the command line (``argv``, parsed as ``given``) that the checkpoint's ``trained``
+        settings contradict would be silently replaced by them (its weights fit nothing else): refused, naming both
+        values and the ways out."""
+        trained = trained if isinstance(trained, dict) else vars(trained) if trained is not None else {}
+        for arg in argv:
+            flag = arg.split("=", 1)[0]
+            field = flag.removeprefix("--model.model.").removeprefix("--model.init_args.model.")
+            if field == flag or field in linked:
+                continue
+            now, was = given.get(field), trained.get(field)
+            if was is not None and now is not None and now != was:
+                raise ValueError(
+                    f"{flag} {now} differs from the checkpoint's {was} ({self.source}): a run keeps the "
+                    f"architecture it was trained with; drop {flag} to continue it, or start a new run with --name"
+                )
+
+    def check_data(self, data) -> None:
+        """The data of a run from this checkpoint must give the ids its model reads: the same kind of vocabulary
+        and size; windows longer than it was trained on are refused for learned positions (no vector there) and
+        noted for the others. ``data``: the run's data settings."""
+        vocab, trained = self.vocab, self.model or {}
+        field = lambda key, default: (
+            (trained.get(key) if isinstance(trained, dict) else getattr(trained, key, None)) or default
+        )  # noqa: E731
+        if isinstance(vocab, ByteVocab) and "vocab" in data:
+            kind = "bytes" if vocab.symbols is None else "file"
+            if data["vocab"] != kind:
+                raise ValueError(f"{self.source} was trained with data.vocab {kind} ({vocab.size} symbols), and this "
+                                 f"run has data.vocab {data['vocab']}; pass --data.vocab {kind}")  # fmt: skip
+        if isinstance(vocab, WordVocab):  # data.vocab_words is a cap: a small corpus may fill less of it
+            words = field("vocab_size", len(vocab)) - 2
+            if data.get("vocab_words") not in (None, words):
+                raise ValueError(
+                    f"{self.source} was trained with a vocabulary of {words} words, and this run "
+                    f"has data.vocab_words {data['vocab_words']}; pass --data.vocab_words {words}"
+                )
+        key = "context" if "context" in data else "max_length"
+        window, context = data.get(key), field("context", None)
+        if window is None or context is None or window <= context:
+            return
+        positions = field("positions", "learned")
+        if positions == "learned":
+            raise ValueError(
+                f"--data.{key} {window} > {context}, the context {self.source} was trained at: its learned position "
+                f"embeddings have no vector past {context}; pass --data.{key} {context} or less, or train with "
+                "model.positions sinusoidal, rope or alibi"
+            )
+        print(
+            f"note: data.{key} {window}, past the training context {context} ({positions} positions)", file=sys.stderr
         )
 
-
-def load_trained(ckpt_path: str, *takes: type[LitTransformer], command: str = "this command"):
-    """The trained module (on the CPU, in eval mode) and the vocabulary it was trained with, from one read of the
-    file. ``takes``: the module classes the command can use; a checkpoint of another refuses in one line."""
-    checkpoint = read_checkpoint(ckpt_path)
-    hparams = {k: v for k, v in (checkpoint.get("hyper_parameters") or {}).items() if not k.startswith("_")}
-    written_by = str((checkpoint.get("hyper_parameters") or {}).get("_class_path", "?")).rsplit(".", 1)[-1]
-    module_class = next((cls for cls in takes if cls.__name__ == written_by), None)
-    if module_class is None:
-        names = ", ".join(cls.__name__ for cls in takes)
-        raise ValueError(f"--ckpt_path {ckpt_path!r} holds a {written_by}; {command} takes {names}")
-    check_settings(ckpt_path, module_class, hparams.get("model"))
-    takes_args = inspect.signature(module_class).parameters  # settings since dropped (older layouts) are left out
-    try:
-        module = module_class(**{k: v for k, v in hparams.items() if k in takes_args})
-        check_weights(ckpt_path, module, weight_shapes(ckpt_path, checkpoint["state_dict"]))
-        module.load_state_dict(checkpoint["state_dict"])
-    except (TypeError, RuntimeError, KeyError) as e:
-        reason = (str(e).splitlines() or [type(e).__name__])[0][:200]
-        raise ValueError(
-            f"--ckpt_path {ckpt_path!r} does not fit this version's {written_by} ({reason}); it predates the "
-            "package's layout or comes from another version: train it again with this one"
-        ) from e
-    return module.eval(), checkpoint_vocab(checkpoint)
-
-
-def _field(config, key: str, default):
-    """A field of a model config saved as a dataclass or as a plain dict."""
-    value = config.get(key) if isinstance(config, dict) else getattr(config, key, None)
-    return default if value is None else value
+    @staticmethod
+    def tensors(path: str, flag: str) -> dict:
+        """A file of named tensors (``torch.save(model.state_dict())``), read as data: a pickled model, which
+        would run code when read, and anything but a mapping, are refused in one line."""
+        fix = "save the model's state_dict(), not the model (a pickled model runs code when it is read)"
+        state = _load(path, flag, "a file written by torch.save(model.state_dict())", "a file of tensors", fix)
+        if not isinstance(state, dict):
+            raise ValueError(
+                f"{flag} {path!r} holds a {type(state).__name__}, not a state dict; save model.state_dict()"
+            )
+        return state
 
 
 def check_linked_context(model, data) -> None:
@@ -142,115 +196,5 @@ def check_linked_context(model, data) -> None:
     if given is None or linked is None or given in (linked, TransformerConfig.context):
         return
     key = "data.context" if "context" in data else "data.max_length"
-    raise ValueError(
-        f"model.context {given} is set from {key} ({linked}), so it cannot differ; "
-        f"set --{key} {given} instead and leave model.context out"
-    )
-
-
-def check_data_fits(ckpt_path: str, trained, vocab: Vocab | None, data) -> None:
-    """The data of a run from a checkpoint must give the ids its model reads: the same kind of vocabulary and
-    size; windows longer than it was trained on are refused for learned positions (no vector there) and noted
-    for the others. ``trained``: the checkpoint's model config; ``data``: the run's data settings."""
-    if isinstance(vocab, ByteVocab) and "vocab" in data:
-        kind = "bytes" if vocab.symbols is None else "file"
-        if data["vocab"] != kind:
-            raise ValueError(
-                f"--ckpt_path {ckpt_path!r} was trained with data.vocab {kind} ({vocab.size} symbols), and "
-                f"this run has data.vocab {data['vocab']}; pass --data.vocab {kind}"
-            )
-    if isinstance(vocab, WordVocab):
-        # data.vocab_words is a cap: the model was sized for the cap, and a small corpus may fill less of it
-        words = _field(trained, "vocab_size", len(vocab)) - 2
-        if data.get("vocab_words") not in (None, words):
-            raise ValueError(
-                f"--ckpt_path {ckpt_path!r} was trained with a vocabulary of {words} words, and this "
-                f"run has data.vocab_words {data['vocab_words']}; pass --data.vocab_words {words}"
-            )
-    key = "context" if "context" in data else "max_length"
-    window, context = data.get(key), _field(trained, "context", None)
-    if window is None or context is None or window <= context:
-        return
-    positions = _field(trained, "positions", "learned")
-    if positions == "learned":
-        raise ValueError(
-            f"--data.{key} {window} > {context}, the context --ckpt_path {ckpt_path!r} was trained at: its "
-            f"learned position embeddings have no vector past {context}; pass --data.{key} {context} or less, "
-            "or train with model.positions sinusoidal, rope or alibi"
-        )
-    print(f"note: data.{key} {window}, past the training context {context} ({positions} positions)", file=sys.stderr)
-
-
-LOCK = ".fit.lock"
-_HELD: dict[Path, int] = {}  # the run folders this process holds: the open descriptor of each one's lock
-
-
-def _holder(lock: Path) -> str:
-    try:
-        return f"process {int(lock.read_text()[:20])}"
-    except (OSError, ValueError):
-        return "a process starting up"
-
-
-def claim_run_folder(folder: Path, resuming: bool) -> None:
-    """One run, one place: a fit holds its checkpoint folder until it ends, and a fresh fit never starts in a
-    folder that holds another run's checkpoints. The hold is the kernel's lock (``flock``) on the folder's lock
-    file, taken in one step, so that of two fits started at the same moment exactly one wins; it ends with the
-    process however that ends, so a killed run leaves nothing to take over but the temporary files its
-    interrupted writes left, which are cleared. The file holds the process id, for the refusal to name."""
-    import fcntl  # POSIX: Linux and macOS
-
-    folder.mkdir(parents=True, exist_ok=True)
-    key, lock = folder.resolve(), folder / LOCK
-    while key not in _HELD:
-        folder.mkdir(parents=True, exist_ok=True)  # again: a holder that ended removes the folder it left empty
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
-        except FileNotFoundError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            raise ValueError(
-                f"{folder}/ is in use by another fit ({_holder(lock)}); wait for it to end, or give this run its "
-                "own --name"
-            ) from None
-        try:
-            current = os.stat(lock).st_ino == os.fstat(fd).st_ino
-        except FileNotFoundError:
-            current = False
-        if not current:  # its holder ended and removed it between our open and our lock: a file no one sees
-            os.close(fd)
-            continue
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
-        _HELD[key] = fd
-        atexit.register(release_run_folder, folder)
-    if not resuming and (found := sorted(p.name for p in folder.glob("*.ckpt"))):
-        release_run_folder(folder)
-        raise ValueError(
-            f"{folder}/ already holds a run ({', '.join(found[:3])}{', ...' if len(found) > 3 else ''}); resume it "
-            "with --ckpt_path last, start another with --name NAME, or move that folder away"
-        )
-    for stale in folder.glob(".*.tmp"):  # an interrupted checkpoint write (the folder is ours now)
-        stale.unlink(missing_ok=True)
-
-
-def release_run_folder(folder: Path) -> None:
-    """Give the folder back; a run that wrote nothing there leaves no empty folder (nor an empty parent)."""
-    try:
-        fd = _HELD.pop(folder.resolve(), None)
-    except OSError:
-        return
-    if fd is None:
-        return
-    try:
-        (folder / LOCK).unlink(missing_ok=True)  # while still held: no one locks a file that is being removed
-        for empty in (folder, folder.parent):
-            if not any(empty.iterdir()):
-                empty.rmdir()
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    raise ValueError(f"model.context {given} is set from {key} ({linked}), so it cannot differ; set --{key} {given} "
+                     "instead and leave model.context out")  # fmt: skip

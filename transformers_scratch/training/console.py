@@ -5,7 +5,6 @@ each contradicts what the project guarantees, or asks nothing of the user (the r
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import re
@@ -18,7 +17,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from ..data.files import LONGEST, shortened
 
 SILENCED = [
-    # The run-folder lock (training/checkpoints.py) already refuses a fresh fit over another run's checkpoints;
+    # The run-folder lock (training/run_folder.py) already refuses a fresh fit over another run's checkpoints;
     # the folder is never empty here, since the lock file lives in it.
     r"Checkpoint directory .* exists and is not empty",
     # Resume is exact: the data modules save and restore their position themselves (data/progress.py), which
@@ -46,15 +45,6 @@ def clipped(message: str) -> str:
     """A message whose every value fits a line: each run of non-blank characters (a 50 MB ``--name``, a path
     of 5,000) :func:`~..data.files.shortened`."""
     return re.sub(rf"\S{{{LONGEST + 1},}}", lambda m: shortened(m[0]), message)
-
-
-def error_line(e: BaseException) -> str:
-    """The one line that a refused input gets."""
-    if isinstance(e, OSError) and e.errno == errno.ENAMETOOLONG:
-        name = str(e.filename or "")
-        return (f"the path {shortened(name)!r} is longer than this system allows "
-                f"(255 bytes a name, {os.pathconf('/', 'PC_PATH_MAX'):,} a path); pass a shorter path")  # fmt: skip
-    return str(e)
 
 
 def live_bars() -> list:

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import pickle
-from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
 import lightning as L
@@ -22,7 +20,6 @@ import torchmetrics
 from lightning.pytorch.strategies import FSDPStrategy
 from torch import Tensor, nn
 
-from ..data import checkpoint_vocab
 from ..data.ids import IGNORE_INDEX
 from ..data.vocab import Vocab
 from ..model.blocks import TransformerBlock
@@ -38,6 +35,7 @@ from ..model.config import (
 from ..model.hf import from_hf
 from ..model.models import CausalLM, EncoderDecoder, MaskedLM, SequenceClassifier, encoder_state
 from ..model.xl import TransformerXL
+from .checkpoints import Checkpoint
 from .console import note
 from .optim import OptimConfig, build_optimizer, continue_from, save_resume_state
 
@@ -174,29 +172,13 @@ class LitTransformer(L.LightningModule):
 def read_pretrained(path: str, cfg: ClassifierConfig) -> tuple[dict[str, Tensor], Vocab | None]:
     """The encoder of a :class:`LitMaskedLM` checkpoint, checked against the classifier it will start, and the
     vocabulary it was pretrained with, from one read of the file."""
-    if not Path(path).is_file():
-        raise FileNotFoundError(
-            f"model.pretrained {path!r} does not exist; pass the last.ckpt of a masked-token pretraining run "
-            "(a LitMaskedLM fit)"
-        )
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except (EOFError, RuntimeError, pickle.UnpicklingError, ValueError) as e:
-        reason = (str(e).splitlines() or ["empty file"])[0]
-        raise ValueError(
-            f"model.pretrained {path!r} is not a readable checkpoint ({type(e).__name__}: {reason}); pass a "
-            "checkpoint written by fit"
-        ) from e
-    hparams = (checkpoint.get("hyper_parameters") or {}) if isinstance(checkpoint, dict) else {}
-    written_by = str(hparams.get("_class_path", "?")).rsplit(".", 1)[-1]
-    if written_by != LitMaskedLM.__name__:
-        raise ValueError(f"model.pretrained {path!r} holds a {written_by}; fine-tuning starts from a LitMaskedLM")
-    if not isinstance(checkpoint.get("state_dict"), dict) or not checkpoint["state_dict"]:
-        raise ValueError(f"model.pretrained {path!r} holds no weights; pass a checkpoint written by fit")
-    state = {k.removeprefix("model."): v for k, v in checkpoint["state_dict"].items() if k.startswith("model.")}
-    encoder = encoder_state(read_settings(MaskedLMConfig, hparams.get("model") or {}, f"model.pretrained {path!r}"),
-                            state, cfg)  # fmt: skip
-    return encoder, checkpoint_vocab(checkpoint)
+    ckpt = Checkpoint(path, "model.pretrained")
+    ckpt.refuse_kind(LitMaskedLM, command="fine-tuning")
+    assert ckpt.state is not None
+    state = {k.removeprefix("model."): v for k, v in ckpt.state.items() if k.startswith("model.")}
+    if not state:
+        raise ValueError(f"{ckpt.source} holds no model weights; pass a checkpoint written by fit")
+    return encoder_state(read_settings(MaskedLMConfig, ckpt.model or {}, ckpt.source), state, cfg), ckpt.vocab
 
 
 def pretrained_model(module: L.LightningModule, source: str, data) -> Any:
@@ -580,9 +562,7 @@ class LitXL(BitsPerByte, LitTransformer):
 
 def weights_of(path: str, module: LitXL) -> TransformerXL:
     """``init_from``: the model of a LitXL checkpoint (its weights and architecture)."""
-    from .checkpoints import load_trained
-
-    trained, _ = load_trained(path, LitXL, command="model.init_from")
+    trained, _ = Checkpoint(path, "model.init_from").trained(LitXL, command="model.init_from")
     module.hparams["model"], module.hparams["init_from"] = dataclasses.asdict(trained.model.cfg), None
     return trained.model.train()
 

@@ -1,0 +1,123 @@
+"""The one error path: a refusal, the project's own or jsonargparse's or Lightning's, becomes one ``error:`` line
+that names the flag or the ``--config`` file at fault, the value and the fix.
+
+This is the only module that reads the text of another library's messages. tests/test_errors.py runs each reading
+below against the installed jsonargparse, so a release that rewords a message fails a test, not a user's run.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+
+from ..data.files import shortened
+from .config_files import config_paths, load
+
+ALLOWED_IMPORTS = ["transformers_scratch", "torch", "lightning"]  # what a config may name by import path
+
+# jsonargparse's nested report of a value that fits none of a union's types: its scaffolding, around the reasons
+SCAFFOLDING = (
+    "Parser key", "Does not validate", "Subtypes:", "Errors:", "Given value", "Expected a <class 'NoneType'>",
+    "Not a valid subclass", "Subclass types expect", "a class path", "a dict", "Problem with given class_path",
+)  # fmt: skip
+
+
+def error_line(e: BaseException, argv: list[str]) -> str:
+    """The one line that a refused input gets; ``argv``: the command line (after the command's name)."""
+    if isinstance(e, OSError) and e.errno == errno.ENAMETOOLONG:
+        return (f"the path {shortened(str(e.filename or ''))!r} is longer than this system allows (255 bytes a "
+                f"name, {os.pathconf('/', 'PC_PATH_MAX'):,} a path); pass a shorter path")  # fmt: skip
+    if isinstance(e, UnicodeDecodeError):  # a piped config: regular files are read, and named, before parsing
+        return f"a --config is not UTF-8 text (byte {e.start:,}); pass a config such as configs/first_run.yaml"
+    message = str(e)
+    if type(e).__name__ != "ArgumentError":  # jsonargparse's parse errors; its checks at instantiation are ValueErrors
+        return brief(message)
+    line = not_a_config(message, argv) or missing_value(message, argv)
+    if line is None:
+        line = brief(message)
+        culprit = config_at_fault(line, argv)
+        line = f"--config {culprit!r}: {line}" if culprit else line
+    return line
+
+
+def brief(message: str) -> str:
+    """One line from jsonargparse's nested "does not validate against any of the Union subtypes" report: the
+    innermost key and the first real reason (the project's own message, when a config refused the value)."""
+    lines = [line.strip().removeprefix("- ") for line in message.splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return message
+    keys = [line.split('"')[1] for line in lines if line.startswith('Parser key "')]
+    reasons = [line for line in lines if not line.startswith(SCAFFOLDING)]
+    if not reasons:
+        return lines[0]
+    reason = reasons[0].split("callable class: ")[-1]
+    if "import path denylist" in reason:
+        reason = (f"{reason.split(chr(39))[1]!r} is refused: a config may name classes and functions from "
+                  f"{', '.join(ALLOWED_IMPORTS)} only (nothing else is imported)")  # fmt: skip
+    return f"{'.'.join(keys)}: {reason}" if keys else reason
+
+
+def not_a_config(message: str, argv: list[str]) -> str | None:
+    """jsonargparse's report of a config that is no mapping of settings, or no YAML (a file read through a pipe;
+    regular files are refused before parsing), naming the config files given; None for any other report."""
+    named = ", ".join(repr(p) for p in config_paths(argv)) or "a config"
+    first = (message.splitlines() or [""])[0]
+    if first.startswith("Unexpected config:"):
+        what = first.removeprefix("Unexpected config:").strip()[:40]
+        return (f"--config {named} holds no mapping of settings (it is empty, a list or plain text: {what!r}); pass "
+                "a YAML file such as configs/first_run.yaml")  # fmt: skip
+    if first.startswith("Problems parsing config"):
+        return f"--config {named} is not valid YAML ({first.split(':', 1)[-1].strip()[:80]}); fix it or pass another"
+    return None
+
+
+def missing_value(message: str, argv: list[str]) -> str | None:
+    """argparse's "argument --data: expected one argument" names the group, not the flag: the flag that has no
+    value after it (the line's end, or another option such as ``--``), named; None for any other report."""
+    if "expected one argument" not in message:
+        return None
+    for i, arg in enumerate(argv):
+        if arg.startswith("--") and "=" not in arg and arg != "--" and (i + 1 == len(argv) or argv[i + 1][:1] == "-"):
+            after = repr(argv[i + 1]) if i + 1 < len(argv) else "nothing"
+            return f"{arg} needs a value, and {after} follows it; pass one, e.g. {arg} VALUE (or {arg}=VALUE)"
+    return None
+
+
+def config_at_fault(line: str, argv: list[str]) -> str | None:
+    """Of the ``--config`` files, the one that sets the key a report names (jsonargparse's report names the key,
+    not the file): the one that names the longest such key, the last of equals, as the last one wins; None where
+    a flag on the command line sets it, or no file does. A file's keys count with and without ``init_args``."""
+    plain = line.replace("init_args.", "")
+    flags = [arg.split("=", 1)[0].removeprefix("--").replace("init_args.", "") for arg in argv if arg[:2] == "--"]
+    if any("." in flag and flag in plain for flag in flags):
+        return None
+    best, found = -1, None
+    for path in config_paths(argv):
+        try:
+            with open(path, encoding="utf-8") as f:
+                keys = _keys(load(f.read()))
+        except Exception:  # unreadable here (a pipe read once, a file gone): not the one to name
+            continue
+        longest = max((len(key) for key in keys if _named(key, plain)), default=-1)
+        if longest >= 0 and longest >= best:
+            best, found = longest, path
+    return found
+
+
+def _keys(settings, prefix: str = "") -> list[str]:
+    """Every dotted key of a config's settings, ``init_args`` left out."""
+    if not isinstance(settings, dict):
+        return []
+    keys = []
+    for key, value in settings.items():
+        dotted = prefix if key == "init_args" else f"{prefix}{key}."
+        keys += ([dotted[:-1]] if key != "init_args" else []) + _keys(value, dotted)
+    return keys
+
+
+def _named(key: str, line: str) -> bool:
+    """Whether a report names this dotted key: quoted, whole, or its last part as jsonargparse quotes an option."""
+    if f'"{key}"' in line or f"'{key.rsplit('.', 1)[-1]}'" in line:
+        return True
+    return bool(key) and re.search(rf"(?<![\w.]){re.escape(key)}(?!\w)", line) is not None
