@@ -68,6 +68,45 @@ def test_the_check_sees_an_upward_import(tmp_path):
     ]
 
 
+def import_circles(root: Path = PACKAGE) -> list[tuple[str, ...]]:
+    """Every circle of imports among the files of one folder (lazy imports included), as the files in order."""
+    edges: dict[str, set[str]] = {}
+    for path in sorted(root.rglob("*.py")):
+        module = ".".join(path.relative_to(root.parent).with_suffix("").parts).removesuffix(".__init__")
+        folder = module.rsplit(".", 1)[0] if path.name != "__init__.py" else module
+        edges[module] = {t for _, t in project_imports(path, root) if t.rsplit(".", 1)[0] == folder and t != module}
+    circles: set[tuple[str, ...]] = set()
+
+    def walk(chain: list[str]) -> None:
+        for nxt in sorted(edges.get(chain[-1], ())):
+            if nxt == chain[0]:
+                at = chain.index(min(chain))  # one name for each circle, whichever file it is entered from
+                circles.add(tuple(chain[at:] + chain[:at]))
+            elif nxt not in chain:
+                walk([*chain, nxt])
+
+    for start in edges:
+        walk([start])
+    return sorted(circles)
+
+
+def test_no_import_circle_inside_a_folder():
+    assert import_circles() == []
+
+
+def test_the_check_sees_an_import_circle(tmp_path):
+    """The check itself: a lazy import of checkpoints.py from modules.py and back, in a copy, is a circle."""
+    import shutil
+
+    copy = tmp_path / "transformers_scratch"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    checkpoints = copy / "training" / "checkpoints.py"
+    checkpoints.write_text(checkpoints.read_text() + "\n\ndef _back():\n    from .modules import LitXL  # noqa\n")
+    assert import_circles(copy) == [
+        ("transformers_scratch.training.checkpoints", "transformers_scratch.training.modules")
+    ]
+
+
 @pytest.mark.parametrize("layer", ["model"])
 def test_the_model_imports_no_lightning(layer):
     """model/ is plain PyTorch: no Lightning, torchmetrics or W&B, not even lazily."""
