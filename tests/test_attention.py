@@ -6,6 +6,7 @@ from torch.testing import assert_close
 
 from transformers_scratch import (
     KVCache,
+    LMConfig,
     MultiHeadAttention,
     basic_self_attention,
     causal_mask,
@@ -118,8 +119,8 @@ def test_parameter_count_does_not_depend_on_heads(heads):
 
 
 def test_heads_need_to_divide_width():
-    with pytest.raises(ValueError, match="width 30 is not divisible by 4 heads"):
-        MultiHeadAttention(30, 4)
+    with pytest.raises(ValueError, match="emb=30 is not divisible by heads=4"):
+        LMConfig(emb=30, heads=4)
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -229,9 +229,17 @@ def test_sample_needs_one_prompt_and_a_sane_count(trained):
     missing = cli("sample", "--ckpt_path", ckpt, "--prompt_file", "nope.txt", cwd=cwd)
     assert_fails_cleanly(missing, "--prompt_file 'nope.txt' does not exist")
     many = cli("sample", "--ckpt_path", ckpt, "--prompt", "the ", "--num_samples", "0", cwd=cwd)
-    assert_fails_cleanly(many, "--num_samples 0 must lie in [1, 1,000]")
-    nucleus = cli("sample", "--ckpt_path", ckpt, "--prompt", "the ", "--top_p", "0", cwd=cwd)
-    assert_fails_cleanly(nucleus, "top_p 0.0 must lie in (0, 1]")
+    assert_fails_cleanly(many, "num_samples: 0 is not an integer in [1, 1,000]")
+    for flag, bad, bound in (
+        ("top_p", "0", "is not a number in (0.0, 1.0]"),
+        ("top_p", "1.5", "is not a number in (0.0, 1.0]"),
+        ("temperature", "-1", "is not a non-negative number"),
+        ("top_k", "0", "is not a positive integer"),
+        ("seed", "-1", "is not an integer in [0, 9,223,372,036,854,775,807]"),
+    ):
+        refused = cli("sample", "--ckpt_path", ckpt, "--prompt", "the ", f"--{flag}", bad, cwd=cwd)
+        assert_fails_cleanly(refused, f"{flag}: ")
+        assert bad in refused.stderr and bound in refused.stderr, refused.stderr
     graph = cli("sample", "--ckpt_path", ckpt, "--prompt", "the ", "--cuda_graph", "true", "--cache", "false", cwd=cwd)
     assert_fails_cleanly(graph, "--cuda_graph replays the cached decoding step on a GPU, and --cache false turns")
     if not torch.cuda.is_available():
@@ -267,7 +275,7 @@ def test_attention_draws_every_layer_and_head_of_a_character_model(trained):
     assert (cwd / "att.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     empty = cli("attention", "--ckpt_path", "checkpoints/tiny_charlm/last.ckpt", "--text", "x", "--max_tokens", "0",
                 cwd=cwd)  # fmt: skip
-    assert_fails_cleanly(empty, "--max_tokens 0 must lie in [1, 256]")
+    assert_fails_cleanly(empty, "max_tokens: 0 is not an integer in [1, 256]")
 
 
 def test_plot_draws_a_runs_learning_curves(trained):

@@ -287,7 +287,7 @@ def test_word_dropout_replaces_real_training_tokens_by_unk_the_same_way_each_tim
     for split in ("val", "test"):  # evaluation reads every word
         assert torch.equal(getattr(dropped, f"{split}_dataloader")().dataset[0][0],
                            getattr(plain, f"{split}_dataloader")().dataset[0][0])  # fmt: skip
-    with pytest.raises(ValueError, match="word_dropout=1.0 must lie in"):
+    with pytest.raises(ValueError, match=r"data.word_dropout=1.0 is not a number in \[0.0, 1.0\)"):
         IMDbDataModule(word_dropout=1.0)
 
 

@@ -211,9 +211,9 @@ def test_hostile_folders_are_refused_in_one_line(tmp_path):
     edit_config(folder, n_embd=1024, n_layer=24)  # 302M parameters declared, a few thousand present
     refused(r"declares at least .* parameters .* does not match its weights")  # before any allocation
     edit_config(folder, n_embd=10**9, n_layer=10**6)  # sizes no config takes: refused by the config itself
-    refused(r"config.json: model depth=1000000 is more than 1,000 blocks")
+    refused(r"config.json: model emb=1000000000 is not an integer in \[1, 16,777,216\]")
     edit_config(folder, n_embd=32, n_layer=2, n_positions=-4)
-    refused("config.json: model context=-4 must be a positive integer")
+    refused(r"config.json: model context=-4 is not an integer in \[1, 16,777,216\]")
     edit_config(folder, n_positions=32, model_type="t5")
     refused("model_type 't5' is not one of gpt2, bert, llama, qwen2")
     edit_config(folder, model_type="gpt2", n_layer=1)

@@ -131,10 +131,12 @@ def test_too_long_sequence_says_what_to_do():
 def test_bad_config_says_what_to_do():
     with pytest.raises(ValueError, match="emb=100 is not divisible by heads=8; .*heads=10"):
         LMConfig(emb=100, heads=8)
-    with pytest.raises(ValueError, match="depth=0 must be a positive integer"):
+    with pytest.raises(ValueError, match=r"depth=0 is not an integer in \[1, 1,000\]"):
         LMConfig(depth=0)
-    with pytest.raises(ValueError, match="at least 1.4e\\+82 parameters .* make it smaller"):
-        LMConfig(emb=10**40 - 1, heads=4)  # the size is refused before a divisor of its 40 digits is looked for
+    with pytest.raises(ValueError, match=r"emb=9999999999999999999999999999999999999999 is not an integer in \["):
+        LMConfig(emb=10**40 - 1, heads=4)  # refused by its type before anything reads its digits
+    with pytest.raises(ValueError, match="at least 3.4e\\+18 parameters .* make it smaller"):
+        LMConfig(emb=2**24, heads=2**10, depth=1000)  # the size is refused before a divisor is looked for
 
 
 @pytest.mark.parametrize("attention", ["reference", "sdpa"])
@@ -239,10 +241,8 @@ def test_cached_decoding_on_a_cpu_runs_on_one_thread_and_gives_the_threads_back(
         torch.set_num_threads(threads)
 
 
-def test_sampling_settings_are_checked():
+def test_an_empty_prompt_is_refused():
     model = CausalLM(LMConfig(**SMALL))
-    with pytest.raises(ValueError, match="temperature -1"):
-        model.generate(torch.zeros(1, 3, dtype=torch.long), 2, temperature=-1)
     with pytest.raises(ValueError, match="empty prompt"):
         model.generate(torch.zeros(1, 0, dtype=torch.long), 2)
 
@@ -272,13 +272,10 @@ def test_top_p_samples_only_from_the_nucleus_in_its_proportions():
     assert counts[1] == pytest.approx(0.5 / 0.8, abs=0.02) and counts[3] == pytest.approx(0.3 / 0.8, abs=0.02)
 
 
-def test_top_p_is_checked_and_one_is_no_cut_off():
+def test_top_p_one_is_no_cut_off():
     torch.manual_seed(0)
     model = CausalLM(LMConfig(vocab_size=30, **SMALL))
     prompt = torch.randint(0, 30, (2, 4))
-    for bad in (0.0, 1.5, -0.1):
-        with pytest.raises(ValueError, match=f"top_p {bad} must lie in \\(0, 1\\]"):
-            model.generate(prompt, 2, top_p=bad)
     same = [model.generate(prompt, 10, generator=torch.Generator().manual_seed(3), top_p=p) for p in (None, 1.0)]
     assert torch.equal(*same)
 

@@ -85,7 +85,7 @@ def test_bad_settings_get_one_clear_error():
         TransductionDataModule(max_length=1, val_size=500).setup("fit")  # only 10 sources of one digit
     with pytest.raises(ValueError, match="'x' in '1x' is not in the tasks' alphabet"):
         encode("1x")
-    with pytest.raises(ValueError, match="label_smoothing 1.0 must lie in"):
+    with pytest.raises(ValueError, match=r"label_smoothing=1.0 is not a number in \[0.0, 1.0\)"):
         LitSeq2Seq({"vocab_size": 14, "context": 8, "emb": 16, "heads": 2, "depth": 1}, label_smoothing=1.0)
 
 

@@ -148,7 +148,7 @@ def test_a_sparse_encoder_classifies_padded_reviews_as_the_dense_masked_path():
 @pytest.mark.parametrize(
     "settings, message",
     [
-        (dict(sparse_block=0), "sparse_block=0 must be a positive block length"),
+        (dict(sparse_block=0), "sparse_block=0 is not an integer in \\[1, "),
         (dict(sparse_block=65), "sparse_block=65 is longer than the context 64: .* such as 8"),
         (
             dict(sparse_pattern="fixed", sparse_block=8, sparse_summary=8),

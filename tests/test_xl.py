@@ -296,9 +296,9 @@ def test_the_memory_goes_into_the_checkpoint_and_comes_back_bit_for_bit():
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--model.model.mem_len", "100001"], "mem_len=100001 must lie in [0, 100,000]"),
-        (["--data.context", "0"], "data.context=0 must be a positive integer"),
-        (["--model.eval_mem_len", "200000"], "eval_mem_len=200000 must lie in [0, 100,000]"),
+        (["--model.model.mem_len", "100001"], "model.model.mem_len: 100001 is not an integer in [0, 100,000]"),
+        (["--data.context", "0"], "data.context: 0 is not an integer in [1, 16,777,216]"),
+        (["--model.eval_mem_len", "200000"], "model.eval_mem_len: 200000 is not an integer in [0, 100,000]"),
         (["--model.model.kv_heads", "2"], "Transformer-XL has no such option"),
         (["--data.class_path", "transformers_scratch.data.TextDataModule"], "LitXL reads ordered streams"),
     ],

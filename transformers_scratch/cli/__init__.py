@@ -78,7 +78,10 @@ def run_function(name: str, argv: list[str]) -> None:
     """One of :data:`FUNCTIONS`, its options parsed from its signature by jsonargparse."""
     from jsonargparse import ArgumentParser
 
+    from ..bounds import register
+
     function = _tables()[0][name]
+    register()
     parser = ArgumentParser(prog=f"{prog()} {name}", description=(function.__doc__ or "").split("\n\n")[0],
                             exit_on_error=False)  # fmt: skip
     positional = ["run"] if name == "plot" else []  # plot RUN: the one argument that reads best bare

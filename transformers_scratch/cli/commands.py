@@ -10,8 +10,8 @@ from typing import Literal
 
 import torch
 
+from ..bounds import MAX_SAMPLE, Count, Dpi, Length, NonNegativeFloat, Pictured, Positive, Samples, Seed, Share
 from ..data import WordVocab
-from ..data.files import shortened
 from ..model.hf import save_hf
 from ..model.pretrained import save_pretrained
 from ..training.checkpoints import Checkpoint
@@ -19,12 +19,8 @@ from ..training.console import shown
 from ..training.inference import continue_text, decode_sources, export_vocab
 from ..training.modules import LitCharLM, LitClassifier, LitMaskedLM, LitSeq2Seq, LitXL
 
-MAX_SAMPLE = 1_000_000  # characters per sample call (about half an hour on 2 CPU cores)
-MAX_SAMPLES = 1_000  # --num_samples
 MAX_INPUTS = 100_000  # --input_file lines
-MAX_PICTURED = 256  # --max_tokens
 MAX_TEXT_FILE = 10_000_000  # bytes of a --X_file
-MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes a signed 64-bit number
 
 
 def text_or_file(text: str | None, path: str | None, flag: str, what: str, kind: str) -> str:
@@ -53,14 +49,6 @@ def text_or_file(text: str | None, path: str | None, flag: str, what: str, kind:
     return text
 
 
-MAX_DPI = 1200  # a print's resolution; matplotlib's renderer takes sizes in C ints
-
-
-def check_dpi(dpi: int) -> None:
-    if not 1 <= dpi <= MAX_DPI:
-        raise ValueError(f"--dpi {shortened(str(dpi))} must lie in [1, {MAX_DPI:,}]; pass e.g. --dpi 150")
-
-
 def png_out(out: str) -> Path:
     """A picture's path: never a folder, and a file it replaces is named."""
     target = Path(out)
@@ -80,12 +68,12 @@ def sample(
     ckpt_path: str,
     prompt: str | None = None,
     prompt_file: str | None = None,
-    length: int = 600,
-    num_samples: int = 1,
-    temperature: float = 0.5,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    seed: int | None = None,
+    length: Length = 600,
+    num_samples: Samples = 1,
+    temperature: NonNegativeFloat = 0.5,
+    top_k: Positive | None = None,
+    top_p: Share | None = None,
+    seed: Seed | None = None,
     cache: bool = True,
     cuda_graph: bool = False,
 ) -> None:
@@ -105,17 +93,11 @@ def sample(
         cuda_graph: On a GPU, replay each cached step as a CUDA graph.
     """
     prompt = text_or_file(prompt, prompt_file, "prompt", "the text to continue", "a text file")
-    if not 1 <= length <= MAX_SAMPLE:
-        raise ValueError(f"--length {length} must lie in [1, {MAX_SAMPLE:,}] characters")
-    if not 1 <= num_samples <= MAX_SAMPLES:
-        raise ValueError(f"--num_samples {num_samples} must lie in [1, {MAX_SAMPLES:,}]")
     if num_samples * length > MAX_SAMPLE:
         raise ValueError(
             f"--num_samples {num_samples} x --length {length:,} is {num_samples * length:,} characters, more than "
             f"{MAX_SAMPLE:,} in one call; ask for fewer or shorter samples"
         )
-    if seed is not None and not 0 <= seed <= MAX_SEED:
-        raise ValueError(f"--seed must lie in [0, 2**63 - 1], and {str(seed)[:30]} does not; pass a smaller seed")
     module, vocab = Checkpoint(ckpt_path).trained(LitCharLM, LitXL, command="sample")
     if vocab is None:
         raise ValueError(f"--ckpt_path {ckpt_path!r} holds no vocabulary; pass a checkpoint written by fit")
@@ -126,7 +108,7 @@ def sample(
     print("\n---\n".join(continue_text(module, vocab, prompt, length, num_samples, seed, **options)))
 
 
-def decode(ckpt_path: str, input: str | None = None, input_file: str | None = None, batch_size: int = 256) -> None:
+def decode(ckpt_path: str, input: str | None = None, input_file: str | None = None, batch_size: Count = 256) -> None:
     """Decode sources with a trained encoder-decoder (greedy, with the decoder's caches): one output a line.
 
     Args:
@@ -151,8 +133,6 @@ def decode(ckpt_path: str, input: str | None = None, input_file: str | None = No
     sources = [source for _, source in numbered]
     if len(sources) > MAX_INPUTS:
         raise ValueError(f"--input_file holds {len(sources):,} sources, more than {MAX_INPUTS:,}; split the file")
-    if batch_size < 1:
-        raise ValueError(f"--batch_size {batch_size} must be a positive integer")
     module, _ = Checkpoint(ckpt_path).trained(LitSeq2Seq, command="decode")
     for outputs in decode_sources(module, sources, batch_size):
         print("\n".join(outputs))
@@ -262,8 +242,8 @@ def attention(
     text: str | None = None,
     text_file: str | None = None,
     out: str = "attention.png",
-    max_tokens: int = 32,
-    dpi: int = 100,
+    max_tokens: Pictured = 32,
+    dpi: Dpi = 100,
 ) -> None:
     """Draw the attention weights of every layer and head of a trained classifier (words) or character model
     (characters) for one text, as one PNG grid with the tokens on the axes.
@@ -286,9 +266,6 @@ def attention(
     )
 
     text = text_or_file(text, text_file, "text", "the text to read", "a text file")
-    check_dpi(dpi)
-    if not 1 <= max_tokens <= MAX_PICTURED:
-        raise ValueError(f"--max_tokens {max_tokens} must lie in [1, {MAX_PICTURED}]: a panel holds that many")
     module, vocab = Checkpoint(ckpt_path).trained(LitClassifier, LitCharLM, LitXL, command="attention")
     model = module.model
     if vocab is None:
@@ -320,7 +297,7 @@ def attention(
     print(f"wrote {out}: {weights.size(0)} layers x {weights.size(1)} heads over {len(tokens)} {kind}")
 
 
-def plot(run: str, out: str | None = None, dpi: int = 100) -> None:
+def plot(run: str, out: str | None = None, dpi: Dpi = 100) -> None:
     """Draw a run's learning curves (training loss, validation metrics, learning rate) from its metrics.csv.
 
     Args:
@@ -330,7 +307,6 @@ def plot(run: str, out: str | None = None, dpi: int = 100) -> None:
     """
     from ..training.pictures import draw_curves, learning_curves
 
-    check_dpi(dpi)
     metrics = Path(run) if Path(run).suffix == ".csv" else Path(run) / "metrics.csv"
     if not metrics.is_file():
         raise FileNotFoundError(

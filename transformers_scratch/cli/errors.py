@@ -52,6 +52,11 @@ def brief(message: str) -> str:
     if not reasons:
         return lines[0]
     reason = reasons[0].split("callable class: ")[-1]
+    if reason.startswith("Not of type "):  # an interval type's refusal; in a union's report, without the value
+        reason = reason.split(": ", 1)[-1]
+        given = [re.sub(r"^NestedArg\(.*val=(.*)\)$", r"\1", line.removeprefix("Given value:").strip()).strip("'")
+                 for line in lines if line.startswith("Given value:")]  # fmt: skip
+        reason = f"{given[-1][:40]} {reason}" if reason.startswith("is not") and given else reason
     if "import path denylist" in reason:
         reason = (f"{reason.split(chr(39))[1]!r} is refused: a config may name classes and functions from "
                   f"{', '.join(ALLOWED_IMPORTS)} only (nothing else is imported)")  # fmt: skip
@@ -89,8 +94,8 @@ def config_at_fault(line: str, argv: list[str]) -> str | None:
     not the file): the one that names the longest such key, the last of equals, as the last one wins; None where
     a flag on the command line sets it, or no file does. A file's keys count with and without ``init_args``."""
     plain = line.replace("init_args.", "")
-    flags = [arg.split("=", 1)[0].removeprefix("--").replace("init_args.", "") for arg in argv if arg[:2] == "--"]
-    if any("." in flag and flag in plain for flag in flags):
+    flags = {arg.split("=", 1)[0].removeprefix("--").replace("init_args.", "") for arg in argv if arg[:2] == "--"}
+    if plain.split(": ", 1)[0] in flags:  # brief's line begins with the key at fault
         return None
     best, found = -1, None
     for path in config_paths(argv):

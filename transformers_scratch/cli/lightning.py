@@ -31,8 +31,8 @@ from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
+from ..bounds import MAX_COUNT, register
 from ..data.files import shortened
-from ..data.ids import MAX_COUNT
 from ..data.vocab import vocab_state
 from ..model.config import (
     ClassifierConfig,
@@ -65,6 +65,7 @@ from .errors import ALLOWED_IMPORTS
 # A config names classes and callables by import path; only these packages may be named (checked by jsonargparse
 # before it imports anything), so a config cannot run os.system, eval or an arbitrary module's import-time code.
 set_parsing_settings(import_path_denylist=["*"], import_path_allowlist=ALLOWED_IMPORTS)
+register()  # the interval types of the settings: jsonargparse checks each value against its own
 
 
 RUN = "{run}"  # stands for the run's name in the shared defaults until the parsed config gives it

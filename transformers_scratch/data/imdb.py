@@ -18,8 +18,9 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from ..bounds import Count, OpenRate, Rate, check_args
 from .files import DataError, predicting
-from .ids import IGNORE_INDEX, check_counts
+from .ids import IGNORE_INDEX
 from .progress import ResumableData
 from .vocab import TokenizerVocab, WordVocab, vocab_from_state, vocab_state
 
@@ -189,14 +190,14 @@ class IMDbDataModule(ResumableData):
         self,
         path: str | None = None,
         data_dir: str = "data",
-        vocab_words: int = 50_000,
-        max_length: int = 512,
-        val_size: int = 5_000,
-        batch_size: int = 32,
+        vocab_words: Count = 50_000,
+        max_length: Count = 512,
+        val_size: Count = 5_000,
+        batch_size: Count = 32,
         num_workers: int = 0,
         seed: int = 1234,
         predict_path: str | None = None,
-        word_dropout: float = 0.0,
+        word_dropout: Rate = 0.0,
         tokenizer: str | None = None,
     ) -> None:
         """
@@ -215,9 +216,7 @@ class IMDbDataModule(ResumableData):
                 ids instead of a vocabulary of words (``vocab_words`` is then unused).
         """
         super().__init__()
-        check_counts(vocab_words=vocab_words, max_length=max_length, batch_size=batch_size)
-        if not 0.0 <= word_dropout < 1.0:
-            raise ValueError(f"data.word_dropout={word_dropout} must lie in [0, 1); 0.1 drops one word in ten")
+        check_args(IMDbDataModule.__init__, locals(), "data")
         self.word_dropout = word_dropout
         self.path, self.data_dir, self.vocab_words, self.max_length = path, Path(data_dir), vocab_words, max_length
         self.val_size, self.batch_size, self.num_workers, self.seed = val_size, batch_size, num_workers, seed
@@ -424,13 +423,13 @@ class IMDbMLMDataModule(IMDbDataModule):
         path: str | None = None,
         unlabeled_path: str | None = None,
         data_dir: str = "data",
-        vocab_words: int = 50_000,
-        max_length: int = 512,
-        val_size: int = 5_000,
-        batch_size: int = 32,
+        vocab_words: Count = 50_000,
+        max_length: Count = 512,
+        val_size: Count = 5_000,
+        batch_size: Count = 32,
         num_workers: int = 0,
         seed: int = 1234,
-        mask_prob: float = 0.15,
+        mask_prob: OpenRate = 0.15,
     ) -> None:
         """
         Args:
@@ -448,8 +447,7 @@ class IMDbMLMDataModule(IMDbDataModule):
             mask_prob: Share of real tokens chosen for prediction (BERT: 0.15).
         """
         super().__init__(path, data_dir, vocab_words, max_length, val_size, batch_size, num_workers, seed)
-        if not 0.0 < mask_prob < 1.0:
-            raise ValueError(f"data.mask_prob={mask_prob} must lie in (0, 1); BERT chooses 0.15 of the tokens")
+        check_args(IMDbMLMDataModule.__init__, locals(), "data")
         self.unlabeled_path, self.mask_prob = unlabeled_path, mask_prob
         self.unlabeled: list[Tensor] = []
 

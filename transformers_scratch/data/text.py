@@ -18,8 +18,9 @@ from lightning.pytorch.utilities import rank_zero_only
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from ..bounds import Count, check_args
 from .files import DataError, download, predicting, read_bytes
-from .ids import IGNORE_INDEX, check_counts
+from .ids import IGNORE_INDEX
 from .progress import ResumableData
 from .sources import SOURCES
 from .vocab import ByteVocab, TokenizerVocab, vocab_from_state, vocab_state
@@ -124,11 +125,11 @@ class TextDataModule(ResumableData):
         self,
         path: str | None = None,
         data_dir: str = "data",
-        context: int = 256,
-        batch_size: int = 32,
-        batches_per_epoch: int = 1000,
-        eval_batch_size: int | None = None,
-        eval_stride: int | None = None,
+        context: Count = 256,
+        batch_size: Count = 32,
+        batches_per_epoch: Count = 1000,
+        eval_batch_size: Count | None = None,
+        eval_stride: Count | None = None,
         vocab: Literal["bytes", "file"] = "bytes",
         num_workers: int = 0,
         seed: int = 1234,
@@ -159,8 +160,8 @@ class TextDataModule(ResumableData):
                 metrics are then per token, not per byte.
         """
         super().__init__()
-        check_counts(context=context, batch_size=batch_size, batches_per_epoch=batches_per_epoch)
-        if eval_stride is not None and not 1 <= eval_stride <= context:
+        check_args(TextDataModule.__init__, locals(), "data")
+        if eval_stride is not None and eval_stride > context:
             raise ValueError(f"data.eval_stride={eval_stride} must lie in [1, context={context}], or be None")
         self.path, self.data_dir, self.context, self.batch_size = path, Path(data_dir), context, batch_size
         self.batches_per_epoch, self.eval_stride, self.vocab_kind = batches_per_epoch, eval_stride, vocab

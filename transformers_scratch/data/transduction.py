@@ -24,8 +24,9 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from ..bounds import Count, check_args
 from ..model.models import EncoderDecoder
-from .ids import IGNORE_INDEX, check_counts
+from .ids import IGNORE_INDEX
 from .progress import ResumableData
 
 ALPHABET = "0123456789+"
@@ -117,12 +118,12 @@ class TransductionDataModule(ResumableData):
     def __init__(
         self,
         task: Literal["reverse", "sort", "add"] = "reverse",
-        min_length: int = 1,
-        max_length: int = 12,
-        batch_size: int = 64,
-        batches_per_epoch: int = 500,
-        val_size: int = 1000,
-        test_size: int = 2000,
+        min_length: Count = 1,
+        max_length: Count = 12,
+        batch_size: Count = 64,
+        batches_per_epoch: Count = 500,
+        val_size: Count = 1000,
+        test_size: Count = 2000,
         num_workers: int = 0,
         seed: int = 1234,
     ) -> None:
@@ -139,13 +140,11 @@ class TransductionDataModule(ResumableData):
             seed: Seed of the training batches and of the validation and test sets.
         """
         super().__init__()
-        if task not in TASKS:
-            raise ValueError(f"data.task {task!r} is unknown; choose one of {', '.join(TASKS)}")
-        if not 1 <= min_length <= max_length:
+        check_args(TransductionDataModule.__init__, locals(), "data")
+        if min_length > max_length:
             raise ValueError(
                 f"data.min_length {min_length} and data.max_length {max_length} must satisfy 1 <= min <= max"
             )
-        check_counts(batch_size=batch_size, batches_per_epoch=batches_per_epoch, val_size=val_size, test_size=test_size)
         self.task, self.min_length, self.max_length = task, min_length, max_length
         self.batch_size, self.batches_per_epoch, self.val_size, self.test_size = (
             batch_size, batches_per_epoch, val_size, test_size)  # fmt: skip

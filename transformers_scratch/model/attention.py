@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .cache import KVCache
-from .positions import RELATIVE, alibi_bias, alibi_slopes, rotate
+from .positions import alibi_bias, alibi_slopes, rotate
 from .sparse import SparsePattern, flex_sparse_attention, sparse_attention
 
 
@@ -172,18 +172,8 @@ class MultiHeadAttention(nn.Module):
         layer: int = 0,
         sparse_kernel: str = "auto",
     ) -> None:
-        super().__init__()
-        if emb % heads:
-            raise ValueError(f"width {emb} is not divisible by {heads} heads; pick heads that divide the width")
-        if impl not in ATTENTION:
-            raise ValueError(f"attention impl {impl!r} unknown; choose one of {sorted(ATTENTION)}")
-        if positions not in (None, *RELATIVE):
-            raise ValueError(f"attention positions {positions!r} unknown; choose one of {RELATIVE} or None")
-        if positions == "rope" and (emb // heads) % 2:
-            raise ValueError(f"rope turns pairs of dimensions: head width {emb // heads} must be even")
+        super().__init__()  # the sizes are checked once, by the config (TransformerConfig.__post_init__)
         kv_heads = kv_heads or heads
-        if heads % kv_heads:
-            raise ValueError(f"{kv_heads} key/value heads must divide the {heads} query heads")
         self.emb, self.heads, self.causal, self.dropout, self.impl = emb, heads, causal, dropout, impl
         self.kv_heads, self.rope_base = kv_heads, rope_base
         self.sparse, self.layer, self.sparse_kernel = sparse, layer, sparse_kernel  # sparse: self-attention only

@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 from typing import Literal, get_args, get_origin, get_type_hints
 
+from ..bounds import Classes, Count, Depth, Memory, NonNegative, Positive, PositiveFloat, Rate, check_fields
 from .sparse import SparsePattern
 
 
@@ -14,24 +15,24 @@ from .sparse import SparsePattern
 class TransformerConfig:
     """Sizes and choices shared by every model here. Defaults: the tutorial's enwik8 model."""
 
-    vocab_size: int = 256
+    vocab_size: Count = 256
     """Number of token ids (256 for raw bytes). Linked from the data module in the CLI."""
-    context: int = 256
+    context: Count = 256
     """Longest token sequence the model accepts: size of the position table. Linked from the data in the CLI
     (data.context for text, data.max_length for reviews)."""
-    emb: int = 256
+    emb: Count = 256
     """Model width k (embedding size)."""
-    heads: int = 8
+    heads: Count = 8
     """Attention heads; each sees emb // heads dimensions."""
-    depth: int = 12
+    depth: Depth = 12
     """Number of transformer blocks."""
-    ff_mult: int = 4
+    ff_mult: Count = 4
     """Feed-forward hidden width as a multiple of emb (4 in the tutorial and the paper)."""
     activation: Literal["relu", "gelu", "gelu_tanh", "relu2", "swiglu"] = "relu"
     """Feed-forward non-linearity: relu (tutorial, paper), gelu (BERT, nanoGPT), gelu_tanh (GPT-2's tanh
     approximation of it), relu2, relu(x)^2 (Primer), or swiglu, a gated feed-forward, down(silu(gate(x)) * up(x))
     (Llama)."""
-    dropout: float = 0.0
+    dropout: Rate = 0.0
     """Dropout on attention weights, sublayer outputs and embeddings."""
     pre_norm: bool = True
     """Layer norm before each sublayer (GPT-2, modern). False: after the residual sum, as the tutorial."""
@@ -48,9 +49,9 @@ class TransformerConfig:
     sparse_layout: Literal["split", "alternate", "union"] = "split"
     """With attention sparse: half the heads take each part of the pattern (split), whole layers take them in
     turn (alternate), or every head takes both (union)."""
-    sparse_block: int = 64
+    sparse_block: Count = 64
     """With attention sparse: the block length l, about sqrt(context)."""
-    sparse_summary: int = 4
+    sparse_summary: Count = 4
     """With attention sparse and the fixed pattern: c, the summary positions at the end of each block (< l)."""
     sparse_kernel: Literal["auto", "blocked", "flex", "dense"] = "auto"
     """With attention sparse: blocked (fused kernels on blocks, t sqrt(t) time, any device), flex (PyTorch's
@@ -58,9 +59,9 @@ class TransformerConfig:
     or auto: flex on a GPU, blocked elsewhere."""
     activation_checkpointing: bool = False
     """Recompute each block's activations in the backward pass: less memory, about a third more compute."""
-    ff_hidden: int | None = None
+    ff_hidden: Count | None = None
     """Feed-forward hidden width outright (Llama's and BERT's configs give it); None: ff_mult x emb."""
-    kv_heads: int | None = None
+    kv_heads: Count | None = None
     """Key/value heads (grouped-query attention, Llama): each serves heads // kv_heads query heads, and the
     key/value cache keeps only them. None: as many as heads."""
     qkv_bias: bool = False
@@ -69,31 +70,21 @@ class TransformerConfig:
     """Biases of the attention's output projection and of the feed-forward layers (False: Llama)."""
     norm: Literal["layer", "rms"] = "layer"
     """LayerNorm, or RMSNorm (Llama): a scale by the root mean square, with no mean and no bias."""
-    norm_eps: float = 1e-5
+    norm_eps: PositiveFloat = 1e-5
     """The norms' epsilon (BERT: 1e-12; Llama: 1e-6 or 1e-5)."""
-    rope_base: float = 10000.0
+    rope_base: PositiveFloat = 10000.0
     """RoPE's base, which sets its longest wavelength (Llama 3: 500000)."""
     embed_norm: bool = False
     """A norm over the summed embeddings, before the first block (BERT)."""
     zero_out: bool = False
     """Start the projections that write into the residual stream (attention output, feed-forward down) at zero,
     so that every block begins as the identity (the GPU speedruns); False: GPT-2's N(0, 0.02 / sqrt(2 depth))."""
-    token_types: int = 0
+    token_types: NonNegative = 0
     """Token-type (segment) embeddings added to the tokens (BERT: 2, for sentences A and B); 0: none. Without
     a token-type input every token is type 0."""
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "context", "emb", "heads", "depth", "ff_mult"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"model {name}={value!r} must be a positive integer")
-        if self.depth > MAX_DEPTH:
-            raise ValueError(f"model depth={self.depth} is more than {MAX_DEPTH:,} blocks (the deepest published "
-                             "transformers have about that many); pass fewer")  # fmt: skip
-        for name in ("ff_hidden", "kv_heads"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise ValueError(f"model {name}={value!r} must be a positive integer or None")
+        check_fields(self)
         # before any check that reads the sizes digit by digit: a width may have 40 digits
         if (weights := 4 * self.parameters_at_least()) > memory_bytes():
             raise ValueError(
@@ -106,14 +97,11 @@ class TransformerConfig:
                 f"model emb={self.emb} is not divisible by heads={self.heads}; "
                 f"pick heads that divide the width (e.g. heads={_divisor_near(self.emb, self.heads)})"
             )
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"model dropout={self.dropout} must lie in [0, 1)")
         if self.kv_heads is not None and self.heads % self.kv_heads:
             raise ValueError(f"model kv_heads={self.kv_heads} must divide heads={self.heads}")
-        if not (self.norm_eps > 0 and self.rope_base > 0):
-            raise ValueError(f"model norm_eps={self.norm_eps} and rope_base={self.rope_base} must be positive")
-        if not isinstance(self.token_types, int) or self.token_types < 0:
-            raise ValueError(f"model token_types={self.token_types!r} must be 0 (none) or a positive integer")
+        if self.positions == "rope" and (self.emb // self.heads) % 2:
+            raise ValueError(f"model positions rope turns pairs of dimensions: head width {self.emb // self.heads} "
+                             "must be even; pick emb and heads to give one")  # fmt: skip
         if self.attention == "sparse":
             self.sparse().check(self.context)
             if self.positions == "alibi":
@@ -149,7 +137,6 @@ class TransformerConfig:
         )
 
 
-MAX_DEPTH = 1_000  # blocks a model may have
 MAX_HEADS_HINT = 4_096  # the most heads an error message suggests
 
 
@@ -165,16 +152,11 @@ def memory_bytes() -> int:
 class ClassifierConfig(TransformerConfig):
     """Sequence classifier (experiment 1). Defaults: the tutorial's IMDb model, less its depth."""
 
-    num_classes: int = 2
+    num_classes: Classes = 2
     """Number of classes. Linked from the data module in the CLI."""
     pool: Literal["mean", "max", "cls"] = "mean"
     """Sequence summary: mean or max over real tokens, or the output at a prepended [CLS] token (which
     takes a position of its own, in front of ``context`` tokens)."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.num_classes < 2:
-            raise ValueError(f"model num_classes={self.num_classes} must be at least 2")
 
 
 @dataclass
@@ -194,10 +176,6 @@ class LMConfig(TransformerConfig):
     """Share the token embedding matrix with the output layer (GPT-2, nanoGPT)."""
 
 
-MAX_MEMORY = 100_000
-"""The longest Transformer-XL memory accepted: each layer keeps (batch, memory, width) hidden states."""
-
-
 @dataclass
 class XLConfig(TransformerConfig):
     """Transformer-XL (Dai et al. 2019): a causal LM whose layers also attend over the cached hidden states of
@@ -210,28 +188,19 @@ class XLConfig(TransformerConfig):
     pre_norm: bool = False
     """Layer norm after each residual sum (the authors' default); True: before each sublayer, with no final
     norm, as their ``pre_lnorm``."""
-    mem_len: int = 64
+    mem_len: Memory = 64
     """Positions of memory per layer during training: the hidden states of the segments before, no gradient."""
-    clamp_len: int | None = None
+    clamp_len: Positive | None = None
     """Distances past this use its sinusoid (the authors evaluate enwik8 with 820); None: no clamp."""
     same_length: bool = False
     """Every query sees exactly ``mem_len`` keys, itself included (the authors' enwik8 evaluation)."""
     untie_r: bool = False
     """One pair of biases u, v per layer instead of one pair shared by all layers."""
-    dropatt: float = 0.0
+    dropatt: Rate = 0.0
     """Dropout on the attention weights (``dropout`` acts on embeddings, positions and sublayer outputs)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not isinstance(self.mem_len, int) or not 0 <= self.mem_len <= MAX_MEMORY:
-            raise ValueError(
-                f"model mem_len={self.mem_len!r} must lie in [0, {MAX_MEMORY:,}] positions; each layer keeps "
-                "that many hidden states per sequence: pass a shorter memory"
-            )
-        if self.clamp_len is not None and (not isinstance(self.clamp_len, int) or self.clamp_len < 1):
-            raise ValueError(f"model clamp_len={self.clamp_len!r} must be a positive distance, or None (no clamp)")
-        if not 0.0 <= self.dropatt < 1.0:
-            raise ValueError(f"model dropatt={self.dropatt} must lie in [0, 1)")
         if self.activation == "swiglu":
             raise ValueError(
                 "model activation swiglu: Transformer-XL's feed-forward is one hidden layer; use relu or gelu"
@@ -258,10 +227,10 @@ XL_FIXED = {"kv_heads": None, "qkv_bias": False, "embed_norm": False, "token_typ
 class EncoderDecoderConfig(TransformerConfig):
     """Encoder-decoder transformer (Vaswani et al. 2017). ``vocab_size`` is the source vocabulary."""
 
-    tgt_vocab_size: int | None = None
+    tgt_vocab_size: Count | None = None
     """Target vocabulary; None means the same as the source, and then one embedding serves source,
     target and output layer."""
-    decoder_depth: int | None = None
+    decoder_depth: Depth | None = None
     """Decoder blocks; None means the same as ``depth`` (the encoder's)."""
 
     def __post_init__(self) -> None:

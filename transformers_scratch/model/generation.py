@@ -42,15 +42,6 @@ def nucleus(logits: Tensor, p: float) -> Tensor:
     return torch.zeros_like(keep).scatter(-1, order, keep)
 
 
-def _check_sampling(temperature: float, top_k: int | None, top_p: float | None = None) -> None:
-    if temperature < 0:
-        raise ValueError(f"temperature {temperature} < 0; use 0 for greedy decoding or a positive value")
-    if top_k is not None and top_k < 1:
-        raise ValueError(f"top_k {top_k} < 1; use a positive count or None for no cut-off")
-    if top_p is not None and not 0 < top_p <= 1:
-        raise ValueError(f"top_p {top_p} must lie in (0, 1]; 0.9 keeps the likeliest tokens that make up 90 %")
-
-
 @torch.inference_mode()
 def generate(
     model,
@@ -75,7 +66,6 @@ def generate(
     slide); the model then sees between half and all of the context, where recomputation would always
     see all of it.
     """
-    _check_sampling(temperature, top_k, top_p)
     if prompt.numel() == 0:
         raise ValueError("empty prompt; give at least one token to condition on")
     if cuda_graph and (prompt.device.type != "cuda" or not use_cache):
@@ -204,7 +194,6 @@ def generate_seq2seq(
 
     Returns (b, n) generated ids without BOS; n < max_new_tokens when every row has emitted eos_id.
     """
-    _check_sampling(temperature, top_k, top_p)
     was_training = model.training
     model.eval()
     memory = model.encode(src, src_mask)  # (b, u, k): encoded once, read at every step

@@ -29,7 +29,7 @@ from torch.utils.checkpoint import checkpoint
 from .attention import ATTENTION, causal_mask, reference_attention
 from .blocks import ACTIVATIONS, make_norm
 from .config import XLConfig
-from .generation import _check_sampling, decoding_threads, sample_next
+from .generation import decoding_threads, sample_next
 
 Memory = list[Tensor]
 """One (b, m, k) tensor per layer: the input hidden states of the m positions before the segment."""
@@ -222,7 +222,6 @@ class TransformerXL(nn.Module):
         recomputed way give the same tokens. With ``use_cache`` the prompt is read in segments of ``context``
         and every new token is a segment of one, carrying the memory. Without it, each new token recomputes
         the ``depth x (window - 1)`` positions before it, all that reaches it through the layers."""
-        _check_sampling(temperature, top_k, top_p)
         if prompt.numel() == 0:
             raise ValueError("empty prompt; give at least one token to condition on")
         if cuda_graph:

@@ -20,11 +20,11 @@ import torchmetrics
 from lightning.pytorch.strategies import FSDPStrategy
 from torch import Tensor, nn
 
+from ..bounds import Memory, Positive, Rate, check_args
 from ..data.ids import IGNORE_INDEX
 from ..data.vocab import Vocab
 from ..model.blocks import TransformerBlock
 from ..model.config import (
-    MAX_MEMORY,
     ClassifierConfig,
     EncoderDecoderConfig,
     LMConfig,
@@ -449,9 +449,9 @@ class LitXL(BitsPerByte, LitTransformer):
         model: XLConfig | None = None,
         optim: OptimConfig | None = None,
         compile: Compile = False,
-        eval_mem_len: int | None = None,
+        eval_mem_len: Memory | None = None,
         eval_same_length: bool | None = None,
-        eval_clamp_len: int | None = None,
+        eval_clamp_len: Positive | None = None,
         init_from: str | None = None,
     ) -> None:
         """
@@ -468,15 +468,10 @@ class LitXL(BitsPerByte, LitTransformer):
         """
         super().__init__()
         self.save_hyperparameters()
+        check_args(LitXL.__init__, self.hparams)
         model = as_config(model, XLConfig)
-        if eval_mem_len is not None and not 0 <= eval_mem_len <= MAX_MEMORY:
-            raise ValueError(
-                f"model.eval_mem_len={eval_mem_len} must lie in [0, {MAX_MEMORY:,}]; pass a shorter memory"
-            )
         if eval_same_length and not (eval_mem_len or model.mem_len):
             raise ValueError("model.eval_same_length shows every byte eval_mem_len keys: give it a memory")
-        if eval_clamp_len is not None and eval_clamp_len < 1:
-            raise ValueError(f"model.eval_clamp_len={eval_clamp_len} must be a positive distance, or None")
         self.optim, self.compile = as_config(optim, OptimConfig), compile
         self.eval_options = {
             "mem_len": model.mem_len if eval_mem_len is None else eval_mem_len,
@@ -578,7 +573,7 @@ class LitSeq2Seq(LitTransformer):
         model: EncoderDecoderConfig | None = None,
         optim: OptimConfig | None = None,
         compile: Compile = False,
-        label_smoothing: float = 0.0,
+        label_smoothing: Rate = 0.0,
     ) -> None:
         """
         Args:
@@ -588,9 +583,8 @@ class LitSeq2Seq(LitTransformer):
             label_smoothing: Cross-entropy label smoothing of the training loss, in [0, 1).
         """
         super().__init__()
-        if not 0.0 <= label_smoothing < 1.0:
-            raise ValueError(f"model.label_smoothing {label_smoothing} must lie in [0, 1); 0.1 is the paper's")
         self.save_hyperparameters()
+        check_args(LitSeq2Seq.__init__, self.hparams)
         model = as_config(model, EncoderDecoderConfig)
         self.optim, self.compile, self.label_smoothing = as_config(optim, OptimConfig), compile, label_smoothing
         self.model: EncoderDecoder = EncoderDecoder(model)

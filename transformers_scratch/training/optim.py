@@ -19,6 +19,7 @@ from typing import Literal, cast
 import torch
 from torch import nn
 
+from ..bounds import LearningRate, NonNegative, Positive, Rate, Unit, check_fields
 from .console import note
 
 
@@ -26,33 +27,33 @@ from .console import note
 class OptimConfig:
     """AdamW (or Muon for the blocks' matrices) with linear warm-up, then cosine decay or a constant rate."""
 
-    lr: float = 3e-4
+    lr: LearningRate = 3e-4
     """Peak learning rate."""
-    weight_decay: float = 0.1
+    weight_decay: LearningRate = 0.1
     """Decoupled weight decay, on the weights of linear layers and embeddings only (not biases, norms, [CLS])."""
-    beta1: float = 0.9
+    beta1: Rate = 0.9
     """AdamW's decay of the gradient's running mean."""
-    beta2: float = 0.95
+    beta2: Rate = 0.95
     """AdamW's decay of the squared gradient's running mean (0.95: GPT-3, nanoGPT; PyTorch's default is 0.999)."""
-    warmup_steps: int = 100
+    warmup_steps: NonNegative = 100
     """Optimizer steps of linear warm-up from 0 to lr."""
     schedule: Literal["cosine", "constant", "wsd"] = "cosine"
     """After warm-up: cosine decay to min_lr_ratio * lr by the last step; constant; or wsd (warm-up, stable,
     decay): constant, then a linear decay to min_lr_ratio * lr over the last ``cooldown`` of the steps."""
-    min_lr_ratio: float = 0.1
+    min_lr_ratio: Unit = 0.1
     """Where the decay ends, as a fraction of lr."""
-    cooldown: float = 0.2
+    cooldown: Unit = 0.2
     """wsd: the fraction of the steps after warm-up spent decaying."""
-    total_steps: int | None = None
+    total_steps: Positive | None = None
     """Length of the cosine; None: the trainer's max_steps (or epochs x batches)."""
     optimizer: Literal["adamw", "muon"] = "adamw"
     """adamw for every parameter, or muon: torch.optim.Muon (momentum, then each update orthogonalised by a
     Newton-Schulz iteration; Jordan et al. 2024) for the weight matrices inside the transformer blocks, and
     AdamW for embeddings, the output layer, norms and biases."""
-    muon_lr: float = 0.02
+    muon_lr: LearningRate = 0.02
     """Muon's peak learning rate (optimizer muon), scaled per matrix by sqrt(max(1, rows / columns)) as
     torch's Muon does; the schedule scales it with lr's."""
-    muon_momentum: float = 0.95
+    muon_momentum: Rate = 0.95
     """Muon's momentum (Nesterov)."""
     muon_stacked: bool = False
     """Muon as :class:`StackedMuon`: the same update, with one Newton-Schulz iteration per matrix shape on the
@@ -60,26 +61,7 @@ class OptimConfig:
     on the benchmarks page."""
 
     def __post_init__(self) -> None:
-        for name in ("lr", "muon_lr"):
-            rate = getattr(self, name)
-            if not 0.0 <= rate <= MAX_RATE:  # also NaN; 0 holds the weights (a check that nothing else moves them)
-                raise ValueError(f"model.optim {name}={rate} must lie in [0, {MAX_RATE:g}]: a larger rate overflows "
-                                 "the float32 update; 1e-3 is a usual start")  # fmt: skip
-        for name in ("beta1", "beta2", "muon_momentum"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"model.optim {name}={getattr(self, name)} must lie in [0, 1)")
-        if not 0.0 <= self.weight_decay <= MAX_RATE or not 0.0 <= self.min_lr_ratio <= 1.0:
-            raise ValueError(f"model.optim weight_decay={self.weight_decay} must be at least 0 and min_lr_ratio="
-                             f"{self.min_lr_ratio} lie in [0, 1]")  # fmt: skip
-        if self.warmup_steps < 0 or (self.total_steps is not None and self.total_steps < 1):
-            raise ValueError(f"model.optim warmup_steps={self.warmup_steps} must be at least 0 and total_steps="
-                             f"{self.total_steps} positive, or None")  # fmt: skip
-        if not 0.0 <= self.cooldown <= 1.0:
-            raise ValueError(f"model.optim cooldown={self.cooldown} must lie in [0, 1]: the fraction of the steps "
-                             "spent decaying (0.2: the last fifth)")  # fmt: skip
-
-
-MAX_RATE = 1e10  # a learning rate, at most: past it the float32 update overflows
+        check_fields(self, "model.optim")
 
 
 def lr_factor(step: int, cfg: OptimConfig, total: int) -> float:

@@ -1,0 +1,93 @@
+"""The one error path (cli/errors.py) against the installed jsonargparse: each message it reads is produced here by
+the real library, so a release that rewords one fails this file instead of a user's run."""
+
+from dataclasses import dataclass
+
+import pytest
+from jsonargparse import ActionConfigFile, ArgumentError, ArgumentParser, set_parsing_settings
+
+from transformers_scratch.bounds import Count, Rate, register
+from transformers_scratch.cli.errors import error_line
+
+register()
+
+
+@dataclass
+class Sizes:
+    emb: Count = 8
+    kv_heads: Count | None = None
+    dropout: Rate = 0.0
+
+
+class Model:
+    def __init__(self, sizes: Sizes | None = None, note: str = "") -> None:
+        self.sizes = sizes
+
+
+def parser() -> ArgumentParser:
+    made = ArgumentParser(exit_on_error=False)
+    made.add_argument("--config", action=ActionConfigFile)
+    made.add_argument("--model", type=Model | None)  # a class by class_path: jsonargparse's nested union report
+    made.add_argument("--trainer.max_steps", type=int, default=1)
+    made.add_argument("--length", type=Count, default=1)
+    return made
+
+
+def refusal(*argv: str) -> str:
+    with pytest.raises(ArgumentError) as caught:
+        parser().parse_args(list(argv))
+    line = error_line(caught.value, list(argv))
+    assert "\n" not in line
+    return line
+
+
+MODEL = ["--model", "test_errors.Model"]
+
+
+def test_an_interval_type_names_the_flag_the_value_and_the_bound():
+    assert refusal("--length", "0") == "length: 0 is not an integer in [1, 16,777,216]"
+
+
+def test_a_nested_union_report_is_cut_to_its_key_and_reason():
+    line = refusal(*MODEL, "--model.sizes.dropout", "1.5")
+    assert line == "model.sizes.dropout: 1.5 is not a number in [0.0, 1.0)", line
+
+
+def test_the_value_an_optional_interval_hides_is_put_back():
+    line = refusal(*MODEL, "--model.sizes.kv_heads", "0")
+    assert line.endswith("kv_heads: 0 is not an integer in [1, 16,777,216]"), line
+
+
+def test_a_flag_with_no_value_is_named():
+    assert refusal("--length") == "--length needs a value, and nothing follows it; pass one, e.g. --length VALUE " \
+        "(or --length=VALUE)"  # fmt: skip
+
+
+def test_a_config_that_is_no_mapping_is_named(tmp_path):
+    (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
+    line = refusal("--config", str(tmp_path / "list.yaml"))
+    assert line.startswith(f"--config {str(tmp_path / 'list.yaml')!r} holds no mapping of settings"), line
+
+
+@pytest.mark.parametrize("content", ["trainer:\n  max_stepz: 3\n", "model:\n  class_path: test_errors.Model\n  "
+                                     "init_args:\n    sizes:\n      emb: -4\n"])  # fmt: skip
+def test_of_several_configs_the_one_at_fault_is_named(tmp_path, content):
+    (tmp_path / "a.yaml").write_text("trainer:\n  max_steps: 2\nlength: 3\n")
+    (tmp_path / "bad.yaml").write_text(content)
+    line = refusal("--config", str(tmp_path / "a.yaml"), "--config", str(tmp_path / "bad.yaml"))
+    assert line.startswith(f"--config {str(tmp_path / 'bad.yaml')!r}: "), line
+    assert "max_stepz" in line or "emb: -4 is not an integer" in line, line
+
+
+def test_a_value_set_by_a_flag_names_no_config(tmp_path):
+    (tmp_path / "a.yaml").write_text("length: 3\n")
+    assert refusal("--config", str(tmp_path / "a.yaml"), "--length", "0").startswith("length: 0 is not")
+
+
+def test_a_class_outside_the_allowed_packages_is_named():
+    set_parsing_settings(import_path_denylist=["*"], import_path_allowlist=["transformers_scratch"])
+    try:
+        line = refusal("--model", "os.system")
+    finally:
+        set_parsing_settings(import_path_denylist=[], import_path_allowlist=[])
+    assert "'os.system' is refused: a config may name classes and functions from" in line, line

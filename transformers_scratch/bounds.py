@@ -1,0 +1,136 @@
+"""Bounds declared once, on a value's type: ``emb: Positive = 256``, ``dropout: Rate = 0.0``.
+
+Each type below is an int or float with an interval. The command line registers them with jsonargparse
+(:func:`register`), which checks a flag's or a config's value against its type and names the flag; a dataclass
+config checks its own fields against theirs (:func:`check_fields`), so a checkpoint's settings are bounded too. A
+value stays a plain ``int`` or ``float``. For a type checker each is its base type.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import TYPE_CHECKING, Any, TypeAlias, Union, get_args, get_origin, get_type_hints
+
+MAX_COUNT = 2**24  # a count a setting gives (rows, ids, batches): past anything one machine trains on
+MAX_MEMORY = 100_000  # a Transformer-XL memory: each layer keeps (batch, memory, width) hidden states
+MAX_DEPTH = 1_000  # blocks: the deepest published transformers have about that many
+MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes a signed 64-bit number
+MAX_RATE = 1e10  # a learning rate or weight decay, at most: past it the float32 update overflows
+MAX_SAMPLE = 1_000_000  # characters a sample call writes (about half an hour on 2 CPU cores)
+BOUNDED: list[type] = []
+
+
+class Interval:
+    """An interval's type: ``check`` returns the value as the base type when it lies inside, else refuses."""
+
+    base: type = int
+    low: float = -math.inf
+    high: float = math.inf
+    open_low = open_high = False
+
+    @classmethod
+    def check(cls, value):
+        if isinstance(value, str):  # a value from the command line, not yet read as YAML
+            try:
+                value = cls.base(value)
+            except ValueError:
+                raise ValueError(f"{value[:40]!r} is not {cls.__name__}") from None
+        whole = cls.base is not int or (isinstance(value, float) and value.is_integer())
+        if isinstance(value, bool) or not isinstance(value, int | float) or not (whole or isinstance(value, int)):
+            raise ValueError(f"{str(value)[:40]} is not {cls.__name__}")
+        below = value <= cls.low if cls.open_low else value < cls.low
+        above = value >= cls.high if cls.open_high else value > cls.high
+        if below or above or value != value:  # NaN lies in no interval
+            raise ValueError(f"{str(value)[:40]} is not {cls.__name__}")
+        return cls.base(value)
+
+
+def between(base: type, low: float, high: float = math.inf, open_low=False, open_high=False, name="") -> type:
+    """The type of a ``base`` number in an interval, named as a reader writes it: ``an integer in [1, 1,000]``."""
+    shown = lambda x: "inf" if x == math.inf else f"{x:,}"  # noqa: E731
+    kind = "an integer" if base is int else "a number"
+    where = f"{'(' if open_low else '['}{shown(low)}, {shown(high)}{')' if open_high or high == math.inf else ']'}"
+    name = name or f"{kind} in {where}"
+    attrs = dict(base=base, low=low, high=high, open_low=open_low, open_high=open_high)
+    BOUNDED.append(cls := type(name, (Interval,), attrs))
+    return cls
+
+
+if TYPE_CHECKING:
+    Positive: TypeAlias = int
+    Count: TypeAlias = int
+    Classes: TypeAlias = int
+    Depth: TypeAlias = int
+    NonNegative: TypeAlias = int
+    Memory: TypeAlias = int
+    Seed: TypeAlias = int
+    Length: TypeAlias = int
+    Samples: TypeAlias = int
+    Pictured: TypeAlias = int
+    Dpi: TypeAlias = int
+    Rate: TypeAlias = float
+    Unit: TypeAlias = float
+    LearningRate: TypeAlias = float
+    OpenRate: TypeAlias = float
+    Share: TypeAlias = float
+    PositiveFloat: TypeAlias = float
+    NonNegativeFloat: TypeAlias = float
+else:
+    Positive = between(int, 1, name="a positive integer")
+    Count = between(int, 1, MAX_COUNT)
+    Classes = between(int, 2, MAX_COUNT)
+    Depth = between(int, 1, MAX_DEPTH)
+    NonNegative = between(int, 0, name="a non-negative integer")
+    Memory = between(int, 0, MAX_MEMORY)
+    Seed = between(int, 0, MAX_SEED)
+    Length = between(int, 1, MAX_SAMPLE)  # characters to sample
+    Samples = between(int, 1, 1_000)  # samples of one prompt
+    Pictured = between(int, 1, 256)  # tokens an attention panel holds
+    Dpi = between(int, 1, 1_200)  # a picture's resolution; matplotlib's renderer takes sizes in C ints
+    Rate = between(float, 0.0, 1.0, open_high=True)  # dropout, label smoothing, a momentum: [0, 1)
+    Unit = between(float, 0.0, 1.0)  # a fraction
+    LearningRate = between(float, 0.0, MAX_RATE)  # 0 holds the weights (a check that nothing else moves them)
+    OpenRate = between(float, 0.0, 1.0, open_low=True, open_high=True)  # a masking probability: (0, 1)
+    Share = between(float, 0.0, 1.0, open_low=True)  # top-p's mass: (0, 1]
+    PositiveFloat = between(float, 0.0, open_low=True, name="a positive number")
+    NonNegativeFloat = between(float, 0.0, name="a non-negative number")
+
+
+def interval_of(hint) -> Any:
+    """The interval type of an annotation (``Positive``, ``Positive | None``), or None."""
+    for arg in get_args(hint) if get_origin(hint) in (Union, type(int | None)) else (hint,):
+        if isinstance(arg, type) and issubclass(arg, Interval):
+            return arg
+    return None
+
+
+def check_fields(config, where: str = "model") -> None:
+    """A dataclass's fields against their interval types, in place: the refusal names ``where.field``."""
+    for field in dataclasses.fields(config):
+        cls, value = interval_of(get_type_hints(type(config)).get(field.name)), getattr(config, field.name)
+        if cls is not None and value is not None:
+            try:
+                setattr(config, field.name, cls.check(value))
+            except ValueError as e:
+                raise ValueError(f"{where} {field.name}={e}") from None
+
+
+def check_args(function, values, where: str = "model") -> None:
+    """A function's arguments (``values``, a mapping) against their parameters' interval types: for an object
+    built from settings read from disk, such as a Lightning module from a checkpoint's hyper-parameters."""
+    hints = get_type_hints(function)
+    for name, value in values.items():
+        if (cls := interval_of(hints.get(name))) is not None and value is not None:
+            try:
+                cls.check(value)
+            except ValueError as e:
+                raise ValueError(f"{where}.{name}={e}") from None
+
+
+def register() -> None:
+    """Teach jsonargparse the interval types: it checks a value against its type, and names the flag."""
+    from jsonargparse.typing import register_type
+
+    for cls in BOUNDED:
+        register_type(cls, serializer=lambda v: v, deserializer=cls.check)  # type: ignore[attr-defined]
