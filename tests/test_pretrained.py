@@ -102,7 +102,8 @@ def test_export_never_overwrites_and_reading_checks_the_folder(tmp_path):
     ({"vocab_size": 10**10}, "vocab_size=10000000000 is not an integer in"), ({"depth": 500}, "declares"),
     ({"context": 10**10}, "context=10000000000 is not an integer in"), ({"emb": -8}, "emb=-8 is not an integer in"),
     ({"emb": 64, "heads": 4}, "does not match its weights"), ({"depth": 3}, "does not fit config.json"),
-    ({"width": 3}, "setting 'width' that this version's LMConfig lacks"), ({"emb": 10**40 - 1}, "emb=9999999999999999999999999999999999999999 is not an integer in"),
+    ({"width": 3}, "setting 'width' that this version's LMConfig lacks"),
+    ({"emb": 10**40 - 1}, "emb=9{40} is not an integer in"),
     ({"positions": "mearned"}, "positions='mearned', and this version offers learned\\|"),
 ])  # fmt: skip
 def test_an_export_is_untrusted_its_sizes_checked_before_anything_is_allocated(tmp_path, change, message):
