@@ -41,7 +41,7 @@ class Interval:
             raise ValueError(f"{str(value)[:40]} is not {cls.__name__}")
         below = value <= cls.low if cls.open_low else value < cls.low
         above = value >= cls.high if cls.open_high else value > cls.high
-        if below or above or value != value:  # NaN lies in no interval
+        if below or above or not math.isfinite(value):  # no setting takes an infinity, and NaN lies nowhere
             raise ValueError(f"{str(value)[:40]} is not {cls.__name__}")
         return cls.base(value)
 
@@ -69,6 +69,7 @@ if TYPE_CHECKING:
     Samples: TypeAlias = int
     Pictured: TypeAlias = int
     Dpi: TypeAlias = int
+    SampleLength: TypeAlias = int
     Rate: TypeAlias = float
     Unit: TypeAlias = float
     LearningRate: TypeAlias = float
@@ -87,6 +88,7 @@ else:
     Length = between(int, 1, MAX_SAMPLE)  # characters to sample
     Samples = between(int, 1, 1_000)  # samples of one prompt
     Pictured = between(int, 1, 256)  # tokens an attention panel holds
+    SampleLength = between(int, 0, 100_000)  # a sample after each validation: a minute or so on a CPU; 0: none
     Dpi = between(int, 1, 1_200)  # a picture's resolution; matplotlib's renderer takes sizes in C ints
     Rate = between(float, 0.0, 1.0, open_high=True)  # dropout, label smoothing, a momentum: [0, 1)
     Unit = between(float, 0.0, 1.0)  # a fraction

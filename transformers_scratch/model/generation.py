@@ -6,6 +6,7 @@ Shapes: b batch, t length, v vocabulary.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import contextmanager
 
 import torch
@@ -54,10 +55,30 @@ def generate(
     generator: torch.Generator | None = None,
     top_p: float | None = None,
     cuda_graph: bool = False,
+    steps: Callable | None = None,
 ) -> Tensor:
-    """A causal model (:class:`~.models.CausalLM`) continues prompt (b, t) by max_new_tokens; returns
-    (b, t + max_new_tokens). Sampling as in :func:`sample_next`. ``cuda_graph`` (GPU, with the cache): each
-    one-token step is one CUDA graph replay (:class:`GraphedStep`).
+    """A causal model continues prompt (b, t) by max_new_tokens; returns (b, t + max_new_tokens). Sampling as in
+    :func:`sample_next`. ``steps(model, tokens, t, use_cache, cuda_graph)`` gives the function that returns the
+    next token's logits (b, v) once ``tokens[:, :end]`` are known: :func:`causal_steps` by default, and
+    Transformer-XL's through its memory (:meth:`~.xl.TransformerXL.generate`)."""
+    if prompt.numel() == 0:
+        raise ValueError("empty prompt; give at least one token to condition on")
+    was_training = model.training
+    model.eval()
+    b, t = prompt.shape
+    tokens = prompt.new_empty(b, t + max_new_tokens)  # written in place: no growing concatenation
+    tokens[:, :t] = prompt
+    next_logits = (steps or causal_steps)(model, tokens, t, use_cache, cuda_graph)
+    with decoding_threads(prompt.device, use_cache):
+        for end in range(t, t + max_new_tokens):  # tokens[:, :end] are known
+            tokens[:, end] = sample_next(next_logits(end), temperature, top_k, generator, top_p)[:, 0]
+    model.train(was_training)
+    return tokens
+
+
+def causal_steps(model, tokens: Tensor, t: int, use_cache: bool, cuda_graph: bool) -> Callable[[int], Tensor]:
+    """How a causal model (:class:`~.models.CausalLM`) gives the next token's logits. ``cuda_graph`` (GPU, with
+    the cache): each one-token step is one CUDA graph replay (:class:`GraphedStep`).
 
     The model sees at most ``context`` tokens: the newest window. With ``use_cache`` each step feeds only
     the newest token and attends over cached keys and values, which gives exactly the tokens of
@@ -66,38 +87,32 @@ def generate(
     slide); the model then sees between half and all of the context, where recomputation would always
     see all of it.
     """
-    if prompt.numel() == 0:
-        raise ValueError("empty prompt; give at least one token to condition on")
-    if cuda_graph and (prompt.device.type != "cuda" or not use_cache):
+    if cuda_graph and (tokens.device.type != "cuda" or not use_cache):
         raise ValueError(
             f"cuda_graph replays the cached one-token step on a GPU; this call has the model on "
-            f"{prompt.device.type} and use_cache {use_cache}: move it to a GPU with the cache on, or leave "
+            f"{tokens.device.type} and use_cache {use_cache}: move it to a GPU with the cache on, or leave "
             "cuda_graph off"
         )
-    context, was_training = model.cfg.context, model.training
-    model.eval()
-    b, t = prompt.shape
-    tokens = prompt.new_empty(b, t + max_new_tokens)  # written in place: no growing concatenation
-    tokens[:, :t] = prompt
-    caches, step = None, None
-    with decoding_threads(prompt.device, use_cache):
-        for end in range(t, t + max_new_tokens):  # tokens[:, :end] are known
-            if not use_cache:
-                logits = model(tokens[:, max(0, end - context) : end])
-            elif caches is None or caches[0].len == context:
-                keep = min(end, context if caches is None else max(1, context // 2))
-                caches = caches or model.new_caches(b)
-                for cache in caches:
-                    cache.len = 0  # the same buffers, refilled
-                logits = model(tokens[:, end - keep : end], caches)  # the newest window
-            elif cuda_graph:
-                step = step or GraphedStep(model, caches)
-                logits = step(tokens[:, end - 1 : end])  # one new position, one replay
-            else:
-                logits = model(tokens[:, end - 1 : end], caches)  # one new position
-            tokens[:, end] = sample_next(logits[:, -1], temperature, top_k, generator, top_p)[:, 0]
-    model.train(was_training)
-    return tokens
+    context, b = model.cfg.context, tokens.size(0)
+    caches: list[KVCache] | None = None
+    step: GraphedStep | None = None
+
+    def next_logits(end: int) -> Tensor:
+        nonlocal caches, step
+        if not use_cache:
+            return model(tokens[:, max(0, end - context) : end])[:, -1]
+        if caches is None or caches[0].len == context:
+            keep = min(end, context if caches is None else max(1, context // 2))
+            caches = caches or model.new_caches(b)
+            for cache in caches:
+                cache.len = 0  # the same buffers, refilled
+            return model(tokens[:, end - keep : end], caches)[:, -1]  # the newest window
+        if cuda_graph:
+            step = step or GraphedStep(model, caches)
+            return step(tokens[:, end - 1 : end])[:, -1]  # one new position, one replay
+        return model(tokens[:, end - 1 : end], caches)[:, -1]  # one new position
+
+    return next_logits
 
 
 class GraphedStep:

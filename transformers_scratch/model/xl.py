@@ -29,7 +29,7 @@ from torch.utils.checkpoint import checkpoint
 from .attention import ATTENTION, causal_mask, reference_attention
 from .blocks import ACTIVATIONS, make_norm
 from .config import XLConfig
-from .generation import decoding_threads, sample_next
+from .generation import generate
 
 Memory = list[Tensor]
 """One (b, m, k) tensor per layer: the input hidden states of the m positions before the segment."""
@@ -222,35 +222,33 @@ class TransformerXL(nn.Module):
         recomputed way give the same tokens. With ``use_cache`` the prompt is read in segments of ``context``
         and every new token is a segment of one, carrying the memory. Without it, each new token recomputes
         the ``depth x (window - 1)`` positions before it, all that reaches it through the layers."""
-        if prompt.numel() == 0:
-            raise ValueError("empty prompt; give at least one token to condition on")
         if cuda_graph:
             raise ValueError("cuda_graph replays a fixed-shape step; a Transformer-XL's memory grows: leave it off")
         cfg = self.cfg
         window = window or cfg.mem_len + cfg.context
         if not 1 <= window <= 100_000:
             raise ValueError(f"a sampling window of {window:,} positions must lie in [1, 100,000]")
-        was_training = self.training
-        self.eval()
-        b, t = prompt.shape
-        tokens = prompt.new_empty(b, t + max_new_tokens)
-        tokens[:, :t] = prompt
         reach = cfg.depth * (window - 1) + 1  # positions that reach the newest one through every layer
         options = dict(mem_len=window, same_length=True)
-        memory, logits = None, None
-        with decoding_threads(prompt.device, use_cache):
-            if use_cache:
+
+        def steps(model, tokens: Tensor, t: int, use_cache: bool, cuda_graph: bool):
+            memory: Memory | None = None
+
+            def next_logits(end: int) -> Tensor:
+                nonlocal memory
+                if not use_cache:
+                    return self(tokens[:, max(0, end - reach) : end], **options)[0][:, -1].float()
+                if end > t:
+                    logits, memory = self(tokens[:, end - 1 : end], memory, **options)  # one new position
+                    return logits[:, -1].float()
                 for start in range(max(0, t - reach), t, cfg.context):  # the prompt, segment by segment
                     logits, memory = self(tokens[:, start : min(t, start + cfg.context)], memory, **options)
-            for end in range(t, t + max_new_tokens):  # tokens[:, :end] are known
-                if not use_cache:
-                    logits, _ = self(tokens[:, max(0, end - reach) : end], **options)
-                elif end > t:
-                    logits, memory = self(tokens[:, end - 1 : end], memory, **options)  # one new position
-                assert logits is not None  # the prompt is not empty
-                tokens[:, end] = sample_next(logits[:, -1].float(), temperature, top_k, generator, top_p)[:, 0]
-        self.train(was_training)
-        return tokens
+                return logits[:, -1].float()
+
+            return next_logits
+
+        return generate(self, prompt, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                        use_cache=use_cache, generator=generator, steps=steps)  # fmt: skip
 
 
 def remember(memory: Memory | None, hidden: list[Tensor], mem_len: int) -> Memory | None:

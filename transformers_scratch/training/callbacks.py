@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import signal
 import statistics
@@ -30,6 +29,7 @@ from lightning.pytorch.strategies import FSDPStrategy
 from torch import Tensor
 from tqdm import tqdm
 
+from ..bounds import Count, NonNegativeFloat, SampleLength, check_args
 from .console import note, shown
 from .perf import peak_flops, train_flops_per_token
 
@@ -413,25 +413,16 @@ class SampleText(Callback):
     600 characters at temperature 0.5 from a 256-character seed); W&B also gets a table of samples. Acts
     on models that generate (the character model) fed by a data module with ``seed_text`` and ``vocab``."""
 
-    MAX_LENGTH = 100_000  # characters: a minute or so of a small model on a CPU, inside every validation
-
-    def __init__(self, length: int = 600, temperature: float = 0.5, seed_length: int = 256) -> None:
+    def __init__(
+        self, length: SampleLength = 600, temperature: NonNegativeFloat = 0.5, seed_length: Count = 256
+    ) -> None:
         """
         Args:
             length: Characters sampled after each validation (0: never).
             temperature: Sampling temperature (the tutorial's 0.5; 0 is greedy).
             seed_length: Length of the validation slice the sample continues (at most the model's context).
         """
-        if length < 0 or temperature < 0 or seed_length < 1:
-            raise ValueError(
-                f"sample.length={length}, sample.temperature={temperature} and sample.seed_length={seed_length} "
-                "must be >= 0, >= 0 and >= 1"
-            )
-        if length > self.MAX_LENGTH or not math.isfinite(temperature):
-            raise ValueError(
-                f"sample.length={length} must be at most {self.MAX_LENGTH:,} characters and sample.temperature="
-                f"{temperature} finite: a sample after each validation is for reading (cli.py sample writes longer)"
-            )
+        check_args(SampleText.__init__, locals(), "sample")
         self.length, self.temperature, self.seed_length = length, temperature, seed_length
         self.noted_fsdp = False
         self.seconds = 0.0  # spent sampling in this process (PhaseTimes reports it)
