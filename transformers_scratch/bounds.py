@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, Any, TypeAlias, Union, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, TypeAlias, Union, get_args, get_origin, get_type_hints
 
 MAX_COUNT = 2**24  # a count a setting gives (rows, ids, batches): past anything one machine trains on
 MAX_MEMORY = 100_000  # a Transformer-XL memory: each layer keeps (batch, memory, width) hidden states
@@ -99,23 +99,24 @@ else:
     NonNegativeFloat = between(float, 0.0, name="a non-negative number")
 
 
-def interval_of(hint) -> Any:
-    """The interval type of an annotation (``Positive``, ``Positive | None``), or None."""
-    for arg in get_args(hint) if get_origin(hint) in (Union, type(int | None)) else (hint,):
-        if isinstance(arg, type) and issubclass(arg, Interval):
-            return arg
-    return None
+def checked(hint, value, where: str):
+    """``value`` against the interval type of its annotation (``Positive``, ``Positive | None``): as its base
+    type, or None where the annotation admits None; a refusal names ``where``. Other annotations pass it as is."""
+    args = get_args(hint) if get_origin(hint) in (Union, type(int | None)) else (hint,)
+    cls = next((a for a in args if isinstance(a, type) and issubclass(a, Interval)), None)
+    if cls is None or (value is None and type(None) in args):
+        return value
+    try:
+        return cls.check(value)
+    except ValueError as e:
+        raise ValueError(f"{where}={e}") from None
 
 
 def check_fields(config, where: str = "model") -> None:
-    """A dataclass's fields against their interval types, in place: the refusal names ``where.field``."""
+    """A dataclass's fields against their interval types, in place: the refusal names ``where field``."""
+    hints = get_type_hints(type(config))
     for field in dataclasses.fields(config):
-        cls, value = interval_of(get_type_hints(type(config)).get(field.name)), getattr(config, field.name)
-        if cls is not None and value is not None:
-            try:
-                setattr(config, field.name, cls.check(value))
-            except ValueError as e:
-                raise ValueError(f"{where} {field.name}={e}") from None
+        setattr(config, field.name, checked(hints[field.name], getattr(config, field.name), f"{where} {field.name}"))
 
 
 def check_args(function, values, where: str = "model") -> None:
@@ -123,11 +124,8 @@ def check_args(function, values, where: str = "model") -> None:
     built from settings read from disk, such as a Lightning module from a checkpoint's hyper-parameters."""
     hints = get_type_hints(function)
     for name, value in values.items():
-        if (cls := interval_of(hints.get(name))) is not None and value is not None:
-            try:
-                cls.check(value)
-            except ValueError as e:
-                raise ValueError(f"{where}.{name}={e}") from None
+        if name in hints:
+            checked(hints[name], value, f"{where}.{name}")
 
 
 def register() -> None:
