@@ -310,6 +310,14 @@ def test_hostile_xl_settings_get_one_line(capsys, tmp_path, monkeypatch, args, m
     fails(capsys, "fit", *xl_args(data), "--trainer.max_steps", "1", *args, message=message)
 
 
+@pytest.mark.parametrize("settings", [{"eval_mem_len": 10**6}, {"eval_clamp_len": 0}, {"eval_mem_len": None, "model": {
+    "mem_len": -1}}])  # fmt: skip
+def test_an_xl_module_from_a_checkpoints_settings_meets_the_bounds_of_its_types(settings):
+    """A module built from a checkpoint's hyper-parameters (not through the command line) checks them too."""
+    with pytest.raises(ValueError, match=r"is not an integer in \[|is not a positive integer"):
+        LitXL(**{"model": XLConfig(vocab_size=8, context=8, emb=16, heads=2, depth=1), **settings})
+
+
 def test_resuming_an_xl_run_needs_its_memory_and_its_kind_of_config(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     data = text_file(tmp_path / "text.txt")
