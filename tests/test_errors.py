@@ -95,3 +95,14 @@ def test_a_value_set_by_a_flag_names_no_config(tmp_path):
 def test_a_class_outside_the_allowed_packages_is_named():
     line = refusal("--model", "os.system")
     assert "'os.system' is refused: a config may name classes and functions from" in line, line
+
+
+def test_a_refusal_of_lightnings_trainer_is_named_as_the_trainers():
+    from lightning import Trainer
+
+    from transformers_scratch.cli.errors import named_as
+
+    with pytest.raises(Exception) as caught:
+        Trainer(accelerator="c")
+    assert named_as("trainer", caught.value).startswith("trainer: You selected an invalid accelerator name")
+    assert named_as("trainer", ValueError("trainer.callbacks lists one")) == "trainer.callbacks lists one"

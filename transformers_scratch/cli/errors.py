@@ -41,6 +41,12 @@ def error_line(e: BaseException, argv: list[str]) -> str:
     return line
 
 
+def named_as(key: str, e: BaseException) -> str:
+    """A refusal from the settings under ``key`` (Lightning's Trainer names the value, not where it was set),
+    named as the key's, unless it names it already."""
+    return str(e) if str(e).startswith(key) else f"{key}: {e}"
+
+
 def brief(message: str) -> str:
     """One line from jsonargparse's nested "does not validate against any of the Union subtypes" report: the
     innermost key and the first real reason (the project's own message, when a config refused the value)."""

@@ -60,7 +60,7 @@ from ..training.modules import LitTransformer, read_pretrained
 from ..training.optim import OptimConfig
 from ..training.run_folder import claim_run_folder, release_run_folder
 from .config_files import check_config_files, check_values
-from .errors import ALLOWED_IMPORTS
+from .errors import ALLOWED_IMPORTS, named_as
 
 # A config names classes and callables by import path; only these packages may be named (checked by jsonargparse
 # before it imports anything), so a config cannot run os.system, eval or an arbitrary module's import-time code.
@@ -411,9 +411,7 @@ class CLI(LightningCLI):
         try:
             return super().instantiate_trainer(**kwargs)
         except (MisconfigurationException, ValueError) as e:
-            if str(e).startswith("trainer"):
-                raise
-            raise ValueError(f"trainer: {e}") from e
+            raise ValueError(named_as("trainer", e)) from e
 
     def before_instantiate_classes(self) -> None:
         cfg = self.config[self.subcommand] if self.subcommand else self.config
