@@ -24,7 +24,12 @@ SCAFFOLDING = (
 
 
 def error_line(e: BaseException, argv: list[str]) -> str:
-    """The one line that a refused input gets; ``argv``: the command line (after the command's name)."""
+    """The one line that a refused input gets, with any character that is not printable (a key of a config
+    may hold one) written as its escape; ``argv``: the command line (after the command's name)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in _line(e, argv))
+
+
+def _line(e: BaseException, argv: list[str]) -> str:
     if isinstance(e, OSError) and e.errno == errno.ENAMETOOLONG:
         return (f"the path {shortened(str(e.filename or ''))!r} is longer than this system allows (255 bytes a "
                 f"name, {os.pathconf('/', 'PC_PATH_MAX'):,} a path); pass a shorter path")  # fmt: skip
@@ -50,7 +55,7 @@ def named_as(key: str, e: BaseException) -> str:
 def brief(message: str) -> str:
     """One line from jsonargparse's nested "does not validate against any of the Union subtypes" report: the
     innermost key and the first real reason (the project's own message, when a config refused the value)."""
-    lines = [line.strip().removeprefix("- ") for line in message.splitlines() if line.strip()]
+    lines = [line.strip().removeprefix("- ") for line in message.split("\n") if line.strip()]
     if len(lines) <= 1:
         return message
     keys = [line.split('"')[1] for line in lines if line.startswith('Parser key "')]
@@ -73,7 +78,7 @@ def not_a_config(message: str, argv: list[str]) -> str | None:
     """jsonargparse's report of a config that is no mapping of settings, or no YAML (a file read through a pipe;
     regular files are refused before parsing), naming the config files given; None for any other report."""
     named = ", ".join(repr(p) for p in config_paths(argv)) or "a config"
-    first = (message.splitlines() or [""])[0]
+    first = message.split("\n")[0]
     if first.startswith("Unexpected config:"):
         what = first.removeprefix("Unexpected config:").strip()[:40]
         return (f"--config {named} holds no mapping of settings (it is empty, a list or plain text: {what!r}); pass "
