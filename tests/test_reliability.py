@@ -746,7 +746,8 @@ def test_a_checkpoint_of_an_older_layout_loads_or_says_so(tmp_path, capsys):
 
 @pytest.mark.parametrize("change, message", [
     ({"rope_theta": 10000.0}, "has a model setting 'rope_theta' that this version's LMConfig lacks"),
-    ({"positions": "xpos"}, "has model positions='xpos', and this version offers learned|sinusoidal|rope|alibi"),
+    ({"positions": "xpos"}, "has model settings this version refuses (model positions='xpos' is not one of "
+                            "learned|sinusoidal|rope|alibi)"),
     ({"emb": -16}, "has model settings this version refuses (model emb=-16 is not an integer in [1, 16,777,216])"),
 ])  # fmt: skip
 @pytest.mark.parametrize("command", ["fit", "test", "sample", "export"])

@@ -155,8 +155,8 @@ def test_a_sparse_encoder_classifies_padded_reviews_as_the_dense_masked_path():
             r"sparse_summary=8 must lie in \[1, "
             "sparse_block=8\\): .* pass a smaller sparse_summary",
         ),
-        (dict(sparse_pattern="banded"), "sparse_pattern 'banded' unknown; choose one of strided|fixed"),
-        (dict(sparse_layout="diagonal"), "sparse_layout 'diagonal' unknown; choose one of split|alternate|union"),
+        (dict(sparse_pattern="banded"), "sparse_pattern='banded' is not one of strided\\|fixed"),
+        (dict(sparse_layout="diagonal"), "sparse_layout='diagonal' is not one of split\\|alternate\\|union"),
         (dict(positions="alibi"), "positions alibi adds a bias .* use learned, sinusoidal or rope"),
         (dict(heads=1, emb=16), "heads=1 is too few; use 2 heads or more, or sparse_layout alternate"),
     ],

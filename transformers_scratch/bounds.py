@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, TypeAlias, Union, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Literal, TypeAlias, Union, get_args, get_origin, get_type_hints
 
 MAX_COUNT = 2**24  # a count a setting gives (rows, ids, batches): past anything one machine trains on
 MAX_MEMORY = 100_000  # a Transformer-XL memory: each layer keeps (batch, memory, width) hidden states
@@ -100,23 +100,30 @@ else:
 
 
 def checked(hint, value, where: str):
-    """``value`` against the interval type of its annotation (``Positive``, ``Positive | None``): as its base
-    type, or None where the annotation admits None; a refusal names ``where``. Other annotations pass it as is."""
+    """``value`` against its annotation's interval type (``Positive``, ``Positive | None``) or choices
+    (``Literal[...]``): as its base type, or None where the annotation admits None; a refusal names ``where``.
+    Other annotations pass it as is."""
     args = get_args(hint) if get_origin(hint) in (Union, type(int | None)) else (hint,)
+    choices = [c for a in args if get_origin(a) is Literal for c in get_args(a)]
     cls = next((a for a in args if isinstance(a, type) and issubclass(a, Interval)), None)
-    if cls is None or (value is None and type(None) in args):
+    others = [a for a in args if isinstance(a, type) and a is not cls]  # None's type, bool beside choices, ...
+    if (not choices and cls is None) or value in choices or any(isinstance(value, a) for a in others):
         return value
+    if cls is None:
+        raise ValueError(f"{where}={str(value)[:40]!r} is not one of {'|'.join(map(str, choices))}")
     try:
         return cls.check(value)
     except ValueError as e:
         raise ValueError(f"{where}={e}") from None
 
 
-def check_fields(config, where: str = "model") -> None:
-    """A dataclass's fields against their interval types, in place: the refusal names ``where field``."""
+def check_fields(config, where: str = "model ") -> None:
+    """A dataclass's fields against their annotations, in place (a frozen one's too): a refusal names
+    ``where`` + the field."""
     hints = get_type_hints(type(config))
     for field in dataclasses.fields(config):
-        setattr(config, field.name, checked(hints[field.name], getattr(config, field.name), f"{where} {field.name}"))
+        value = checked(hints[field.name], getattr(config, field.name), where + field.name)
+        object.__setattr__(config, field.name, value)
 
 
 def check_args(function, values, where: str = "model") -> None:

@@ -31,32 +31,27 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-PATTERNS = ("strided", "fixed")
-LAYOUTS = ("split", "alternate", "union")
+from ..bounds import Count, check_fields
 
 
 @dataclass(frozen=True)
 class SparsePattern:
     """Which keys each head of each layer may attend to. ``block`` is l; ``summary`` is c (fixed only)."""
 
-    pattern: str = "strided"
-    layout: str = "split"
-    block: int = 64
-    summary: int = 4
+    pattern: Literal["strided", "fixed"] = "strided"
+    layout: Literal["split", "alternate", "union"] = "split"
+    block: Count = 64
+    summary: Count = 4
 
     def __post_init__(self) -> None:
-        if self.pattern not in PATTERNS:
-            raise ValueError(f"model sparse_pattern {self.pattern!r} unknown; choose one of {'|'.join(PATTERNS)}")
-        if self.layout not in LAYOUTS:
-            raise ValueError(f"model sparse_layout {self.layout!r} unknown; choose one of {'|'.join(LAYOUTS)}")
-        if not isinstance(self.block, int) or self.block < 1:
-            raise ValueError(f"model sparse_block={self.block!r} must be a positive block length (about sqrt(context))")
-        if self.pattern == "fixed" and not (isinstance(self.summary, int) and 1 <= self.summary < self.block):
+        check_fields(self, "model sparse_")
+        if self.pattern == "fixed" and self.summary >= self.block:
             raise ValueError(
                 f"model sparse_summary={self.summary!r} must lie in [1, sparse_block={self.block}): the summary is "
                 "the last c positions of each block; pass a smaller sparse_summary"

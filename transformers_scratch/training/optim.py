@@ -61,7 +61,7 @@ class OptimConfig:
     on the benchmarks page."""
 
     def __post_init__(self) -> None:
-        check_fields(self, "model.optim")
+        check_fields(self, "model.optim ")
 
 
 def lr_factor(step: int, cfg: OptimConfig, total: int) -> float:
