@@ -358,3 +358,30 @@ def test_predict_memory_stays_flat_whatever_the_files_size(tmp_path):
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert peak < 5_000_000, peak  # not the file (44 MB), nor a list of its 690,000 windows
+
+
+@pytest.mark.slow
+def test_the_python_stdlib_corpus_is_assembled_the_same_way_and_recorded(tmp_path):
+    """``data.download python-stdlib``: the running Python's library, tests and vendored code left out, in sorted
+    order; two assemblies give the same bytes, and the record names the version and their SHA-256."""
+    import hashlib
+    import json
+    import platform
+
+    from transformers_scratch.data.sources import assemble_python_stdlib
+
+    dm = TextDataModule(data_dir=str(tmp_path / "data"), download="python-stdlib", context=64)
+    dm.prepare_data()
+    corpus = tmp_path / "data" / f"python-stdlib-{platform.python_version()}.txt"
+    record = json.loads(corpus.with_suffix(".json").read_text())
+    text = corpus.read_bytes()
+    assert record == {"python": platform.python_version(), "files": record["files"], "bytes": len(text),
+                      "sha256": hashlib.sha256(text).hexdigest()}  # fmt: skip
+    assert assemble_python_stdlib(tmp_path / "again.txt") == record and (tmp_path / "again.txt").read_bytes() == text
+    lines = text.split(b"\n")
+    paths = [x[2:].decode() for x in lines if x.startswith(b"# ") and x.endswith(b".py") and b" " not in x[2:]]
+    assert text.startswith(b"# __future__.py\n") and {"os.py", "json/decoder.py"} <= set(paths)
+    assert not [p for p in paths if {"test", "tests", "site-packages"} & set(p.split("/")[:-1])]
+    dm.setup("fit")
+    lo, hi = split_bounds(len(text))["test"]
+    assert dm.splits["test"].numel() == hi - lo  # the held-out tail: the same bytes for every run on this Python

@@ -1,9 +1,17 @@
-"""Texts that :class:`~.text.TextDataModule` downloads when no ``data.path`` is given: where each lives, its
-SHA-256 (a download that does not match is refused), and the file it is saved as under ``data.data_dir``."""
+"""Texts that :class:`~.text.TextDataModule` reads when no ``data.path`` is given: where each downloaded one
+lives, its SHA-256 (a download that does not match is refused), and the file it is saved as under
+``data.data_dir``; and one every user has with no network, the running Python's standard library
+(:func:`assemble_python_stdlib`), source code whose structure is long-range."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import platform
+import sysconfig
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -29,3 +37,33 @@ SOURCES = {
     ),
 }
 ENWIK8_BYTES = 100_000_000  # enwik8 unpacked: split 90M / 5M / 5M
+
+STDLIB_LEFT_OUT = {"test", "tests", "idle_test", "site-packages", "dist-packages", "_vendor", "_bundled"}
+"""Folders of the standard library whose ``.py`` files are not in the corpus: tests, and third-party code."""
+
+
+def python_stdlib_file() -> str:
+    """The corpus's file name: it names the Python whose library it is."""
+    return f"python-stdlib-{platform.python_version()}.txt"
+
+
+def assemble_python_stdlib(dest: Path) -> dict:
+    """The ``.py`` sources of the running Python's standard library, tests and vendored third-party code left
+    out, in sorted order, each after a line ``# path``, written to ``dest`` (atomically). A record of what was
+    assembled (the Python version, the files, the bytes and their SHA-256) is written beside it as
+    ``dest.json`` and returned, so that a result names exactly the bytes it was measured on."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files = sorted(
+        p.relative_to(root)
+        for p in root.rglob("*.py")
+        if not STDLIB_LEFT_OUT & set(p.relative_to(root).parts[:-1]) and not p.name.startswith("test_")
+    )
+    text = b"".join(f"# {path.as_posix()}\n".encode() + (root / path).read_bytes() + b"\n" for path in files)
+    record = {"python": platform.python_version(), "files": len(files), "bytes": len(text),
+              "sha256": hashlib.sha256(text).hexdigest()}  # fmt: skip
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    for path, data in ((dest.with_suffix(".json"), json.dumps(record, indent=1).encode()), (dest, text)):
+        part = path.with_name(f".{path.name}.part")
+        part.write_bytes(data)
+        os.replace(part, path)
+    return record

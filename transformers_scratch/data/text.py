@@ -22,7 +22,7 @@ from ..bounds import Count, check_args
 from .files import DataError, download, predicting, read_bytes
 from .ids import IGNORE_INDEX
 from .progress import ResumableData
-from .sources import SOURCES
+from .sources import SOURCES, assemble_python_stdlib, python_stdlib_file
 from .vocab import ByteVocab, TokenizerVocab, vocab_from_state, vocab_state
 
 SPLITS = (0.9, 0.05, 0.05)  # 90M / 5M / 5M bytes on enwik8, as in the tutorial and the literature
@@ -133,7 +133,7 @@ class TextDataModule(ResumableData):
         vocab: Literal["bytes", "file"] = "bytes",
         num_workers: int = 0,
         seed: int = 1234,
-        download: Literal["enwik8", "tinyshakespeare"] = "enwik8",
+        download: Literal["enwik8", "tinyshakespeare", "python-stdlib"] = "enwik8",
         url: str | None = None,
         predict_path: str | None = None,
         tokenizer: str | None = None,
@@ -152,7 +152,9 @@ class TextDataModule(ResumableData):
             num_workers: DataLoader worker processes.
             seed: Seed of the training windows (batch i is drawn with seed and i).
             download: The text to download into ``data_dir`` when ``path`` is not given, checked by its SHA-256:
-                ``enwik8`` (36 MB) or ``tinyshakespeare`` (1 MB).
+                ``enwik8`` (36 MB) or ``tinyshakespeare`` (1 MB); or ``python-stdlib``, assembled with no network
+                from the running Python's standard library (about 12 MB of ``.py`` source; its version and
+                SHA-256 are recorded beside it, in ``python-stdlib-VERSION.json``).
             url: Download it from this address instead (a mirror of the same file).
             predict_path: For ``predict``: a file to score in bits per byte, with this module's windows.
             tokenizer: A Hugging Face ``tokenizer.json``, or a folder that holds one (a pretrained model's):
@@ -167,7 +169,8 @@ class TextDataModule(ResumableData):
         self.batches_per_epoch, self.eval_stride, self.vocab_kind = batches_per_epoch, eval_stride, vocab
         self.eval_batch_size = eval_batch_size or batch_size
         self.num_workers, self.seed, self.predict_path = num_workers, seed, predict_path
-        self.download, self.url = SOURCES[download], url or SOURCES[download].url
+        self.download = SOURCES.get(download)  # None: the standard library, assembled here
+        self.url = url or (self.download.url if self.download else None)
         self.tokenizer = tokenizer
         self._raw: bytes | None = None
         self._vocab: ByteVocab | TokenizerVocab | None = None
@@ -176,15 +179,23 @@ class TextDataModule(ResumableData):
     # ---- the file -------------------------------------------------------------------------------
     @property
     def source(self) -> Path:
-        return Path(self.path) if self.path is not None else self.data_dir / self.download.file
+        if self.path is not None:
+            return Path(self.path)
+        return self.data_dir / (self.download.file if self.download else python_stdlib_file())
 
     def prepare_data(self) -> None:
         """Download the text when it is needed and missing (Lightning calls this on one process per node)."""
         if self.path is None and not self.source.exists() and not predicting(self):
+            if self.download is None:
+                record = assemble_python_stdlib(self.source)
+                print(f"assembled {self.source}: the standard library of Python {record['python']}, {record['files']} "
+                      f"files, {record['bytes']:,} bytes, SHA-256 {record['sha256']}", file=sys.stderr)  # fmt: skip
+                return
             hint = (
                 f"Fetch {self.download.url} yourself and put it at {self.source}, or pass --data.path with a local "
                 "copy (or any other text file)."
             )
+            assert self.url is not None
             download(self.url, self.source, self.download.about.split(",")[0], hint, sha256=self.download.sha256)
 
     def raw(self) -> bytes:
