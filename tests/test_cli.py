@@ -681,3 +681,22 @@ def test_the_modules_and_data_modules_help_show_their_own_descriptions_whole(cap
 def test_model_settings_help_names_the_classes_it_knows():
     with pytest.raises(ValueError, match="not a settings class; use one of LMConfig"):
         build_cli(["fit", "--model.model.help", "os.system"])
+
+
+def test_context_scores_what_test_scores_by_position(trained):
+    """``context``: its mean over every position is test's bits per byte; a table, a CSV and a picture."""
+    cwd, data, _ = trained
+    ckpt = "checkpoints/tiny_charlm/last.ckpt"
+    tested = cli("test", "--config", TINY_LM, "--data.path", str(data), "--data.vocab", "file", "--ckpt_path", ckpt,
+                 "--trainer.logger", "false", cwd=cwd)  # fmt: skip
+    assert tested.returncode == 0, tested.stderr[-3000:]
+    bpc = float(re.search(r"test/bpc\s*│\s*([\d.]+)", tested.stdout)[1])  # type: ignore[index]
+    ran = cli("context", "--ckpt_path", ckpt, "--data_path", str(data), "--bins", "4", "--out", "ctx.png",
+              "--csv", "ctx.csv", cwd=cwd)  # fmt: skip
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    rows = ran.stdout.splitlines()
+    assert rows[0] == "positions\ttiny_charlm" and [r.split("\t")[0] for r in rows[1:]][-1] == "all"
+    assert abs(float(rows[-1].split("\t")[1]) - bpc) < 1e-4
+    assert (cwd / "ctx.png").stat().st_size > 0 and (cwd / "ctx.csv").read_text().startswith("curve,position,bytes")
+    refused = cli("context", "--ckpt_path", ckpt, "--data_path", str(data), "--bins", "0", cwd=cwd)
+    assert_fails_cleanly(refused, "bins: 0 is not an integer in [1, 16,777,216]")

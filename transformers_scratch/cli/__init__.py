@@ -24,7 +24,15 @@ LIGHTNING = {
     "test": "Score a checkpoint on the test split.",
     "predict": "Score or classify a file with a checkpoint.",
 }
-FUNCTION_NAMES = ("sample", "decode", "export", "attention", "plot", "convert_xl")  # typed functions of commands.py
+FUNCTION_NAMES = (
+    "sample",
+    "decode",
+    "export",
+    "attention",
+    "plot",
+    "context",
+    "convert_xl",
+)  # typed functions of commands.py
 EXPERIMENT_NAMES = ("extrapolate", "soak")  # argparse scripts of experiments/ that build runs with build_cli
 PACKAGE = Path(__file__).resolve().parents[1]
 

@@ -4,14 +4,16 @@ options and ``--help``. Each reads its checkpoint once, prints its output on std
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 from pathlib import Path
 from typing import Literal
 
 import torch
+from torch import Tensor
 
-from ..bounds import MAX_SAMPLE, Count, Dpi, Length, NonNegativeFloat, Pictured, Positive, Samples, Seed, Share
-from ..data import WordVocab
+from ..bounds import MAX_SAMPLE, Count, Dpi, Length, Memory, NonNegativeFloat, Pictured, Positive, Samples, Seed, Share
+from ..data import ByteVocab, WordVocab
 from ..model.hf import save_hf
 from ..model.pretrained import save_pretrained
 from ..training.checkpoints import Checkpoint
@@ -319,3 +321,81 @@ def plot(run: str, out: str | None = None, dpi: Dpi = 100) -> None:
     target = png_out(out) if out else metrics.parent / "curves.png"
     draw_curves(curves, target, shown(str(metrics.parent)), dpi)
     print(f"wrote {target}: {', '.join(curves)}")
+
+
+def context(
+    ckpt_path: list[str] | str,
+    data_path: str | None = None,
+    download: Literal["enwik8", "tinyshakespeare", "python-stdlib"] = "enwik8",
+    data_dir: str = "data",
+    split: Literal["val", "test"] = "test",
+    batch_size: Count = 32,
+    eval_mem_len: list[Memory] | None = None,
+    limit_batches: Count | None = None,
+    bins: Count = 16,
+    out: str | None = None,
+    csv: str | None = None,
+    dpi: Dpi = 100,
+) -> None:
+    """How much of its context a character model uses: bits per byte by position in the window.
+
+    The mean bits per byte at each position of the window, in bins spaced on a log scale, every byte scored
+    exactly as test scores it (their mean, the last line, is test's bits per byte); several checkpoints, and a
+    Transformer-XL's evaluation memories, side by side.
+
+    Args:
+        ckpt_path: A LitCharLM or LitXL checkpoint written by fit, or several: --ckpt_path '[a.ckpt, b.ckpt]'.
+        data_path: The text the runs trained on, split 90/5/5 as fit splits it. None: the text of download.
+        download: The known text to read when data_path is not given (enwik8, tinyshakespeare, python-stdlib).
+        data_dir: Where that text is (or is put).
+        split: The held-out split to score.
+        batch_size: Windows a batch; for a LitXL the number of streams, as the run's data.eval_batch_size (it
+            decides where each stream starts with no memory).
+        eval_mem_len: A LitXL's evaluation memories, one curve each (default: its own eval_mem_len).
+        limit_batches: Score only the first N batches (default: the whole split).
+        bins: Bins of positions, spaced on a log scale from 1 to the context.
+        out: A PNG of the curves, log-x.
+        csv: A CSV of every position (curve, position, bytes, bits_per_byte).
+    """
+    from ..data import OrderedTextDataModule, TextDataModule
+    from ..data.vocab import vocab_state
+    from ..training.inference import log_bins, loss_by_position
+    from ..training.pictures import draw_context
+
+    target = png_out(out) if out else None
+    curves: dict[str, tuple[Tensor, Tensor]] = {}
+    for path in [ckpt_path] if isinstance(ckpt_path, str) else ckpt_path:
+        module, vocab = Checkpoint(path).trained(LitCharLM, LitXL, command="context")
+        if not isinstance(vocab, ByteVocab):
+            raise ValueError(f"--ckpt_path {path!r} holds no byte vocabulary; context scores byte-level models")
+        xl = isinstance(module, LitXL)
+        data = (OrderedTextDataModule if xl else TextDataModule)(
+            path=data_path, data_dir=data_dir, download=download, context=module.model.cfg.context,
+            batch_size=batch_size, vocab="bytes" if vocab.symbols is None else "file")  # fmt: skip
+        data.load_state_dict(vocab_state(vocab))
+        data.prepare_data()
+        data.setup()
+        loader = data.val_dataloader if split == "val" else data.test_dataloader
+        name = Path(path).parent.name if Path(path).name == "last.ckpt" else Path(path).stem
+        for memory in (eval_mem_len or [module.eval_options["mem_len"]]) if xl else [None]:
+            if memory is not None:
+                module.eval_options["mem_len"], module.eval_memory = memory, None
+            label = f"{name}, memory {memory}" if memory is not None else name
+            curves[label] = loss_by_position(module, loader(), limit_batches)
+    length = max(len(bits) for bits, _ in curves.values())
+    ranges = log_bins(length, bins)
+    binned = {label: [float(bits[lo - 1 : hi].sum() / max(1, int(counts[lo - 1 : hi].sum()))) for lo, hi in ranges]
+              for label, (bits, counts) in curves.items()}  # fmt: skip
+    print("positions\t" + "\t".join(curves))
+    for i, (lo, hi) in enumerate(ranges):
+        print(f"{lo}-{hi}\t" + "\t".join(f"{values[i]:.4f}" for values in binned.values()))
+    print("all\t" + "\t".join(f"{float(b.sum() / c.sum()):.4f}" for b, c in curves.values()))
+    if csv:
+        rows = ["curve,position,bytes,bits_per_byte"] + [
+            f"{label},{i + 1},{int(c)},{float(b / c):.6f}" for label, (bits, counts) in curves.items()
+            for i, (b, c) in enumerate(zip(bits, counts, strict=True)) if c]  # fmt: skip
+        Path(csv).write_text("\n".join(rows) + "\n")
+    if target is not None:
+        mids = [math.sqrt(lo * hi) for lo, hi in ranges]
+        draw_context({k: (mids, v) for k, v in binned.items()}, target, f"bits per byte by position ({split})", dpi)
+        print(f"wrote {target}", file=sys.stderr)

@@ -6,9 +6,12 @@ from __future__ import annotations
 import sys
 
 import torch
+import torch.nn.functional as F
+from torch import Tensor
 
 from ..data import ByteVocab, WordVocab, transduction
-from .modules import LitCharLM, LitSeq2Seq, LitTransformer
+from ..data.ids import IGNORE_INDEX
+from .modules import LN2, BitsPerByte, LitCharLM, LitSeq2Seq, LitTransformer
 
 SAMPLE_PIECE = 2_000  # longer samples are generated in pieces of this length, with progress on stderr
 
@@ -50,6 +53,38 @@ def decode_sources(module: LitSeq2Seq, sources: list[str], batch_size: int):
         src, mask, _, _ = transduction.collate([(s, "") for s in sources[i : i + batch_size]])
         out = module.greedy(src.to(device()), mask.to(device()), context)
         yield [transduction.decode(row.tolist()) for row in out.cpu()]
+
+
+@torch.no_grad()
+def loss_by_position(module: BitsPerByte, loader, limit: int | None = None) -> tuple[Tensor, Tensor]:
+    """Bits and bytes scored at each position of the window (or a Transformer-XL's segment), summed over the
+    batches of ``loader`` (the first ``limit``): the very terms of ``test``'s bits per byte (its ``logits_of``,
+    its targets, the same cross-entropy), kept apart by where the byte stands in its window. Position i (from 0)
+    is predicted from the i + 1 bytes of the window up to it (and, for Transformer-XL, its memory)."""
+    module = module.to(device()).eval()
+    bits: Tensor | None = None
+    counts: Tensor | None = None
+    for n, batch in enumerate(loader):
+        if limit is not None and n >= limit:
+            break
+        batch = [b.to(device()) if isinstance(b, Tensor) else b for b in batch]
+        logits, y = module.logits_of(batch, training=False)  # (b, t, v), (b, t)
+        nats = F.cross_entropy(logits.transpose(1, 2).float(), y, reduction="none", ignore_index=IGNORE_INDEX)
+        scored = y != IGNORE_INDEX
+        if bits is None or counts is None:
+            bits, counts = torch.zeros(y.size(1), dtype=torch.float64), torch.zeros(y.size(1), dtype=torch.long)
+        bits[: y.size(1)] += (nats / LN2).sum(0).double().cpu()
+        counts[: y.size(1)] += scored.sum(0).cpu()
+    if bits is None or counts is None or not counts.sum():
+        raise ValueError("the split holds no window to score; pass a longer text or a shorter context")
+    return bits, counts
+
+
+def log_bins(length: int, bins: int) -> list[tuple[int, int]]:
+    """[first, last] positions (counted from 1) of up to ``bins`` bins spaced evenly on a log scale over
+    1 .. length, none empty."""
+    starts = sorted({round(length ** (k / bins)) for k in range(bins)})
+    return [(lo, hi - 1) for lo, hi in zip(starts, starts[1:], strict=False)] + [(starts[-1], length)]
 
 
 def export_vocab(module: LitTransformer, vocab) -> dict:

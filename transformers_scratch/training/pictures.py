@@ -205,3 +205,23 @@ def draw_curves(curves: dict[str, tuple[list[int], list[float]]], out: str | Pat
     fig.savefig(out, dpi=dpi)
     plt.close(fig)
     return fig
+
+
+def draw_context(curves: dict[str, tuple[list[float], list[float]]], out: str | Path, title: str = "",
+                 dpi: int = 100):  # fmt: skip
+    """Bits per byte against the position in the window, on a log scale, one line per curve (``name: (x, y)``).
+    Returns the figure (closed, for its data)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    for name, (x, y) in curves.items():
+        ax.plot(x, y, marker="o", markersize=3, linewidth=1.2, label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("position in the window (bytes it sees)")
+    ax.set_ylabel("bits per byte")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out, dpi=dpi)
+    plt.close(fig)
+    return fig
