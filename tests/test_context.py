@@ -38,7 +38,8 @@ def test_a_model_that_sees_only_the_last_k_bytes_is_flat_past_k():
     data = torch.arange(2_000) % k  # period k: the last k bytes decide the next
     bits, counts = loss_by_position(LastK(k), windows(data, context))
     per_position = bits / counts
-    assert torch.allclose(per_position[: k - 1], torch.full((k - 1,), 8.0, dtype=torch.float64), atol=1e-4)  # uniform: 8 bits
+    uniform = torch.full((k - 1,), 8.0, dtype=torch.float64)  # 8 bits a byte, knowing nothing
+    assert torch.allclose(per_position[: k - 1], uniform, atol=1e-4)
     assert per_position[k - 1 :].max() < 1e-6  # flat past k
     assert int(counts.sum()) == len(data) - 1  # every byte after the first scored once, as test scores them
 
