@@ -106,3 +106,13 @@ def test_a_refusal_of_lightnings_trainer_is_named_as_the_trainers():
         Trainer(accelerator="c")
     assert named_as("trainer", caught.value).startswith("trainer: You selected an invalid accelerator name")
     assert named_as("trainer", ValueError("trainer.callbacks lists one")) == "trainer.callbacks lists one"
+
+
+@pytest.mark.parametrize("value", [10**400, float("inf"), float("nan"), True, "x", [1], None, -1])
+def test_an_interval_refuses_what_lies_outside_it_with_a_value_error(value):
+    """Whatever a config, a checkpoint or a flag holds: a ValueError that jsonargparse and the settings report
+    (an integer of hundreds of digits is no OverflowError, infinity and NaN lie in no interval)."""
+    from transformers_scratch.bounds import NonNegativeFloat
+
+    with pytest.raises(ValueError, match="is not a non-negative number"):
+        NonNegativeFloat.check(value)

@@ -41,9 +41,12 @@ class Interval:
             raise ValueError(f"{str(value)[:40]} is not {cls.__name__}")
         below = value <= cls.low if cls.open_low else value < cls.low
         above = value >= cls.high if cls.open_high else value > cls.high
-        if below or above or not math.isfinite(value):  # no setting takes an infinity, and NaN lies nowhere
+        if below or above or not math.isfinite(value if isinstance(value, float) else 0.0):  # nor inf nor NaN
             raise ValueError(f"{str(value)[:40]} is not {cls.__name__}")
-        return cls.base(value)
+        try:
+            return cls.base(value)
+        except OverflowError:  # an integer of hundreds of digits, for a float
+            raise ValueError(f"{str(value)[:40]} is not {cls.__name__}") from None
 
 
 def between(base: type, low: float, high: float = math.inf, open_low=False, open_high=False, name="") -> type:
