@@ -54,14 +54,21 @@ def test_imports_run_one_way():
     assert upward_imports() == []
 
 
-def test_the_check_sees_an_upward_import(tmp_path):
-    """The check itself: one upward import, lazy and relative, in a copy of the package, is found."""
+def copy_importing(tmp_path: Path, file: str, target: str) -> tuple[Path, Path]:
+    """A copy of the package in which ``file`` gains a lazy import (``from TARGET import ...``) at its end: the
+    copy's root, and the file."""
     import shutil
 
     copy = tmp_path / "transformers_scratch"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    blocks = copy / "model" / "blocks.py"
-    blocks.write_text(blocks.read_text() + "\n\ndef _up():\n    from ..training import modules  # noqa\n")
+    changed = copy / file
+    changed.write_text(changed.read_text() + f"\n\ndef _lazy():\n    from {target}  # noqa\n")
+    return copy, changed
+
+
+def test_the_check_sees_an_upward_import(tmp_path):
+    """The check itself: one upward import, lazy and relative, in a copy of the package, is found."""
+    copy, blocks = copy_importing(tmp_path, "model/blocks.py", "..training import modules")
     assert upward_imports(copy) == [
         f"transformers_scratch/model/blocks.py:{len(blocks.read_text().splitlines())} "
         "imports transformers_scratch.training"
@@ -96,12 +103,7 @@ def test_no_import_circle_inside_a_folder():
 
 def test_the_check_sees_an_import_circle(tmp_path):
     """The check itself: a lazy import of checkpoints.py from modules.py and back, in a copy, is a circle."""
-    import shutil
-
-    copy = tmp_path / "transformers_scratch"
-    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    checkpoints = copy / "training" / "checkpoints.py"
-    checkpoints.write_text(checkpoints.read_text() + "\n\ndef _back():\n    from .modules import LitXL  # noqa\n")
+    copy, _ = copy_importing(tmp_path, "training/checkpoints.py", ".modules import LitXL")
     assert import_circles(copy) == [
         ("transformers_scratch.training.checkpoints", "transformers_scratch.training.modules")
     ]
