@@ -700,3 +700,16 @@ def test_context_scores_what_test_scores_by_position(trained):
     assert (cwd / "ctx.png").stat().st_size > 0 and (cwd / "ctx.csv").read_text().startswith("curve,position,bytes")
     refused = cli("context", "--ckpt_path", ckpt, "--data_path", str(data), "--bins", "0", cwd=cwd)
     assert_fails_cleanly(refused, "bins: 0 is not an integer in [1, 16,777,216]")
+
+
+def test_context_leaves_blank_the_positions_past_a_shorter_models_context(trained, tmp_path):
+    cwd, data, _ = trained
+    short = cli("fit", "--config", TINY_LM, "--data.path", str(data), "--data.vocab", "file", "--data.context", "8",
+                *FAST, cwd=tmp_path)  # fmt: skip
+    assert short.returncode == 0, short.stderr[-3000:]
+    both = f"[{cwd / 'checkpoints/tiny_charlm/last.ckpt'}, {tmp_path / 'checkpoints/tiny_charlm/last.ckpt'}]"
+    ran = cli("context", "--ckpt_path", both, "--data_path", str(data), "--bins", "4", cwd=cwd)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    rows = [row.split("\t") for row in ran.stdout.splitlines()[1:]]
+    past = [row for row in rows if row[0] != "all" and int(row[0].split("-")[0]) > 8]
+    assert past and all(row[2] == "-" and row[1] != "-" for row in past)  # no bytes there: not 0.0 bits

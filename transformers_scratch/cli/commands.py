@@ -377,6 +377,7 @@ def context(
         data.setup()
         loader = data.val_dataloader if split == "val" else data.test_dataloader
         name = Path(path).parent.name if Path(path).name == "last.ckpt" else Path(path).stem
+        name = path if any(label.split(", memory")[0] == name for label in curves) else name  # two runs of one name
         for memory in (eval_mem_len or [module.eval_options["mem_len"]]) if xl else [None]:
             if memory is not None:
                 module.eval_options["mem_len"], module.eval_memory = memory, None
@@ -384,11 +385,12 @@ def context(
             curves[label] = loss_by_position(module, loader(), limit_batches)
     length = max(len(bits) for bits, _ in curves.values())
     ranges = log_bins(length, bins)
-    binned = {label: [float(bits[lo - 1 : hi].sum() / max(1, int(counts[lo - 1 : hi].sum()))) for lo, hi in ranges]
-              for label, (bits, counts) in curves.items()}  # fmt: skip
+    # a bin past a curve's own context (several checkpoints of other contexts) has no bytes: NaN, shown as "-"
+    binned = {label: [float(bits[lo - 1 : hi].sum() / counts[lo - 1 : hi].sum()) if counts[lo - 1 : hi].sum()
+                      else math.nan for lo, hi in ranges] for label, (bits, counts) in curves.items()}  # fmt: skip
     print("positions\t" + "\t".join(curves))
     for i, (lo, hi) in enumerate(ranges):
-        print(f"{lo}-{hi}\t" + "\t".join(f"{values[i]:.4f}" for values in binned.values()))
+        print(f"{lo}-{hi}\t" + "\t".join("-" if math.isnan(v[i]) else f"{v[i]:.4f}" for v in binned.values()))
     print("all\t" + "\t".join(f"{float(b.sum() / c.sum()):.4f}" for b, c in curves.values()))
     if csv:
         rows = ["curve,position,bytes,bits_per_byte"] + [

@@ -423,7 +423,7 @@ class CLI(LightningCLI):
             ckpt.check_data(data)
         if ckpt is None or not ckpt.model:  # no checkpoint decides the model: its context comes from the data
             check_linked_context((cfg.model.get("init_args") or {}).get("model") or {}, data)
-        model_class = self.model_class_of(cfg)
+        model_class = class_of(cfg.model)
         if cfg.checkpoint.monitor is None and hasattr(model_class, "checkpoint_metric"):
             cfg.checkpoint.monitor, cfg.checkpoint.mode, pattern = model_class.checkpoint_metric
             cfg.checkpoint.filename = cfg.checkpoint.filename or pattern
@@ -462,10 +462,6 @@ class CLI(LightningCLI):
             init_args = Namespace(**default.get("init_args", {}))
             missing.append(Namespace(class_path=default["class_path"], init_args=init_args))
         return missing + list(callbacks)
-
-    @staticmethod
-    def model_class_of(cfg) -> type:
-        return class_of(cfg.model)
 
     def _continue_logs(self, cfg, run: dict) -> None:
         """A resumed run logs into the CSV version and the W&B run it started (the checkpoint names them)."""
