@@ -1,7 +1,18 @@
 """Fixtures shared by the test files."""
 
 import pytest
+import torch
 from inprocess import run_cli
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test marked ``gpu`` skips where there is no CUDA device; ``.ci/gpu`` runs them on one (``-m gpu``)."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (.ci/gpu runs it)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
 
 
 @pytest.fixture

@@ -79,7 +79,7 @@ def test_fully_masked_rows_are_zero_and_finite(fn, dtype):
     assert torch.equal(q.grad[1], torch.zeros_like(q.grad[1]))
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="fp16 attention is checked on a GPU")
+@pytest.mark.gpu
 @pytest.mark.parametrize("fn", [reference_attention, fused_attention])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_fully_masked_rows_are_finite_on_gpu(fn, dtype):

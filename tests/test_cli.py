@@ -559,7 +559,7 @@ def test_a_plain_install_gives_the_transformers_scratch_command(tmp_path):
     assert str(venv) in where.stdout  # the installed copy, not this checkout
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="a fit on the GPU is checked on a GPU")
+@pytest.mark.gpu
 def test_a_fit_on_the_gpu_clips_samples_tests_and_samples_again(tmp_path):
     """The first GPU fit found two faults no CPU run can: clipping with the fused AdamW (Lightning refused
     it) and decoding a sample that lay on the GPU. The whole path, at bf16 with clipping, on the GPU."""

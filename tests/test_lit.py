@@ -318,7 +318,7 @@ def test_a_compile_mode_reaches_torch_compile(monkeypatch, setting, mode):
     assert seen == [{"mode": mode}]
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.gpu
 def test_training_replayed_as_cuda_graphs_follows_eager_training(tmp_path):
     """compile="reduce-overhead" (CUDA graphs, fused AdamW, the module's own clipping at bf16) takes the steps
     that eager training takes."""

@@ -83,7 +83,7 @@ def test_fully_padded_row_is_finite_in_half_precision(dtype):
         assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None), pool
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="fp16 is checked on a GPU")
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_fully_padded_row_is_finite_on_gpu(dtype):
     model = SequenceClassifier(ClassifierConfig(vocab_size=40, **SMALL)).cuda().to(dtype)
@@ -181,7 +181,7 @@ def test_cuda_graph_decoding_needs_a_gpu_and_the_cache():
         model.generate(torch.zeros(1, 3, dtype=torch.long), 4, cuda_graph=True)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.gpu
 @pytest.mark.parametrize("positions", ["learned", "sinusoidal", "rope", "alibi"])
 def test_greedy_decoding_replayed_as_a_cuda_graph_equals_cached_decoding(positions):
     torch.manual_seed(0)
