@@ -32,7 +32,7 @@ def padding(b: int, t: int) -> torch.Tensor:
 
 def reference(q, k, v, sp: SparsePattern, layer: int, causal: bool, key_mask=None):
     """The dense masked attention under the pattern's (h, t, t) mask: the definition the fast path must meet."""
-    mask = sp.mask(layer, q.size(1), q.size(2), causal=causal)
+    mask = sp.mask(layer, q.size(1), q.size(2), causal=causal, device=q.device)
     mask = mask if key_mask is None else mask & key_mask[:, None, None, :]
     return reference_attention(q, k, v, mask)
 
@@ -217,7 +217,7 @@ def test_flex_attention_forward_on_a_cpu_equals_the_blocked_path(pattern, layout
                      atol=1e-5, rtol=1e-5)  # fmt: skip
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="FlexAttention trains on a GPU only")
+@pytest.mark.gpu
 @pytest.mark.parametrize("pattern, layout", [("strided", "split"), ("fixed", "union")])
 def test_flex_attention_trains_on_a_gpu_as_the_reference(pattern, layout):
     sp = SparsePattern(pattern, layout, block=64, summary=8)
