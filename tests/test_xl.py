@@ -123,6 +123,18 @@ def test_the_memory_keeps_the_newest_positions_and_a_longer_one_is_read():
     assert model(ids[:, :6], mem_len=0)[1] is None
 
 
+def test_a_full_memory_has_the_same_layout_on_every_segment():
+    """A memory is its own tensor, not a view of the concatenation: under torch.compile a change of strides from
+    one segment to the next is a recompilation (seen on a GPU: 'memory[0] stride mismatch')."""
+    model = model_of(replace(CFG, mem_len=6))
+    ids = torch.randint(CFG.vocab_size, (2, 18))
+    layouts, memory = [], None
+    for start in (0, 6, 12):
+        _, memory = model(ids[:, start : start + 6], memory)
+        layouts.append([(m.shape, m.stride()) for m in memory])
+    assert layouts[0] == layouts[1] == layouts[2]
+
+
 def test_with_same_length_the_segmenting_does_not_change_the_logits():
     """Every query sees the same window of keys at every layer: one pass, segments of 4 or of 1 agree."""
     model = model_of(replace(CFG, same_length=True))

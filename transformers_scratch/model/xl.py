@@ -257,7 +257,9 @@ def remember(memory: Memory | None, hidden: list[Tensor], mem_len: int) -> Memor
         return None
     with torch.no_grad():
         both = hidden if memory is None else [torch.cat([m, h], dim=1) for m, h in zip(memory, hidden, strict=True)]
-        return [z[:, -mem_len:].detach() for z in both]  # (b, <= mem_len, k) each
+        # contiguous: a view would keep the whole concatenation alive, and change strides from the first segment to
+        # the next (a recompilation under torch.compile)
+        return [z[:, -mem_len:].detach().contiguous() for z in both]  # (b, <= mem_len, k) each
 
 
 AUTHORS_FIX = "pass the state_dict() of the authors' MemTransformerLM (attn_type 0, no adaptive embedding or softmax)"
