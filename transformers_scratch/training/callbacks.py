@@ -366,7 +366,8 @@ class ProgressBar(TQDMProgressBar):
 
 class Throughput(Callback):
     """Training tokens a second over all devices and, on a GPU whose peak Lightning knows, the model FLOPs
-    utilisation, logged on the trainer's logging steps as ``train/tokens_per_s`` and ``train/mfu``.
+    utilisation, logged on the trainer's logging steps as ``train/tokens_per_s`` and ``train/mfu``; on a GPU also
+    the peak memory allocated so far, ``train/peak_mem_gb``.
 
     Host-side counters only: nothing waits for the device. (Lightning's ThroughputMonitor synchronises with
     the GPU every step.) Each figure covers the steps *completed* since the last one: the batch about to run is
@@ -402,6 +403,8 @@ class Throughput(Callback):
             pl_module.log_train(tokens_per_s=self.tokens * trainer.world_size / seconds)
             if self.peak:
                 pl_module.log_train(mfu=self.flops / seconds / self.peak)
+            if pl_module.device.type == "cuda":  # the allocator's count: no wait for the device
+                pl_module.log_train(peak_mem_gb=torch.cuda.max_memory_allocated(pl_module.device) / 2**30)
             self.tokens, self.flops, self.clock = 0, 0.0, now
         ids = pl_module.batch_ids(batch)  # (b, t)
         self.tokens += ids.numel()

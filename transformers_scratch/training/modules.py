@@ -4,7 +4,7 @@ Logged names: ``train/loss`` (nats), ``train/bpc``, ``val/bpc``, ``test/bpc`` fo
 ``train/loss``, ``val/loss``, ``val/acc``, ``test/acc`` for the classifier; ``train/token_acc``,
 ``val/token_acc``, ``val/exact``, ``test/exact`` (greedy exact match) for the encoder-decoder; ``train/loss``,
 ``train/acc``, ``val/loss``, ``val/acc`` over the masked positions for masked-token pretraining;
-``train/tokens_per_s`` and, on GPU, ``train/mfu`` for all (the ``Throughput`` callback).
+``train/tokens_per_s`` and, on GPU, ``train/mfu`` and ``train/peak_mem_gb`` for all (the ``Throughput`` callback).
 """
 
 from __future__ import annotations
