@@ -436,7 +436,7 @@ def test_the_scaling_report_fits_exponents_and_draws_a_log_log_picture(tmp_path)
     report = {"contexts": [4096, 8192], "attention": rows, "model": model, "summary": 4,
               "attention_shape": "batch 1, 4 heads of 32"}  # fmt: skip
     text = "\n".join(format_scaling(report, {"depth": 6, "emb": 256, "heads": 8}))
-    assert "fixed/split over SDPA: 1.0x at 4,096, 1.4x at 8,192" in text
+    assert "fixed/split over SDPA: 1.0x at 4,096, 1.4x at 8,192; faster from 8,192" in text  # a tie is no win
     assert "fixed/split over SDPA: 3.0x at 4,096" in text and " 2.00" in text and " 1.50" in text
     draw_scaling(report, str(tmp_path / "s.png"))
     assert (tmp_path / "s.png").stat().st_size > 0
@@ -449,3 +449,10 @@ def test_the_long_context_command_measures_every_kernel_and_a_model_step(tmp_pat
     assert [row["kernel"] for row in report["attention"]][:2] == ["sdpa", "explicit"]
     assert all(len(row["points"]) == 2 for row in report["attention"] + report["model"])
     assert (tmp_path / "s.png").stat().st_size > 0
+
+
+def test_the_long_context_table_measures_the_kernels_it_is_given(tmp_path, monkeypatch):
+    report = bench_in_process(monkeypatch, tmp_path, "--long-context", "--start-context", "64", "--max-context", "64",
+                              "--kernels", "fixed/split", "sdpa", "--attn-heads", "2", "--attn-head-width", "8",
+                              "--model-steps", "0")["scaling"]  # fmt: skip
+    assert [row["kernel"] for row in report["attention"]] == ["fixed/split", "sdpa"] and report["model"] == []

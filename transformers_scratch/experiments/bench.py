@@ -37,7 +37,7 @@ from ..model.config import EncoderDecoderConfig, LMConfig
 from ..model.models import CausalLM, EncoderDecoder
 from ..training.perf import peak_flops, train_flops_per_token
 from .nanogpt import import_model_py
-from .scaling import attention_job, draw_scaling, format_scaling, scaling, sparse_settings
+from .scaling import KERNELS, attention_job, draw_scaling, format_scaling, scaling, sparse_settings
 
 
 def _sync(device: torch.device) -> None:
@@ -268,6 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="PNG", help="long context: draw the log-log scaling picture here")
     p.add_argument("--attn-heads", type=int, default=4, help="long context: heads of the one-attention table")
     p.add_argument("--attn-head-width", type=int, default=32, help="long context: their width")
+    p.add_argument("--kernels", nargs="+", choices=KERNELS, metavar="KERNEL",
+                   help=f"long context: the one-attention table's kernels (default all: {' '.join(KERNELS)})")  # fmt: skip
     p.add_argument("--model-steps", type=int, default=2,
                    help="long context: timed steps of each model step (0: no model table)")  # fmt: skip
     p.add_argument("--start-context", type=int, help="long context: the first context (1024; the search: 512)")

@@ -3,7 +3,9 @@
     python -m transformers_scratch.experiments.bench --long-context --plot scaling.png
 
 Two tables, every measurement in its own process (a clean memory peak):
-- one attention's forward and backward pass (batch 1, 4 heads of 32 by default) at contexts 1,024 to 65,536:
+- one attention's forward and backward pass (batch 1, 4 heads of 32 by default; float32 on a CPU, bfloat16 on a
+  GPU, where SDPA takes its flash kernel and the sparse patterns go through FlexAttention) at contexts 1,024 to
+  65,536:
   dense SDPA (causal), the explicit t^2 matrix (``reference_attention``'s way, as far as it fits), and each
   sparse pattern (strided, fixed) in each head layout (split, alternate, union);
 - a whole model's training step (forward, backward, AdamW; 6 blocks of width 256 by default) at the same
@@ -55,9 +57,10 @@ def attention_job(job: dict) -> dict:
     from ..model.sparse import SparsePattern, flex_sparse_attention, sparse_attention
 
     device, t, kernel = torch.device(job["device"]), job["context"], job["kernel"]
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32  # bf16: SDPA's flash kernel on a GPU
     torch.manual_seed(0)
-    q, k, v = (torch.randn(job["batch"], job["heads"], t, job["head_width"], device=device, requires_grad=True)
-               for _ in range(3))  # fmt: skip
+    q, k, v = (torch.randn(job["batch"], job["heads"], t, job["head_width"], device=device, dtype=dtype,
+                           requires_grad=True) for _ in range(3))  # fmt: skip
     if kernel == "sdpa":
         passes = [lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)]
     elif kernel == "explicit":
@@ -78,6 +81,7 @@ def attention_job(job: dict) -> dict:
         return (time.perf_counter() - start) / len(passes)
 
     if device.type == "cuda":
+        run()  # FlexAttention compiles on its first pass
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         before: float = torch.cuda.memory_allocated()
@@ -115,14 +119,14 @@ def scaling(args, model: dict, device: str, run_isolated, train_job) -> dict:
     past the timeout, or (CPU) goes over the memory budget."""
     sizes = contexts(args.start_context, args.max_context)
     kernels = []
-    for kernel in KERNELS:
+    for kernel in args.kernels or KERNELS:
         row: dict[str, Any] = {"kernel": kernel, "points": []}
         for t in sizes:
             job = {"kind": "attention", "device": device, "kernel": kernel, "context": t, "batch": 1,
                    "heads": args.attn_heads, "head_width": args.attn_head_width}  # fmt: skip
             res = run_isolated(job, args.memory_budget_gb if device == "cpu" else None, timeout=args.timeout)
             over = res.get("added_mb", 0.0) > 1000 * args.memory_budget_gb
-            measured = "over budget" if over else f"{res.get('seconds', 0):.3f} s, +{res.get('added_mb', 0):.0f} MB"
+            measured = "over budget" if over else f"{res.get('seconds', 0):.3g} s, +{res.get('added_mb', 0):.0f} MB"
             status = res.get("error") or measured
             print(f"  attention {kernel:17s} context {t:6d}: {status}", file=sys.stderr, flush=True)
             if "error" in res or over:
@@ -156,7 +160,7 @@ def _at(row: dict, t: int, key: str):
 def format_scaling(report: dict, model: dict) -> list[str]:
     """The two tables as text: seconds and added MB per context, speed-ups over SDPA, exponents."""
     sizes = report["contexts"]
-    sdpa = report["attention"][0]
+    sdpa: dict = next((r for r in report["attention"] if r["kernel"] == "sdpa"), {"points": []})
     lines = ["", f"one attention, forward + backward ({report['attention_shape']}; sparse block = nearest power "
              f"of two to sqrt(t), fixed c = {report['summary']}): seconds (+MB)",
              f"{'kernel':17s} " + " ".join(f"{t:>15,d}" for t in sizes) + f" {'exponent':>9s}"]  # fmt: skip
@@ -164,13 +168,15 @@ def format_scaling(report: dict, model: dict) -> list[str]:
         cells = []
         for t in sizes:
             s, mb = _at(row, t, "seconds"), _at(row, t, "added_mb")
-            cells.append(f"{s:.3f} (+{mb:.0f})" if s is not None else "-")
+            cells.append(f"{s:.3g} (+{mb:.0f})" if s is not None else "-")
         exp = f"{row['exponent']:.2f}" if row["exponent"] is not None else "-"
         lines.append(f"{row['kernel']:17s} " + " ".join(f"{c:>15s}" for c in cells) + f" {exp:>9s}")
-    for row in report["attention"][2:]:
+    for row in (r for r in report["attention"] if "/" in r["kernel"]):
         ups = [f"{_at(sdpa, t, 'seconds') / _at(row, t, 'seconds'):.1f}x at {t:,}" for t in sizes
                if _at(sdpa, t, "seconds") and _at(row, t, "seconds")]  # fmt: skip
-        lines.append(f"  {row['kernel']} over SDPA: " + ", ".join(ups[-3:]))
+        wins = next((t for t in sizes if (s := _at(row, t, "seconds")) and s < (_at(sdpa, t, "seconds") or 0)), None)
+        lines.append(f"  {row['kernel']} over SDPA: " + ", ".join(ups[-3:])
+                     + (f"; faster from {wins:,}" if wins else "; never faster"))  # fmt: skip
     if not report["model"]:  # --model-steps 0
         return lines
     lines += ["", f"a whole model's training step (depth {model['depth']}, width {model['emb']}, heads "
