@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from transformers_scratch.model import CausalLM, LMConfig
-from transformers_scratch.model.attention import MultiHeadAttention
+from transformers_scratch.model.attention import ATTENTION, Attend, MultiHeadAttention
 from transformers_scratch.model.config import MaskedLMConfig
 from transformers_scratch.model.hf import HFError, from_hf, save_hf
 from transformers_scratch.model.models import MaskedLM, SequenceClassifier
@@ -38,7 +38,7 @@ def saved(model, folder):
 def set_kernel(model, impl: str):
     for m in model.modules():
         if isinstance(m, MultiHeadAttention):
-            m.impl = impl
+            m.attend = Attend(ATTENTION[impl])
     return model
 
 

@@ -109,6 +109,34 @@ def test_the_check_sees_an_import_circle(tmp_path):
     ]
 
 
+def model_order(root: Path = PACKAGE) -> list[str]:
+    """model/'s files in the order its __init__ lists them: the order to read them in."""
+    doc = ast.get_docstring(ast.parse((root / "model" / "__init__.py").read_text())) or ""
+    return [line.split()[0].removesuffix(".py") for line in doc.splitlines() if line.startswith("    ")]
+
+
+def later_imports(root: Path = PACKAGE) -> list[str]:
+    """Every import in model/ of a file that its __init__ lists at or after the importing one."""
+    order, bad = model_order(root), []
+    for name in order:
+        for node in ast.walk(ast.parse((root / "model" / f"{name}.py").read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                used = [node.module.split(".")[0]] if node.module else [a.name for a in node.names]
+                bad += [f"{name}.py imports {u}.py" for u in used if u in order and order.index(u) >= order.index(name)]
+    return bad
+
+
+def test_model_reads_bottom_up():
+    assert model_order()[:4] == ["config", "positions", "cache", "attention"] and len(model_order()) == 11
+    assert later_imports() == []
+
+
+def test_the_check_sees_a_reversed_import(tmp_path):
+    """The check itself: attention.py importing sparse.py, lazily, in a copy, is found."""
+    copy, _ = copy_importing(tmp_path, "model/attention.py", ".sparse import SparseAttend")
+    assert later_imports(copy) == ["attention.py imports sparse.py"]
+
+
 @pytest.mark.parametrize("layer", ["model"])
 def test_the_model_imports_no_lightning(layer):
     """model/ is plain PyTorch: no Lightning, torchmetrics or W&B, not even lazily."""

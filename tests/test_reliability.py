@@ -99,44 +99,58 @@ def test_out_of_range_settings_get_one_line(capsys, text, args, message):
     assert "Does not validate" not in err and "usage:" not in err
 
 
-SPARSE = ["--model.model.attention", "sparse"]
-
-
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--model.model.sparse_block", "0"], "model.model.sparse_block: 0 is not an integer in [1, 16,777,216]"),
+        (["--model.model.sparse.block", "0"], "model.model.sparse.block: 0 is not an integer in [1, 16,777,216]"),
         (
-            ["--model.model.sparse_block", "65"],
-            "model sparse_block=65 is longer than the context 64: every query "
-            "would see everything before it; pass a sparse_block near sqrt(context), such as 8",
+            ["--model.model.sparse.block", "65"],
+            "model sparse.block=65 is longer than the context 64: every query "
+            "would see everything before it; pass a block near sqrt(context), such as 8",
         ),
         (
-            [
-                "--model.model.sparse_pattern",
-                "fixed",
-                "--model.model.sparse_block",
-                "8",
-                "--model.model.sparse_summary",
-                "8",
-            ],
-            "model sparse_summary=8 must lie in [1, sparse_block=8)",
+            ["--model.model.sparse", "{pattern: fixed, block: 8, summary: 8}"],
+            "model sparse.summary=8 must lie in [1, sparse.block=8)",
         ),
         (
-            ["--model.model.sparse_pattern", "banded"],
-            "sparse_pattern: Expected a typing.Literal['strided', 'fixed']. Got value: banded",
+            ["--model.model.sparse.pattern", "banded"],
+            "sparse.pattern: Expected a typing.Literal['strided', 'fixed']. Got value: banded",
         ),
         (
-            ["--model.model.sparse_layout", "diagonal"],
-            "sparse_layout: Expected a typing.Literal['split', 'alternate', 'union']. Got value: diagonal",
+            ["--model.model.sparse.layout", "diagonal"],
+            "sparse.layout: Expected a typing.Literal['split', 'alternate', 'union']. Got value: diagonal",
         ),
-        (["--model.model.positions", "alibi"], "sparse attention takes none"),
+        (["--model.model.sparse.block", "8", "--model.model.positions", "alibi"], "sparse attention takes none"),
+        (
+            ["--model.model.sparse_block", "8"],
+            "--model.model.sparse_block is an earlier spelling: sparse attention is "
+            "one setting now, --model.model.sparse.block",
+        ),
+        (["--model.model.attention=sparse"], "--model.model.attention sparse is an earlier spelling"),
     ],
-    ids=["block-0", "block-past-context", "summary", "pattern", "layout", "alibi"],
+    ids=["block-0", "block-past-context", "summary", "pattern", "layout", "alibi", "old-flag", "old-attention"],
 )
 def test_hostile_sparse_flags_get_one_line(capsys, text, args, message):
-    err = fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), *SPARSE, *args, message=message)
+    err = fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), *args, message=message)
     assert "Does not validate" not in err and "usage:" not in err
+
+
+def test_a_config_with_the_flat_sparse_settings_gets_their_nested_spelling(capsys, text, tmp_path):
+    old = tmp_path / "old.yaml"
+    old.write_text("model:\n  init_args:\n    model:\n      attention: sparse\n      sparse_pattern: fixed\n"
+                   "      sparse_block: 8\n")  # fmt: skip
+    fails(capsys, "fit", "--config", TINY_LM, "--config", str(old), "--data.path", str(text),
+          message=f"--config '{old}': model.init_args.model.attention is an earlier spelling: sparse attention is "
+          "one setting now, `sparse: {pattern: fixed, block: 8}` (null for dense)")  # fmt: skip
+
+
+def test_a_checkpoint_with_the_flat_sparse_settings_reads_as_the_nested_ones():
+    from transformers_scratch.model.config import LMConfig, SparseConfig, read_settings
+
+    flat = {"context": 64, "emb": 32, "heads": 4, "attention": "sparse", "sparse_pattern": "fixed", "sparse_block": 8}
+    cfg = read_settings(LMConfig, flat, "an old checkpoint")
+    assert cfg.attention == "sdpa" and cfg.sparse == SparseConfig(pattern="fixed", block=8)
+    assert read_settings(LMConfig, {"context": 64, "sparse_block": 8}, "x").sparse is None  # dense: the rest unused
 
 
 # ---- the optimizer is the project's ---------------------------------------------------------------------

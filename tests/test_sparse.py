@@ -96,8 +96,8 @@ def test_within_two_layers_every_position_reads_every_earlier_one(pattern, layou
     on the input at every j <= i, though no head of a layer attends to all of them."""
     torch.manual_seed(0)
     t = 45
-    cfg = dict(vocab_size=20, context=t, emb=16, heads=2, ff_mult=2, attention="sparse", sparse_pattern=pattern,
-               sparse_layout=layout, sparse_block=6, sparse_summary=2)  # fmt: skip
+    cfg = dict(vocab_size=20, context=t, emb=16, heads=2, ff_mult=2,
+               sparse=dict(pattern=pattern, layout=layout, block=6, summary=2))  # fmt: skip
     two = influence(CausalLM(LMConfig(depth=2, **cfg)), t)
     assert torch.equal(two, torch.ones(t, t, dtype=torch.bool).tril())
     one = influence(CausalLM(LMConfig(depth=1, **cfg)), t)
@@ -107,10 +107,10 @@ def test_within_two_layers_every_position_reads_every_earlier_one(pattern, layou
 def model_pair(pattern: str, layout: str, **more) -> tuple[CausalLM, CausalLM]:
     """A sparse model on the blocked path and the same weights on the dense masked path."""
     torch.manual_seed(0)
-    cfg = dict(vocab_size=30, context=40, emb=32, heads=4, depth=2, attention="sparse", sparse_pattern=pattern,
-               sparse_layout=layout, sparse_block=8, sparse_summary=2, **more)  # fmt: skip
-    fast = CausalLM(LMConfig(**cfg)).eval()
-    dense = CausalLM(LMConfig(**{**cfg, "sparse_kernel": "dense"})).eval()
+    sparse = dict(pattern=pattern, layout=layout, block=8, summary=2)
+    cfg = dict(vocab_size=30, context=40, emb=32, heads=4, depth=2, **more)
+    fast = CausalLM(LMConfig(**cfg, sparse=sparse)).eval()
+    dense = CausalLM(LMConfig(**cfg, sparse={**sparse, "kernel": "dense"})).eval()
     dense.load_state_dict(fast.state_dict())
     return fast, dense
 
@@ -136,10 +136,10 @@ def test_a_sparse_model_decodes_with_its_cache_as_it_recomputes(pattern, layout)
 
 def test_a_sparse_encoder_classifies_padded_reviews_as_the_dense_masked_path():
     torch.manual_seed(0)
-    cfg = dict(vocab_size=30, context=30, emb=32, heads=4, depth=2, attention="sparse", sparse_pattern="fixed",
-               sparse_block=6, sparse_summary=2, pool="cls")  # fmt: skip
-    fast = SequenceClassifier(ClassifierConfig(**cfg)).eval()
-    dense = SequenceClassifier(ClassifierConfig(**cfg, sparse_kernel="dense")).eval()
+    sparse = dict(pattern="fixed", block=6, summary=2)
+    cfg = dict(vocab_size=30, context=30, emb=32, heads=4, depth=2, pool="cls")
+    fast = SequenceClassifier(ClassifierConfig(**cfg, sparse=sparse)).eval()
+    dense = SequenceClassifier(ClassifierConfig(**cfg, sparse={**sparse, "kernel": "dense"})).eval()
     dense.load_state_dict(fast.state_dict())
     ids, mask = torch.randint(30, (2, 30)), padding(2, 30)
     assert_close(fast(ids, mask), dense(ids, mask), atol=1e-5, rtol=1e-5)
@@ -148,33 +148,34 @@ def test_a_sparse_encoder_classifies_padded_reviews_as_the_dense_masked_path():
 @pytest.mark.parametrize(
     "settings, message",
     [
-        (dict(sparse_block=0), "sparse_block=0 is not an integer in \\[1, "),
-        (dict(sparse_block=65), "sparse_block=65 is longer than the context 64: .* such as 8"),
+        (dict(block=0), "sparse.block=0 is not an integer in \\[1, "),
+        (dict(block=65), "sparse.block=65 is longer than the context 64: .* such as 8"),
         (
-            dict(sparse_pattern="fixed", sparse_block=8, sparse_summary=8),
-            r"sparse_summary=8 must lie in \[1, "
-            "sparse_block=8\\): .* pass a smaller sparse_summary",
+            dict(pattern="fixed", block=8, summary=8),
+            r"sparse.summary=8 must lie in \[1, "
+            "sparse.block=8\\): .* pass a smaller summary",
         ),
-        (dict(sparse_pattern="banded"), "sparse_pattern='banded' is not one of strided\\|fixed"),
-        (dict(sparse_layout="diagonal"), "sparse_layout='diagonal' is not one of split\\|alternate\\|union"),
+        (dict(pattern="banded"), "sparse.pattern='banded' is not one of strided\\|fixed"),
+        (dict(layout="diagonal"), "sparse.layout='diagonal' is not one of split\\|alternate\\|union"),
         (dict(positions="alibi"), "positions alibi adds a bias .* use learned, sinusoidal or rope"),
-        (dict(heads=1, emb=16), "heads=1 is too few; use 2 heads or more, or sparse_layout alternate"),
+        (dict(heads=1, emb=16), "heads=1 is too few; use 2 heads or more, or layout alternate"),
     ],
 )
 def test_hostile_sparse_settings_get_one_line_each(settings, message):
+    model = {k: settings.pop(k) for k in ("positions", "heads", "emb") if k in settings}
     with pytest.raises(ValueError, match=message) as caught:
-        LMConfig(**{"context": 64, "emb": 32, "heads": 4, "attention": "sparse", **settings})
+        LMConfig(**{"context": 64, "emb": 32, "heads": 4, **model, "sparse": settings})
     assert "\n" not in str(caught.value)
 
 
 def test_transformer_xl_refuses_sparse_attention():
-    with pytest.raises(ValueError, match="attention sparse: Transformer-XL's relative attention is dense"):
-        XLConfig(context=64, attention="sparse", sparse_block=8)
+    with pytest.raises(ValueError, match="sparse: Transformer-XL's relative attention is dense"):
+        XLConfig(context=64, sparse={"block": 8})
 
 
 def test_flex_attention_refuses_a_backward_pass_on_a_cpu_in_one_line():
     q, k, v = qkv(16)
-    with pytest.raises(ValueError, match="FlexAttention has no backward pass on a CPU; train with sparse_kernel "
+    with pytest.raises(ValueError, match="FlexAttention has no backward pass on a CPU; train with sparse.kernel "
                                          "blocked"):  # fmt: skip
         flex_sparse_attention(q, k, v, SparsePattern(block=4), 0, True)
 
@@ -197,11 +198,11 @@ def test_flex_attention_keeps_a_bounded_number_of_block_masks(monkeypatch):
 
 
 def test_flex_attention_refuses_attention_dropout_in_one_line():
-    model = CausalLM(LMConfig(vocab_size=30, context=32, emb=16, heads=2, depth=1, dropout=0.1, attention="sparse",
-                              sparse_block=4, sparse_kernel="flex"))  # fmt: skip
+    model = CausalLM(LMConfig(vocab_size=30, context=32, emb=16, heads=2, depth=1, dropout=0.1,
+                              sparse={"block": 4, "kernel": "flex"}))  # fmt: skip
     with (
         torch.no_grad(),
-        pytest.raises(ValueError, match=r"sparse_kernel flex has no attention dropout \(dropout=0.1\)"),
+        pytest.raises(ValueError, match=r"sparse.kernel flex has no attention dropout \(dropout=0.1\)"),
     ):
         model(torch.zeros(1, 32, dtype=torch.long))
 
@@ -234,9 +235,8 @@ def test_flex_attention_trains_on_a_gpu_as_the_reference(pattern, layout):
 def test_a_sparse_model_has_no_hugging_face_export(tmp_path):
     from transformers_scratch.model.hf import HFError, save_hf
 
-    model = CausalLM(LMConfig(vocab_size=30, context=32, emb=16, heads=2, depth=1, attention="sparse",
-                              sparse_block=4))  # fmt: skip
-    with pytest.raises(HFError, match="attention sparse has no counterpart in GPT-2, BERT or Llama"):
+    model = CausalLM(LMConfig(vocab_size=30, context=32, emb=16, heads=2, depth=1, sparse={"block": 4}))
+    with pytest.raises(HFError, match="sparse attention has no counterpart in GPT-2, BERT or Llama"):
         save_hf(model, tmp_path / "out")
 
 
@@ -249,7 +249,7 @@ def test_the_attention_picture_shows_each_heads_pattern(tmp_path):
     ids = torch.randint(30, (1, 40))
     weights, allowed = attention_maps(fast, ids)[:, 0], attention_patterns(fast, 40)
     assert allowed.shape == weights.shape == (2, 4, 40, 40)
-    assert torch.equal(allowed[0], fast.cfg.sparse().mask(0, 4, 40))
+    assert torch.equal(allowed[0], SparsePattern.of(fast.cfg.sparse).mask(0, 4, 40))
     assert (weights[~allowed] == 0).all()
     assert torch.allclose(weights.sum(-1), allowed.any(-1).float())  # 1, or 0 for a query its pattern gives no key
     fig = draw_attention(weights, [str(i) for i in range(40)], tmp_path / "a.png", allowed=allowed)
@@ -264,8 +264,7 @@ def test_a_sparse_character_model_trains_samples_and_draws_its_patterns_through_
     from test_cli import FAST, TINY_LM, corpus
 
     data = corpus(tmp_path / "text.txt")
-    sparse = ["--model.model.attention", "sparse", "--model.model.sparse_pattern", "fixed",
-              "--model.model.sparse_block", "8", "--model.model.sparse_summary", "2"]  # fmt: skip
+    sparse = ["--model.model.sparse", "{pattern: fixed, block: 8, summary: 2}"]
     fit = cli("fit", "--config", TINY_LM, "--data.path", str(data), *FAST, *sparse, "--name", "sp", cwd=tmp_path)
     assert fit.returncode == 0, fit.stderr[-2000:]
     ckpt = str(tmp_path / "checkpoints" / "sp" / "last.ckpt")

@@ -293,7 +293,7 @@ def attention(
         weights = attention_maps(model, ids)[:, 0]  # (l, h, t, t)
         allowed = attention_patterns(model, ids.size(1))  # a sparse model's pattern: the rest is drawn grey
         if allowed is not None:
-            sp = model.cfg.sparse()
+            sp = model.cfg.sparse
             title += f"; {sp.pattern} pattern, l={sp.block}, {sp.layout} heads (grey: outside the pattern)"
     draw_attention(weights, tokens, png_out(out), title, dpi, allowed)
     print(f"wrote {out}: {weights.size(0)} layers x {weights.size(1)} heads over {len(tokens)} {kind}")

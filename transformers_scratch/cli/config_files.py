@@ -10,6 +10,8 @@ import stat
 import yaml
 from jsonargparse import set_loader
 
+from ..model.config import OLD_SPARSE, nested_sparse
+
 MAX_CHARS = 1_000_000  # a config file, or one value on the command line
 MAX_DEPTH = 64
 MAX_ALIASES = 64
@@ -112,14 +114,39 @@ def check_config_files(args: list[str]) -> list[dict]:
                 f"--config {path!r} holds no mapping of settings (it is empty, a list or plain text: {what!r}); "
                 "pass a YAML file such as configs/first_run.yaml"
             )
+        refuse_flat_sparse(settings, f"--config {path!r}: ")
         read.append(settings)
     return read
 
 
+def refuse_flat_sparse(settings: dict, where: str, key: str = "") -> None:
+    """A config written with the earlier flat sparse settings (``attention: sparse``, ``sparse_block: 128``) is
+    refused with the nested spelling of the same settings."""
+    if not isinstance(settings, dict):
+        return
+    if settings.get("attention") == "sparse" or any(name in settings for name in OLD_SPARSE):
+        nested = nested_sparse(settings).get("sparse", {})
+        spelled = "{" + ", ".join(f"{k}: {v}" for k, v in nested.items()) + "}"
+        old = next((name for name in ("attention", *OLD_SPARSE) if name in settings), "attention")
+        raise ConfigError(f"{where}{key}{old} is an earlier spelling: sparse attention is one setting now, "
+                          f"`sparse: {spelled}` (null for dense), beside attention sdpa; write that "
+                          "instead")  # fmt: skip
+    for name, value in settings.items():
+        refuse_flat_sparse(value, where, f"{key}{name}.")
+
+
 def check_values(args: list[str]) -> None:
-    """A command-line value longer than :data:`MAX_CHARS`, named by its flag."""
+    """A command-line value longer than :data:`MAX_CHARS`, named by its flag; a flag of the earlier flat sparse
+    settings, with the nested spelling."""
     for i, arg in enumerate(args):
         flag, _, value = arg.partition("=") if arg.startswith("--") else (args[i - 1] if i else "", "", arg)
+        name = flag.rpartition(".")[2]
+        if name in OLD_SPARSE or (name == "attention" and value == "sparse"):
+            new = f"{flag.rpartition('.')[0]}.sparse.{OLD_SPARSE[name]}" if name in OLD_SPARSE else "a sparse setting"
+            said = flag if name in OLD_SPARSE else f"{flag} sparse"
+            example = "--model.model.sparse '{pattern: fixed, block: 64}'"
+            raise ConfigError(f"{said} is an earlier spelling: sparse attention is one setting now, {new} (for "
+                              f"example {example}); pass that instead")  # fmt: skip
         if len(value) > MAX_CHARS:
             raise ConfigError(f"the value of {flag or 'an argument'} is {len(value):,} characters, longer than "
                               f"{MAX_CHARS:,}; pass less")  # fmt: skip

@@ -269,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--attn-heads", type=int, default=4, help="long context: heads of the one-attention table")
     p.add_argument("--attn-head-width", type=int, default=32, help="long context: their width")
     p.add_argument("--kernels", nargs="+", choices=KERNELS, metavar="KERNEL",
-                   help=f"long context: the one-attention table's kernels (default all: {' '.join(KERNELS)})")  # fmt: skip
+                   help="long context: the one-attention table's kernels (default: all of them)")  # fmt: skip
     p.add_argument("--model-steps", type=int, default=2,
                    help="long context: timed steps of each model step (0: no model table)")  # fmt: skip
     p.add_argument("--start-context", type=int, help="long context: the first context (1024; the search: 512)")

@@ -46,8 +46,7 @@ def sparse_settings(kernel: str, t: int) -> dict:
     if kernel == "sdpa":
         return {"attention": "sdpa"}
     pattern, layout = kernel.split("/")
-    return {"attention": "sparse", "sparse_pattern": pattern, "sparse_layout": layout, "sparse_block": block_for(t),
-            "sparse_summary": SUMMARY}  # fmt: skip
+    return {"sparse": {"pattern": pattern, "layout": layout, "block": block_for(t), "summary": SUMMARY}}
 
 
 def attention_job(job: dict) -> dict:
@@ -67,7 +66,7 @@ def attention_job(job: dict) -> dict:
         passes = [lambda: reference_attention(q, k, v, causal=True)]
     else:
         s = sparse_settings(kernel, t)
-        sp = SparsePattern(s["sparse_pattern"], s["sparse_layout"], s["sparse_block"], s["sparse_summary"])
+        sp = SparsePattern(**s["sparse"])
         attend = flex_sparse_attention if device.type == "cuda" else sparse_attention
         layers = (0, 1) if sp.layout == "alternate" else (0,)  # alternate: a layer of each part, time averaged
         passes = [partial(attend, q, k, v, sp, layer, True) for layer in layers]

@@ -2,17 +2,18 @@
 
     config.py      the typed sizes and choices of every model
     positions.py   learned and sinusoidal position vectors, RoPE and ALiBi
-    sparse.py      sparse attention patterns (strided, fixed) and their blocked and FlexAttention kernels
-    attention.py   self-attention from scratch, the kernels, MultiHeadAttention
     cache.py       the key/value cache of decoding
+    attention.py   self-attention from scratch, the kernels, MultiHeadAttention
     blocks.py      embeddings, feed-forward, the block (pre- and post-norm), the stack
+    sparse.py      sparse attention patterns (strided, fixed) and their blocked and FlexAttention kernels
+    generation.py  sampling, cached decoding loops, the CUDA-graph step
     models.py      the classifier, the masked LM, the causal LM, the encoder-decoder
     xl.py          Transformer-XL: relative attention over a memory of the segments before
-    generation.py  sampling, cached decoding loops, the CUDA-graph step
     pretrained.py  the safetensors export and import
     hf.py          Hugging Face GPT-2, BERT and Llama-family weights in and out
 
-Nothing here imports Lightning, the data, training or the command line (tests/test_layers.py holds it).
+Each file imports only the files above it in this list, and nothing here imports Lightning, the data, training or
+the command line (tests/test_layers.py holds both).
 """
 
 from .attention import (

@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from functools import partial
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -24,7 +26,6 @@ from torch import Tensor, nn
 
 from .cache import KVCache
 from .positions import alibi_bias, alibi_slopes, rotate
-from .sparse import SparsePattern, flex_sparse_attention, sparse_attention
 
 
 def basic_self_attention(x: Tensor) -> Tensor:
@@ -143,6 +144,32 @@ ATTENTION: dict[str, AttentionFn] = {"reference": reference_attention, "sdpa": f
 """Attention kernels by name; ``MultiHeadAttention(impl=...)`` picks one."""
 
 
+class Attend:
+    """A layer's attention kernel, chosen once when the layer is built: ``attend(q, k, v, mask, causal,
+    dropout_p, bias, offset)`` -> (b, h, t, s), for queries at positions offset.. over keys from 0. This one is
+    dense, through ``fn`` (the written-out reference or the fused kernel); ``sparse.SparseAttend`` computes a
+    sparse pattern."""
+
+    def __init__(self, fn: AttentionFn = fused_attention) -> None:
+        self.fn = fn
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, dropout_p: float = 0.0,
+                 bias: Tensor | None = None, offset: int | Tensor = 0) -> Tensor:  # fmt: skip
+        return self.fn(q, k, v, mask, causal, dropout_p, bias=bias)
+
+    def step_keys(self, seen: Tensor, at: Tensor, heads: int) -> tuple[Tensor, Tensor | None]:
+        """The keys a static decoding step at position ``at`` may see, of the cache's ``seen`` (u,) written
+        ones, and which of its rows have any (None: all do, as here: the query's own key is always written)."""
+        return seen, None
+
+    def recording(self, keep: list[Tensor]) -> Attend:
+        """The same attention through the reference kernel, appending its weights (b, h, t, u) to ``keep``."""
+        return Attend(partial(reference_attention, keep=keep))
+
+    def __repr__(self) -> str:
+        return getattr(self.fn, "__name__", type(self.fn).__name__)
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention, self or cross, with k x k projections cut into h heads.
 
@@ -151,48 +178,32 @@ class MultiHeadAttention(nn.Module):
     key/value rows to ``memory`` (the encoder's output). With the output projection and its bias there are
     4k^2 + k parameters whatever the number of heads: more heads cut the same projections into narrower pieces.
     With ``kv_heads`` g < h (grouped-query attention) keys and values have g heads, each serving h / g query
-    heads, and the key and value rows shrink to g * s each.
+    heads, and the key and value rows shrink to g * s each. The kernel is ``attend``, or the dense ``impl``.
     """
 
     slopes: Tensor  # ALiBi's per-head slopes, a buffer (positions alibi only)
 
-    def __init__(
-        self,
-        emb: int,
-        heads: int,
-        causal: bool = False,
-        dropout: float = 0.0,
-        impl: str = "sdpa",
-        positions: str | None = None,
-        kv_heads: int | None = None,
-        qkv_bias: bool = False,
-        bias: bool = True,
-        rope_base: float = 10000.0,
-        sparse: SparsePattern | None = None,
-        layer: int = 0,
-        sparse_kernel: str = "auto",
-    ) -> None:
+    def __init__(self, emb: int, heads: int, *, causal: bool = False, dropout: float = 0.0, impl: str = "sdpa",
+                 attend: Attend | None = None, positions: str | None = None, kv_heads: int | None = None,
+                 qkv_bias: bool = False, bias: bool = True, rope_base: float = 10000.0) -> None:  # fmt: skip
         super().__init__()  # the sizes are checked once, by the config (TransformerConfig.__post_init__)
-        kv_heads = kv_heads or heads
-        self.emb, self.heads, self.causal, self.dropout, self.impl = emb, heads, causal, dropout, impl
-        self.kv_heads, self.rope_base = kv_heads, rope_base
-        self.sparse, self.layer, self.sparse_kernel = sparse, layer, sparse_kernel  # sparse: self-attention only
+        self.emb, self.heads, self.causal, self.dropout = emb, heads, causal, dropout
+        self.attend = attend or Attend(ATTENTION[impl])
+        self.kv_heads, self.rope_base = kv_heads or heads, rope_base
         self.positions = positions  # rope or alibi: where the positions enter (self-attention only)
         if positions == "alibi":
             self.register_buffer("slopes", alibi_slopes(heads), persistent=False)  # derived: not in checkpoints
-        self.record: list[Tensor] | None = None  # a list: run the reference kernel and keep its weights here
-        kv = kv_heads * (emb // heads)  # g * s: with grouped-query attention, narrower keys and values
+        kv = self.kv_heads * (emb // heads)  # g * s: with grouped-query attention, narrower keys and values
         self.qkv = nn.Linear(emb, emb + 2 * kv, bias=qkv_bias)  # rows: W_q (k, k), W_k and W_v (g * s, k)
         self.out = nn.Linear(emb, emb, bias=bias)  # the tutorial's "unifyheads"
 
     @classmethod
-    def of(cls, cfg, causal: bool = False, positions: str | None = None, layer: int = 0,
-           cross: bool = False) -> MultiHeadAttention:  # fmt: skip
-        """The attention a model config asks for: block ``layer``'s self-attention, or its cross-attention."""
-        sparse = cfg.sparse() if cfg.attention == "sparse" and not cross else None
-        impl = "sdpa" if cfg.attention == "sparse" else cfg.attention  # sparse masks go to the fused kernel
-        return cls(cfg.emb, cfg.heads, causal, cfg.dropout, impl, positions, cfg.kv_heads, cfg.qkv_bias,
-                   cfg.bias, cfg.rope_base, sparse, layer, cfg.sparse_kernel)  # fmt: skip
+    def of(cls, cfg, causal: bool = False, positions: str | None = None,
+           attend: Attend | None = None) -> MultiHeadAttention:  # fmt: skip
+        """The attention a model config asks for, through ``attend`` (a sparse layer's) or ``cfg.attention``."""
+        return cls(cfg.emb, cfg.heads, causal=causal, dropout=cfg.dropout, impl=cfg.attention, attend=attend,
+                   positions=positions, kv_heads=cfg.kv_heads, qkv_bias=cfg.qkv_bias, bias=cfg.bias,
+                   rope_base=cfg.rope_base)  # fmt: skip
 
     def _rows(self, start: int, end: int | None, x: Tensor) -> Tensor:
         """x through the rows start:end of the fused projection (and of its bias)."""
@@ -211,6 +222,18 @@ class MultiHeadAttention(nn.Module):
         alone, so decoding computes them once per source and passes them to every step as ``memory_kv``."""
         return self._split_kv(self._rows(self.emb, None, memory))  # W_k, W_v rows
 
+    def project(self, x: Tensor, memory: Tensor | None = None,
+                memory_kv: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+        """Queries (b, h, t, s) of x; keys and values (b, g, u, s) of x itself, of ``memory``, or ``memory_kv``."""
+        b, t, k = x.shape
+        if memory is None and memory_kv is None:
+            q, kv = self.qkv(x).split([k, k // self.heads * 2 * self.kv_heads], dim=-1)  # (b, t, k), (b, t, 2 g s)
+            key, val = self._split_kv(kv)  # 2 x (b, g, t, s)
+        else:
+            q = self._rows(0, k, x)  # W_q rows: (b, t, k)
+            key, val = memory_kv if memory_kv is not None else self.memory_kv(cast(Tensor, memory))
+        return q.view(b, t, self.heads, k // self.heads).transpose(1, 2), key, val
+
     def forward(
         self,
         x: Tensor,
@@ -224,76 +247,37 @@ class MultiHeadAttention(nn.Module):
         cache: append and attend over it.
         """
         b, t, k = x.shape
-        h, s = self.heads, k // self.heads
-        if memory is None and memory_kv is None:
-            q, kv = self.qkv(x).split([k, k // h * 2 * self.kv_heads], dim=-1)  # (b, t, k), (b, t, 2 g s)
-            key, val = self._split_kv(kv)  # 2 x (b, g, t, s)
-        else:
-            q = self._rows(0, k, x)  # W_q rows: (b, t, k)
-            if memory_kv is None:
-                assert memory is not None
-                memory_kv = self.memory_kv(memory)
-            key, val = memory_kv  # 2 x (b, g, u, s)
-        q = q.view(b, t, h, s).transpose(1, 2)  # (b, h, t, s)
+        q, key, val = self.project(x, memory, memory_kv)  # (b, h, t, s), 2 x (b, g, u, s)
         offset = 0 if cache is None else cache.offset  # the position of x[:, 0]
         if self.positions == "rope":  # cached keys stay rotated by their own position
             q, key = rotate(q, offset, self.rope_base), rotate(key, offset, self.rope_base)
         if cache is not None:
             key, val = cache.update(key, val)  # (b, g, cached u, s)
-        if self.kv_heads < h:  # each key/value head serves h / g query heads, side by side
-            key, val = key.repeat_interleave(h // self.kv_heads, 1), val.repeat_interleave(h // self.kv_heads, 1)
+        if self.kv_heads < self.heads:  # each key/value head serves h / g query heads, side by side
+            key, val = (z.repeat_interleave(self.heads // self.kv_heads, 1) for z in (key, val))
         bias = alibi_bias(self.slopes, t, key.size(2), offset) if self.positions == "alibi" else None
         mask = None if key_mask is None else key_mask[:, None, None, :]  # (b, 1, 1, u)
-        if cache is not None and cache.at is not None:  # a static decoding step: a causal model, no padding
-            if mask is not None:
-                raise ValueError("a static decoding step reads the whole cache through its own mask: no key_mask")
-            seen, has_key = cache.seen, None
-            assert seen is not None  # written with cache.at
-            if self.sparse is not None:  # (h, 1, u): the pattern's row of the step's position, which may be empty
-                j = torch.arange(seen.numel(), device=seen.device)[None, :]
-                seen = seen & self.sparse.allowed(self.layer, h, cache.at.view(1, 1), j, causal=True)
-                seen, has_key = _guard_empty_rows(seen)
-            y = decode_attention(q, key, val, seen, bias)  # (b, h, 1, s)
-            y = y if has_key is None else y.masked_fill(~has_key, 0.0)
-            return self.out(y.transpose(1, 2).reshape(b, t, k))
-        dropout_p = self.dropout if self.training else 0.0
-        if self.sparse is not None:
-            y = self._sparse(q, key, val, mask, key_mask, offset, dropout_p)
-            return self.out(y.transpose(1, 2).reshape(b, t, k))
-        if self.record is not None:  # attention pictures: the weights of this very forward pass
-            y = reference_attention(q, key, val, mask, self.causal, dropout_p, bias=bias, keep=self.record)
+        if cache is not None and cache.at is not None:  # a static decoding step (CUDA graphs)
+            y = self.static_step(q, key, val, cache, mask, bias)
         else:
-            y = ATTENTION[self.impl](q, key, val, mask, self.causal, dropout_p, bias=bias)  # (b, h, t, s)
-        y = y.transpose(1, 2).reshape(b, t, k)  # (b, t, k): heads side by side again
-        return self.out(y)
+            y = self.attend(q, key, val, mask, self.causal, self.dropout if self.training else 0.0, bias, offset)
+        return self.out(y.transpose(1, 2).reshape(b, t, k))  # (b, t, k): heads side by side again
 
-    def _sparse(self, q: Tensor, key: Tensor, val: Tensor, mask: Tensor | None, key_mask: Tensor | None,
-                offset: int | Tensor, dropout_p: float) -> Tensor:  # fmt: skip
-        """Self-attention under the sparse pattern: the blocked or FlexAttention fast path from position 0, or the
-        dense kernel under the pattern's (h, t, u) mask (pictures, decoding steps after the first, kernel dense)."""
-        sp, t, u = self.sparse, q.size(2), key.size(2)
-        assert sp is not None
-        kernel = self.sparse_kernel
-        if kernel == "auto":  # FlexAttention on a GPU, unless attention dropout asks for the blocked kernel
-            kernel = "flex" if q.is_cuda and not dropout_p else "blocked"
-        if self.record is None and offset == 0 and t == u and kernel != "dense":
-            if kernel == "flex":
-                if dropout_p:
-                    raise ValueError(f"model sparse_kernel flex has no attention dropout (dropout={self.dropout}): "
-                                     "set model dropout 0, or use sparse_kernel blocked or auto")  # fmt: skip
-                return flex_sparse_attention(q, key, val, sp, self.layer, self.causal, key_mask)
-            return sparse_attention(q, key, val, sp, self.layer, self.causal, key_mask, dropout_p)
-        allowed = sp.mask(self.layer, self.heads, t, u, int(offset), self.causal, q.device)  # (h, t, u)
-        allowed = allowed if mask is None else allowed & mask  # (b|1, h, t, u)
-        if self.record is not None:
-            return reference_attention(q, key, val, allowed, False, dropout_p, keep=self.record)
-        return ATTENTION[self.impl](q, key, val, allowed, False, dropout_p)  # (b, h, t, s)
+    def static_step(self, q: Tensor, key: Tensor, val: Tensor, cache: KVCache, mask: Tensor | None,
+                    bias: Tensor | None) -> Tensor:  # fmt: skip
+        """One query over the whole cache buffer, the same shapes every step (a CUDA graph replays it): the cache
+        says which keys are written, the kernel which of them this query may see; a row with none gives 0."""
+        if mask is not None:
+            raise ValueError("a static decoding step reads the whole cache through its own mask: no key_mask")
+        assert cache.seen is not None and cache.at is not None  # written with cache.at
+        seen, has_key = self.attend.step_keys(cache.seen, cache.at, self.heads)
+        y = decode_attention(q, key, val, seen, bias)  # (b, h, 1, s)
+        return y if has_key is None else y.masked_fill(~has_key, 0.0)
 
     def extra_repr(self) -> str:
         extra = f", positions={self.positions!r}" if self.positions else ""
-        extra += f", sparse={self.sparse}, layer={self.layer}" if self.sparse else ""
         extra += f", kv_heads={self.kv_heads}" if self.kv_heads != self.heads else ""
-        return f"emb={self.emb}, heads={self.heads}, causal={self.causal}, impl={self.impl!r}{extra}"
+        return f"emb={self.emb}, heads={self.heads}, causal={self.causal}, attend={self.attend!r}{extra}"
 
 
 @contextmanager
@@ -303,10 +287,11 @@ def recording(layers: Iterable[MultiHeadAttention]) -> Iterator[list[list[Tensor
     computes its output from, so a picture of them shows the model's own attention."""
     layers = list(layers)
     kept: list[list[Tensor]] = [[] for _ in layers]
+    kernels = [layer.attend for layer in layers]
     for layer, weights in zip(layers, kept, strict=True):
-        layer.record = weights
+        layer.attend = layer.attend.recording(weights)
     try:
         yield kept
     finally:
-        for layer in layers:
-            layer.record = None
+        for layer, kernel in zip(layers, kernels, strict=True):
+            layer.attend = kernel

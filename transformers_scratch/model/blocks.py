@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from .attention import MultiHeadAttention
+from .attention import Attend, MultiHeadAttention
 from .cache import KVCache
 from .config import TransformerConfig
 from .positions import POSITIONS, RELATIVE, LearnedPositions
@@ -124,13 +124,14 @@ class TransformerBlock(nn.Module):
     (bidirectional), decoder-only (causal) and encoder-decoder decoder (causal + cross) layers.
     """
 
-    def __init__(self, cfg: TransformerConfig, causal: bool = False, cross: bool = False, layer: int = 0) -> None:
+    def __init__(self, cfg: TransformerConfig, causal: bool = False, cross: bool = False,
+                 attend: Attend | None = None) -> None:  # fmt: skip
         super().__init__()
         self.pre_norm = cfg.pre_norm
         relative = cfg.positions if cfg.positions in RELATIVE else None
-        self.attn = MultiHeadAttention.of(cfg, causal, positions=relative, layer=layer)  # layer: sparse patterns
+        self.attn = MultiHeadAttention.of(cfg, causal, positions=relative, attend=attend)  # attend: a sparse layer's
         self.norm1 = make_norm(cfg)
-        self.cross = MultiHeadAttention.of(cfg, cross=True) if cross else None
+        self.cross = MultiHeadAttention.of(cfg) if cross else None  # dense: the source has no pattern
         self.norm_cross = make_norm(cfg) if cross else None
         self.ff = feed_forward(cfg)
         self.norm2 = make_norm(cfg)
@@ -162,11 +163,14 @@ class TransformerBlock(nn.Module):
 
 class Stack(nn.Module):
     """``depth`` blocks applied in turn, then a final layer norm when the blocks are pre-norm (their
-    residual stream is otherwise never normalised)."""
+    residual stream is otherwise never normalised). ``kernels`` gives layer i's self-attention kernel (a sparse
+    model's, ``sparse.layer_kernels``); None: ``cfg.attention``'s."""
 
-    def __init__(self, cfg: TransformerConfig, depth: int, causal: bool = False, cross: bool = False) -> None:
+    def __init__(self, cfg: TransformerConfig, depth: int, causal: bool = False, cross: bool = False,
+                 kernels: Callable[[int], Attend] | None = None) -> None:  # fmt: skip
         super().__init__()
-        self.blocks = nn.ModuleList(TransformerBlock(cfg, causal, cross, layer) for layer in range(depth))
+        self.blocks = nn.ModuleList(TransformerBlock(cfg, causal, cross, kernels and kernels(layer))
+                                    for layer in range(depth))  # fmt: skip
         self.norm = make_norm(cfg) if cfg.pre_norm else nn.Identity()
         self.checkpointing = cfg.activation_checkpointing
 

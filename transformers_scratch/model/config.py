@@ -3,12 +3,56 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass
 from typing import Literal, get_type_hints
 
 from ..bounds import Classes, Count, Depth, Memory, NonNegative, Positive, PositiveFloat, Rate, check_fields
-from .sparse import SparsePattern
+
+
+@dataclass(frozen=True)
+class SparseConfig:
+    """Sparse attention (Child et al. 2019): each head sees a pattern of about sqrt(t) keys a query. The pattern
+    itself, and the kernels that compute it, are ``sparse.py``'s."""
+
+    pattern: Literal["strided", "fixed"] = "strided"
+    """strided (the previous ``block`` positions, and every ``block``-th one before) or fixed (the query's own
+    block, and the last ``summary`` positions of every block)."""
+    layout: Literal["split", "alternate", "union"] = "split"
+    """Half the heads take each part of the pattern (split), whole layers take them in turn (alternate), or every
+    head takes both (union)."""
+    block: Count = 64
+    """The block length l, about sqrt(context)."""
+    summary: Count = 4
+    """With the fixed pattern: c, the summary positions at the end of each block (< l)."""
+    kernel: Literal["auto", "blocked", "flex", "dense"] = "auto"
+    """blocked (fused kernels on blocks, t sqrt(t) time, any device), flex (PyTorch's FlexAttention with a block
+    mask; trains on a GPU, forward only on a CPU), dense (the masked t^2 reference), or auto: flex on a GPU,
+    blocked elsewhere."""
+
+    def __post_init__(self) -> None:
+        check_fields(self, "model sparse.")
+        if self.pattern == "fixed" and self.summary >= self.block:
+            raise ValueError(
+                f"model sparse.summary={self.summary!r} must lie in [1, sparse.block={self.block}): the summary is "
+                "the last c positions of each block; pass a smaller summary"
+            )
+
+
+OLD_SPARSE = {"sparse_pattern": "pattern", "sparse_layout": "layout", "sparse_block": "block",
+              "sparse_summary": "summary", "sparse_kernel": "kernel"}  # fmt: skip
+"""The flat settings of earlier versions, and their names inside ``sparse``."""
+
+
+def nested_sparse(settings: dict) -> dict:
+    """Settings written with the earlier flat names (``attention: sparse``, ``sparse_block: 128``) in the nested
+    spelling (``sparse: {block: 128}``); others as they are."""
+    flat = {new: settings[old] for old, new in OLD_SPARSE.items() if old in settings}
+    out = {k: v for k, v in settings.items() if k not in OLD_SPARSE}
+    if out.get("attention") == "sparse":
+        out["attention"], out["sparse"] = "sdpa", flat
+    return out
 
 
 @dataclass
@@ -40,23 +84,12 @@ class TransformerConfig:
     """Learned position embeddings (tutorial), fixed sinusoidal encodings (Vaswani et al. 2017), rotary
     embeddings of queries and keys (RoPE, Su et al. 2021) or linear attention biases (ALiBi, Press et al.
     2022). All but learned accept sequences longer than the context."""
-    attention: Literal["sdpa", "reference", "sparse"] = "sdpa"
-    """Attention kernel: fused scaled_dot_product_attention, the explicit matmul-softmax-matmul, or sparse
-    attention (Child et al. 2019): each head sees a strided or fixed pattern of about sqrt(t) keys per query."""
-    sparse_pattern: Literal["strided", "fixed"] = "strided"
-    """With attention sparse: strided (the previous sparse_block positions, and every sparse_block-th one before)
-    or fixed (the query's own block, and the last sparse_summary positions of every block)."""
-    sparse_layout: Literal["split", "alternate", "union"] = "split"
-    """With attention sparse: half the heads take each part of the pattern (split), whole layers take them in
-    turn (alternate), or every head takes both (union)."""
-    sparse_block: Count = 64
-    """With attention sparse: the block length l, about sqrt(context)."""
-    sparse_summary: Count = 4
-    """With attention sparse and the fixed pattern: c, the summary positions at the end of each block (< l)."""
-    sparse_kernel: Literal["auto", "blocked", "flex", "dense"] = "auto"
-    """With attention sparse: blocked (fused kernels on blocks, t sqrt(t) time, any device), flex (PyTorch's
-    FlexAttention with a block mask; trains on a GPU, forward only on a CPU), dense (the masked t^2 reference),
-    or auto: flex on a GPU, blocked elsewhere."""
+    attention: Literal["sdpa", "reference"] = "sdpa"
+    """Attention kernel: fused scaled_dot_product_attention, or the explicit matmul-softmax-matmul."""
+    sparse: SparseConfig | None = None
+    """Sparse attention, as ``{pattern: fixed, layout: split, block: 64, summary: 4, kernel: auto}`` (each key
+    optional); None: dense. Self-attention only; ``attention`` computes what the pattern's kernel leaves to a
+    dense one."""
     activation_checkpointing: bool = False
     """Recompute each block's activations in the backward pass: less memory, about a third more compute."""
     ff_hidden: Count | None = None
@@ -84,6 +117,8 @@ class TransformerConfig:
     a token-type input every token is type 0."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.sparse, dict):  # settings read back from a checkpoint or an export
+            self.sparse = SparseConfig(**self.sparse)
         check_fields(self)
         # before any check that reads the sizes digit by digit: a width may have 40 digits
         if (weights := 4 * self.parameters_at_least()) > memory_bytes():
@@ -102,18 +137,17 @@ class TransformerConfig:
         if self.positions == "rope" and (self.emb // self.heads) % 2:
             raise ValueError(f"model positions rope turns pairs of dimensions: head width {self.emb // self.heads} "
                              "must be even; pick emb and heads to give one")  # fmt: skip
-        if self.attention == "sparse":
-            self.sparse().check(self.context)
+        if self.sparse is not None:
+            if self.sparse.block > self.context:
+                raise ValueError(f"model sparse.block={self.sparse.block} is longer than the context {self.context}: "
+                                 "every query would see everything before it; pass a block near sqrt(context), "
+                                 f"such as {max(1, math.isqrt(self.context))}")  # fmt: skip
             if self.positions == "alibi":
                 raise ValueError("model positions alibi adds a bias to every score; sparse attention takes none: "
-                                 "use learned, sinusoidal or rope positions with attention sparse")  # fmt: skip
-            if self.sparse_layout == "split" and self.heads < 2:
-                raise ValueError(f"model sparse_layout split gives half the heads each part: heads={self.heads} "
-                                 "is too few; use 2 heads or more, or sparse_layout alternate")  # fmt: skip
-
-    def sparse(self) -> SparsePattern:
-        """The sparse attention pattern these settings describe (refusing settings that make none)."""
-        return SparsePattern(self.sparse_pattern, self.sparse_layout, self.sparse_block, self.sparse_summary)
+                                 "use learned, sinusoidal or rope positions with sparse attention")  # fmt: skip
+            if self.sparse.layout == "split" and self.heads < 2:
+                raise ValueError(f"model sparse.layout split gives half the heads each part: heads={self.heads} "
+                                 "is too few; use 2 heads or more, or layout alternate")  # fmt: skip
 
     @property
     def hidden(self) -> int:
@@ -205,9 +239,9 @@ class XLConfig(TransformerConfig):
             raise ValueError(
                 "model activation swiglu: Transformer-XL's feed-forward is one hidden layer; use relu or gelu"
             )
-        if self.attention == "sparse":
-            raise ValueError("model attention sparse: Transformer-XL's relative attention is dense over its memory; "
-                             "use attention sdpa or reference")  # fmt: skip
+        if self.sparse is not None:
+            raise ValueError("model sparse: Transformer-XL's relative attention is dense over its memory; "
+                             "leave sparse null")  # fmt: skip
         if self.same_length and self.mem_len < 1:
             raise ValueError("model same_length shows every query mem_len keys: give it a memory (mem_len >= 1)")
         unused = [f"{name} {getattr(self, name)}" for name, default in XL_FIXED.items()
@@ -258,6 +292,7 @@ def read_settings(cls: type, settings, source: str, fix: str = ""):
     )
     if not isinstance(settings, dict):
         raise ValueError(f"{source} holds model settings of type {type(settings).__name__}; {fix}")
+    settings = nested_sparse(settings)  # an earlier version's flat sparse settings
     unknown = [key for key in settings if key not in get_type_hints(cls)]
     if unknown:
         raise ValueError(f"{source} has a model setting {str(unknown[0])[:40]!r} that this version's {cls.__name__} "

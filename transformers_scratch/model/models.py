@@ -15,6 +15,7 @@ from . import generation
 from .blocks import ACTIVATIONS, Embedding, Stack, make_norm
 from .cache import KVCache, empty_caches
 from .config import ClassifierConfig, EncoderDecoderConfig, LMConfig, MaskedLMConfig
+from .sparse import layer_kernels
 
 
 def init_weights(model: nn.Module, depth: int, zero_out: bool = False) -> None:
@@ -59,7 +60,7 @@ class SequenceClassifier(nn.Module):
         prefix = int(cfg.pool == "cls")  # a [CLS] vector takes one position in front of the context's tokens
         self.embed = Embedding.of(cfg, cfg.vocab_size, cfg.context + prefix)
         self.cls = nn.Parameter(torch.zeros(1, 1, cfg.emb)) if cfg.pool == "cls" else None
-        self.stack = Stack(cfg, cfg.depth)
+        self.stack = Stack(cfg, cfg.depth, kernels=layer_kernels(cfg))
         self.head = nn.Linear(cfg.emb, cfg.num_classes)
         init_weights(self, cfg.depth, cfg.zero_out)
 
@@ -85,7 +86,7 @@ class MaskedLM(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.embed = Embedding.of(cfg, cfg.vocab_size, cfg.context)
-        self.stack = Stack(cfg, cfg.depth)
+        self.stack = Stack(cfg, cfg.depth, kernels=layer_kernels(cfg))
         # BERT's head transform: dense, activation, norm, before the output layer
         act = ACTIVATIONS.get(cfg.activation, nn.GELU)()
         self.transform = nn.Sequential(nn.Linear(cfg.emb, cfg.emb), act, make_norm(cfg)) if cfg.head_transform else None
@@ -154,7 +155,7 @@ class CausalLM(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.embed = Embedding.of(cfg, cfg.vocab_size, cfg.context)
-        self.stack = Stack(cfg, cfg.depth, causal=True)
+        self.stack = Stack(cfg, cfg.depth, causal=True, kernels=layer_kernels(cfg))
         self.head = nn.Linear(cfg.emb, cfg.vocab_size, bias=False)
         init_weights(self, cfg.depth, cfg.zero_out)
         if cfg.tie_weights:
@@ -190,8 +191,8 @@ class EncoderDecoder(nn.Module):
         self.cfg = cfg
         self.src_embed = Embedding.of(cfg, cfg.vocab_size, cfg.context)
         self.tgt_embed = self.src_embed if cfg.shared_vocab else Embedding.of(cfg, cfg.tgt_vocab_size, cfg.context)
-        self.encoder = Stack(cfg, cfg.depth)
-        self.decoder = Stack(cfg, cfg.decoder_depth, causal=True, cross=True)
+        self.encoder = Stack(cfg, cfg.depth, kernels=layer_kernels(cfg))
+        self.decoder = Stack(cfg, cfg.decoder_depth, causal=True, cross=True, kernels=layer_kernels(cfg))
         self.head = nn.Linear(cfg.emb, cfg.tgt_vocab_size, bias=False)
         init_weights(self, cfg.depth + cfg.decoder_depth, cfg.zero_out)
         self.head.weight = self.tgt_embed.tokens.weight  # with a shared vocabulary: one matrix for all three

@@ -29,33 +29,26 @@ Shapes: b batch, h heads, t positions, s head width, n blocks (t / l rounded up)
 
 from __future__ import annotations
 
-import math
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..bounds import Count, check_fields
+from .attention import ATTENTION, Attend, AttentionFn, _guard_empty_rows, fused_attention, reference_attention
+from .config import SparseConfig, TransformerConfig
 
 
-@dataclass(frozen=True)
-class SparsePattern:
-    """Which keys each head of each layer may attend to. ``block`` is l; ``summary`` is c (fixed only)."""
+class SparsePattern(SparseConfig):
+    """Which keys each head of each layer may attend to: the settings (``block`` is l, ``summary`` is c, fixed
+    only) made into masks."""
 
-    pattern: Literal["strided", "fixed"] = "strided"
-    layout: Literal["split", "alternate", "union"] = "split"
-    block: Count = 64
-    summary: Count = 4
-
-    def __post_init__(self) -> None:
-        check_fields(self, "model sparse_")
-        if self.pattern == "fixed" and self.summary >= self.block:
-            raise ValueError(
-                f"model sparse_summary={self.summary!r} must lie in [1, sparse_block={self.block}): the summary is "
-                "the last c positions of each block; pass a smaller sparse_summary"
-            )
+    @classmethod
+    def of(cls, settings: SparseConfig) -> SparsePattern:
+        return cls(**dataclasses.asdict(settings))
 
     def parts(self, i: Tensor, j: Tensor, causal: bool) -> tuple[Tensor, Tensor]:
         """Parts A and B of the pattern at query positions i and key positions j (broadcast), causal or not."""
@@ -98,14 +91,6 @@ class SparsePattern:
         i = torch.arange(offset, offset + t, device=device)[:, None]  # (t, 1)
         j = torch.arange(u, device=device)[None, :]  # (1, u)
         return self.allowed(layer, heads, i, j, causal)
-
-    def check(self, context: int) -> None:
-        """Refuse a block longer than the context the model sees."""
-        if self.block > context:
-            raise ValueError(
-                f"model sparse_block={self.block} is longer than the context {context}: every query would see "
-                f"everything before it; pass a sparse_block near sqrt(context), such as {max(1, math.isqrt(context))}"
-            )
 
 
 def _blocks(x: Tensor, ell: int) -> Tensor:
@@ -429,8 +414,8 @@ def flex_sparse_attention(
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     if q.device.type == "cpu" and torch.is_grad_enabled() and q.requires_grad:
-        raise ValueError("model sparse_kernel flex: FlexAttention has no backward pass on a CPU; train with "
-                         "sparse_kernel blocked (or auto), or run flex under torch.no_grad()")  # fmt: skip
+        raise ValueError("model sparse.kernel flex: FlexAttention has no backward pass on a CPU; train with "
+                         "sparse.kernel blocked (or auto), or run flex under torch.no_grad()")  # fmt: skip
     heads, t = q.size(1), q.size(2)
 
     def may_attend(b: Tensor, h: Tensor, i: Tensor, j: Tensor) -> Tensor:
@@ -450,3 +435,52 @@ def flex_sparse_attention(
     if "fn" not in _FLEX:
         _FLEX["fn"] = torch.compile(flex_attention, dynamic=False)
     return _FLEX["fn"](q, k, v, block_mask=block_mask)  # type: ignore[operator]
+
+
+class SparseAttend(Attend):
+    """A sparse layer's kernel: the blocked or FlexAttention fast path over a whole sequence from position 0,
+    else the dense kernel ``fn`` under the pattern's (h, t, u) mask (decoding steps after the first, pictures,
+    kernel dense)."""
+
+    def __init__(self, pattern: SparsePattern, layer: int, fn: AttentionFn = fused_attention,
+                 kernel: str | None = None) -> None:  # fmt: skip
+        super().__init__(fn)
+        self.pattern, self.layer, self.kernel = pattern, layer, kernel or pattern.kernel
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, dropout_p: float = 0.0,
+                 bias: Tensor | None = None, offset: int | Tensor = 0) -> Tensor:  # fmt: skip
+        sp, t, u = self.pattern, q.size(2), k.size(2)
+        kernel = self.kernel
+        if kernel == "auto":  # FlexAttention on a GPU, unless attention dropout asks for the blocked kernel
+            kernel = "flex" if q.is_cuda and not dropout_p else "blocked"
+        key_mask = None if mask is None else mask[:, 0, 0, :]  # (b, u)
+        if offset == 0 and t == u and kernel != "dense":
+            if kernel == "flex":
+                if dropout_p:
+                    raise ValueError(f"model sparse.kernel flex has no attention dropout (dropout={dropout_p}): "
+                                     "set model dropout 0, or use sparse.kernel blocked or auto")  # fmt: skip
+                return flex_sparse_attention(q, k, v, sp, self.layer, causal, key_mask)
+            return sparse_attention(q, k, v, sp, self.layer, causal, key_mask, dropout_p)
+        allowed = sp.mask(self.layer, q.size(1), t, u, int(offset), causal, q.device)  # (h, t, u)
+        allowed = allowed if mask is None else allowed & mask  # (b|1, h, t, u)
+        return self.fn(q, k, v, allowed, False, dropout_p)  # (b, h, t, s)
+
+    def step_keys(self, seen: Tensor, at: Tensor, heads: int) -> tuple[Tensor, Tensor | None]:
+        """(h, 1, u): the pattern's row at the step's position, of the keys written; a row may be empty."""
+        j = torch.arange(seen.numel(), device=seen.device)[None, :]
+        return _guard_empty_rows(seen & self.pattern.allowed(self.layer, heads, at.view(1, 1), j, causal=True))
+
+    def recording(self, keep: list[Tensor]) -> Attend:
+        return SparseAttend(self.pattern, self.layer, partial(reference_attention, keep=keep), kernel="dense")
+
+    def __repr__(self) -> str:
+        return f"SparseAttend({self.pattern}, layer={self.layer}, kernel={self.kernel!r})"
+
+
+def layer_kernels(cfg: TransformerConfig) -> Callable[[int], Attend] | None:
+    """Each self-attention layer's kernel for a sparse config (by the layer's index: ``alternate`` switches
+    parts between layers); None for a dense one."""
+    if cfg.sparse is None:
+        return None
+    pattern, fn = SparsePattern.of(cfg.sparse), ATTENTION[cfg.attention]
+    return lambda layer: SparseAttend(pattern, layer, fn)

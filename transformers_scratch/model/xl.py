@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from .attention import ATTENTION, causal_mask, reference_attention
+from .attention import ATTENTION, Attend, causal_mask
 from .blocks import ACTIVATIONS, make_norm
 from .config import XLConfig
 from .generation import generate
@@ -74,14 +74,13 @@ class RelativeAttention(nn.Module):
 
     def __init__(self, cfg: XLConfig) -> None:
         super().__init__()
-        self.heads, self.impl, self.dropout = cfg.heads, cfg.attention, cfg.dropatt
+        self.heads, self.attend, self.dropout = cfg.heads, Attend(ATTENTION[cfg.attention]), cfg.dropatt
         s = cfg.emb // cfg.heads
         self.qkv = nn.Linear(cfg.emb, 3 * cfg.emb, bias=False)  # rows: W_q, W_k, W_v
         self.pos = nn.Linear(cfg.emb, cfg.emb, bias=False)  # W_r: sinusoids to per-head position keys
         self.out = nn.Linear(cfg.emb, cfg.emb, bias=False)
         self.u = nn.Parameter(torch.zeros(cfg.heads, s)) if cfg.untie_r else None
         self.v = nn.Parameter(torch.zeros(cfg.heads, s)) if cfg.untie_r else None
-        self.record: list[Tensor] | None = None  # a list: run the reference kernel and keep its weights here
 
     def forward(self, x: Tensor, t: int, r: Tensor, u: Tensor, v: Tensor, mask: Tensor) -> Tensor:
         """x: (b, n, k) memory then segment; t: the segment's length; r: (n, k) position vectors of distances
@@ -97,10 +96,7 @@ class RelativeAttention(nn.Module):
         position = relative_shift((q + v[:, None]) @ rk.transpose(-2, -1))  # (b, h, t, n): (q_i + v) . W_r R_{i-j}
         bias = position / math.sqrt(s)  # the kernels scale (q_i + u) . k_j themselves
         dropout_p = self.dropout if self.training else 0.0
-        if self.record is not None:  # attention pictures: the weights of this very pass
-            y = reference_attention(q + u[:, None], key, val, mask, dropout_p=dropout_p, bias=bias, keep=self.record)
-        else:
-            y = ATTENTION[self.impl](q + u[:, None], key, val, mask, dropout_p=dropout_p, bias=bias)  # (b, h, t, s)
+        y = self.attend(q + u[:, None], key, val, mask, False, dropout_p, bias)  # (b, h, t, s)
         return self.out(y.transpose(1, 2).reshape(b, t, k))  # (b, t, k)
 
 

@@ -111,11 +111,12 @@ class Checkpoint:
         """The trained module (on the CPU, in eval mode) and its vocabulary. ``takes``: the module classes the
         command can use."""
         module_class = self.refuse_kind(*takes, command=command)
-        self.settings(module_class)
+        settings = self.settings(module_class)  # checked, and in this version's spelling
+        hparams = self.hparams if settings is None else {**self.hparams, "model": settings}
         takes_args = inspect.signature(module_class).parameters  # settings since dropped (older layouts) left out
         assert self.state is not None, "read with weights=False"
         try:
-            module = module_class(**{k: v for k, v in self.hparams.items() if k in takes_args})
+            module = module_class(**{k: v for k, v in hparams.items() if k in takes_args})
             self.check_fits(module)
             module.load_state_dict(self.state)
         except (TypeError, RuntimeError, KeyError) as e:

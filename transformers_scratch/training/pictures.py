@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from ..model.attention import recording
+from ..model.sparse import SparseAttend
 from ..model.xl import TransformerXL
 
 
@@ -37,10 +38,10 @@ def attention_patterns(model: nn.Module, t: int) -> Tensor | None:
     """(l, h, t', t') bool, True where each head of each block may attend under a sparse model's pattern
     (t' = t + 1 when a [CLS] vector leads); None for a dense model, whose heads may attend anywhere."""
     layers = [block.attn for block in cast(Any, model).stack.blocks]
-    if layers[0].sparse is None:
+    if not isinstance(layers[0].attend, SparseAttend):
         return None
     t += getattr(cast(Any, model).cfg, "pool", None) == "cls"
-    return torch.stack([a.sparse.mask(a.layer, a.heads, t, causal=a.causal) for a in layers])
+    return torch.stack([a.attend.pattern.mask(a.attend.layer, a.heads, t, causal=a.causal) for a in layers])
 
 
 def xl_attention_maps(model: TransformerXL, ids: Tensor, queries: int) -> Tensor:
