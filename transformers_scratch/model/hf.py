@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,31 +35,70 @@ from .config import ClassifierConfig, LMConfig, MaskedLMConfig
 from .models import CausalLM, MaskedLM, SequenceClassifier
 from .pretrained import read_json
 
-GELUS: dict[str, Literal["gelu", "gelu_tanh", "relu"]] = {
-    "gelu": "gelu",
-    "gelu_new": "gelu_tanh",
-    "gelu_pytorch_tanh": "gelu_tanh",
-    "relu": "relu",
-}
-
-
 class HFError(ValueError):
     """A Hugging Face folder or model this project cannot read exactly; the message names what and why."""
 
 
-# ---- configs ---------------------------------------------------------------------------------------------
+# ---- configs: one table per family, read by from_hf and written by save_hf ----------------------------------
+ACTIVATIONS: dict[str, Literal["gelu", "gelu_tanh", "relu"]] = {
+    "gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
+}  # fmt: skip
+"""config.json's activations and this project's; an export writes the first name of each."""
+
+
+@dataclass(frozen=True)
+class Family:
+    """How a Hugging Face family's config.json and this project's config say the same model, in both directions:
+    ``sizes`` pairs config.json's integer keys with the config's fields; ``layout`` is what the family fixes (an
+    export of a model that differs is refused, naming the settings); ``eps`` and ``tie`` are config.json's keys of
+    the norms' epsilon and the tied head with their defaults; ``activation`` its key of the activation (None: the
+    family's SwiGLU); ``written`` goes into config.json as it is."""
+
+    about: str
+    sizes: dict[str, str]
+    layout: dict[str, Any]
+    eps: tuple[str, float]
+    tie: bool | None
+    activation: str | None
+    written: dict[str, Any]
+
+
+COMMON = {"vocab_size": "vocab_size", "max_position_embeddings": "context", "hidden_size": "emb",
+          "num_attention_heads": "heads", "num_hidden_layers": "depth", "intermediate_size": "ff_hidden"}  # fmt: skip
+FAMILIES = {
+    "gpt2": Family(
+        "GPT-2 (pre-norm LayerNorm, learned positions, a plain MLP)",
+        {"vocab_size": "vocab_size", "n_positions": "context", "n_embd": "emb", "n_head": "heads", "n_layer": "depth",
+         "n_inner": "ff_hidden"},
+        {"pre_norm": True, "positions": "learned", "norm": "layer", "embed_norm": False, "token_types": 0},
+        ("layer_norm_epsilon", 1e-5), True, "activation_function",
+        {"architectures": ["GPT2LMHeadModel"], "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
+         "bos_token_id": None, "eos_token_id": None},
+    ),
+    "bert": Family(
+        "BERT (post-norm LayerNorm, learned positions, a plain MLP, its embeddings norm and MLM head transform)",
+        COMMON, {"pre_norm": False, "positions": "learned", "norm": "layer", "embed_norm": True},
+        ("layer_norm_eps", 1e-12), None, "hidden_act",
+        {"architectures": ["BertForMaskedLM"], "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0,
+         "pad_token_id": 0, "tie_word_embeddings": True},
+    ),
+    "llama": Family(
+        "Llama or Qwen2 (pre-norm RMSNorm, rope, SwiGLU)",
+        COMMON,
+        {"pre_norm": True, "positions": "rope", "norm": "rms", "activation": "swiglu", "embed_norm": False,
+         "token_types": 0},
+        ("rms_norm_eps", 1e-6), False, None,
+        {"hidden_act": "silu", "attention_dropout": 0.0, "bos_token_id": None, "eos_token_id": None},
+    ),
+}  # fmt: skip
+FAMILIES["qwen2"] = FAMILIES["llama"]
+
+
 def _get(hf: dict, key: str, kind=int):
     value = hf.get(key)
     if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
         raise HFError(f"config.json's {key}={str(value)[:40]!r} is not a {kind.__name__}")
     return value
-
-
-def _activation(hf: dict, key: str) -> Literal["gelu", "gelu_tanh", "relu"]:
-    act = hf.get(key)
-    if act not in GELUS:
-        raise HFError(f"config.json's {key}={str(act)[:40]!r} has no counterpart here ({', '.join(GELUS)})")
-    return GELUS[act]
 
 
 def _rope_base(hf: dict) -> float:
@@ -74,58 +114,56 @@ def _rope_base(hf: dict) -> float:
 
 
 def config_from_hf(hf: dict, num_classes: int | None = None):
-    """This project's config for a Hugging Face ``config.json`` (a dict): its family's layout, its sizes."""
-    family = hf.get("model_type")
-    if family == "gpt2":
+    """This project's config for a Hugging Face ``config.json`` (a dict): its family's table, then what the
+    table cannot say (GPT-2's scaling, BERT's token types, Llama's and Qwen2's biases and key/value heads)."""
+    kind = hf.get("model_type")
+    if kind not in FAMILIES:
+        raise HFError(f"config.json's model_type {str(kind)[:40]!r} is not one of {', '.join(FAMILIES)}")
+    family = FAMILIES[kind]
+    cfg: dict[str, Any] = {ours: None if ours == "ff_hidden" and hf.get(key) is None else _get(hf, key)
+                           for key, ours in family.sizes.items()}  # GPT-2's n_inner may be null: 4 x the width
+    cfg |= {**family.layout, "norm_eps": float(hf.get(family.eps[0], family.eps[1])), "qkv_bias": True, "bias": True}
+    if family.activation is not None:
+        if hf.get(family.activation) not in ACTIVATIONS:
+            raise HFError(f"config.json's {family.activation}={str(hf.get(family.activation))[:40]!r} has no "
+                          f"counterpart here ({', '.join(ACTIVATIONS)})")  # fmt: skip
+        cfg["activation"] = ACTIVATIONS[hf[family.activation]]
+    if family.tie is not None:
+        cfg["tie_weights"] = bool(hf.get("tie_word_embeddings", family.tie))
+    if kind == "gpt2":
         for key, want in (("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False)):
             if hf.get(key, want) != want:
                 raise HFError(f"config.json's {key}={hf.get(key)!r} scales attention otherwise than 1/sqrt(head width)")
-        emb = _get(hf, "n_embd")
-        return LMConfig(
-            vocab_size=_get(hf, "vocab_size"), context=_get(hf, "n_positions"), emb=emb, heads=_get(hf, "n_head"),
-            depth=_get(hf, "n_layer"), ff_hidden=hf.get("n_inner") or 4 * emb,
-            activation=_activation(hf, "activation_function"), pre_norm=True, positions="learned",
-            qkv_bias=True, bias=True, norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)),
-            tie_weights=hf.get("tie_word_embeddings", True),
-        )  # fmt: skip
-    if family == "bert":
+    if kind == "bert":
         if hf.get("position_embedding_type", "absolute") != "absolute":
             raise HFError(f"config.json's position_embedding_type {hf['position_embedding_type']!r} is not absolute")
-        sizes = dict(
-            vocab_size=_get(hf, "vocab_size"), context=_get(hf, "max_position_embeddings"),
-            emb=_get(hf, "hidden_size"), heads=_get(hf, "num_attention_heads"), depth=_get(hf, "num_hidden_layers"),
-            ff_hidden=_get(hf, "intermediate_size"), activation=_activation(hf, "hidden_act"), pre_norm=False,
-            positions="learned", qkv_bias=True, bias=True, norm_eps=float(hf.get("layer_norm_eps", 1e-12)),
-            embed_norm=True, token_types=_get(hf, "type_vocab_size"),
-        )  # fmt: skip
+        cfg["token_types"] = _get(hf, "type_vocab_size")
         if num_classes is not None:
-            return ClassifierConfig(**sizes, num_classes=num_classes, pool="mean")
-        return MaskedLMConfig(**sizes, head_transform=True)
-    if family in ("llama", "qwen2"):
-        emb, heads = _get(hf, "hidden_size"), _get(hf, "num_attention_heads")
-        if hf.get("hidden_act") != "silu":
-            raise HFError(f"config.json's hidden_act={str(hf.get('hidden_act'))[:40]!r}: only silu (SwiGLU) maps")
-        if hf.get("head_dim") not in (None, emb // heads):
-            raise HFError(f"config.json's head_dim={hf['head_dim']} is not hidden_size / num_attention_heads")
-        if family == "llama":
-            attention, mlp = bool(hf.get("attention_bias", False)), bool(hf.get("mlp_bias", False))
-            if attention != mlp:  # here one switch serves the output projection and the feed-forward
-                raise HFError(
-                    f"config.json's attention_bias={attention} and mlp_bias={mlp} differ; they map only together"
-                )
-            qkv_bias, bias = attention, attention
-        else:
-            if hf.get("use_sliding_window"):
-                raise HFError("config.json's use_sliding_window=true: sliding-window attention has no counterpart here")
-            qkv_bias, bias = True, False
-        return LMConfig(
-            vocab_size=_get(hf, "vocab_size"), context=_get(hf, "max_position_embeddings"), emb=emb, heads=heads,
-            depth=_get(hf, "num_hidden_layers"), ff_hidden=_get(hf, "intermediate_size"), activation="swiglu",
-            kv_heads=hf.get("num_key_value_heads") or heads, pre_norm=True, positions="rope", norm="rms",
-            norm_eps=float(hf.get("rms_norm_eps", 1e-6)), rope_base=_rope_base(hf), qkv_bias=qkv_bias, bias=bias,
-            tie_weights=bool(hf.get("tie_word_embeddings", False)),
-        )  # fmt: skip
-    raise HFError(f"config.json's model_type {str(family)[:40]!r} is not one of gpt2, bert, llama, qwen2")
+            return ClassifierConfig(**cfg, num_classes=num_classes, pool="mean")
+        return MaskedLMConfig(**cfg, head_transform=True)
+    if family is FAMILIES["llama"]:
+        cfg |= _llama_only(hf, kind, cfg["emb"], cfg["heads"])
+    return LMConfig(**cfg)
+
+
+def _llama_only(hf: dict, kind: str, emb: int, heads: int) -> dict:
+    """What Llama's and Qwen2's config.json say beyond the table: activation, head width, biases, key/value heads,
+    the RoPE base."""
+    if hf.get("hidden_act") != "silu":
+        raise HFError(f"config.json's hidden_act={str(hf.get('hidden_act'))[:40]!r}: only silu (SwiGLU) maps")
+    if hf.get("head_dim") not in (None, emb // heads):
+        raise HFError(f"config.json's head_dim={hf['head_dim']} is not hidden_size / num_attention_heads")
+    if kind == "llama":
+        attention, mlp = bool(hf.get("attention_bias", False)), bool(hf.get("mlp_bias", False))
+        if attention != mlp:  # here one switch serves the output projection and the feed-forward
+            raise HFError(f"config.json's attention_bias={attention} and mlp_bias={mlp} differ; they map only together")
+        qkv_bias, bias = attention, attention
+    else:
+        if hf.get("use_sliding_window"):
+            raise HFError("config.json's use_sliding_window=true: sliding-window attention has no counterpart here")
+        qkv_bias, bias = True, False
+    return {"qkv_bias": qkv_bias, "bias": bias, "kv_heads": hf.get("num_key_value_heads") or heads,
+            "rope_base": _rope_base(hf)}  # fmt: skip
 
 
 # ---- names -----------------------------------------------------------------------------------------------
@@ -351,8 +389,8 @@ def _model_class(cfg) -> type[nn.Module]:
 
 # ---- writing ---------------------------------------------------------------------------------------------
 def hf_family(model: CausalLM | MaskedLM) -> tuple[str, dict]:
-    """The Hugging Face family that expresses ``model`` exactly, and its config.json; or one line naming the
-    option that none of them has."""
+    """The Hugging Face family that expresses ``model`` exactly, and its config.json, from the family's table; or
+    one line naming the settings that it lacks."""
     cfg, name = model.cfg, type(model).__name__
 
     def refuse(option: str, why: str) -> None:
@@ -360,57 +398,40 @@ def hf_family(model: CausalLM | MaskedLM) -> tuple[str, dict]:
 
     if cfg.kv_heads not in (None, cfg.heads) and cfg.positions != "rope":
         refuse(f"kv_heads={cfg.kv_heads}", "GPT-2 or BERT (grouped-query attention is Llama's)")
-    if cfg.attention == "sparse":
-        raise HFError(
-            "model attention sparse has no counterpart in GPT-2, BERT or Llama, whose heads see every earlier "
-            "position; share the checkpoint itself, which sample, test and attention read"
-        )
-    common = {"vocab_size": cfg.vocab_size, "torch_dtype": "float32"}
-    if isinstance(model, CausalLM) and cfg.positions == "learned":
-        if not cfg.pre_norm or cfg.norm != "layer" or cfg.activation == "swiglu" or cfg.embed_norm or cfg.token_types:
-            refuse(
-                "pre_norm false, norm rms, swiglu, embed_norm or token_types", "GPT-2 (pre-norm LayerNorm, plain MLP)"
-            )
-        return "gpt2", {
-            **common, "model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_positions": cfg.context,
-            "n_embd": cfg.emb, "n_head": cfg.heads, "n_layer": cfg.depth, "n_inner": cfg.hidden,
-            "activation_function": {"gelu_tanh": "gelu_new"}.get(cfg.activation, cfg.activation),
-            "layer_norm_epsilon": cfg.norm_eps, "tie_word_embeddings": model.cfg.tie_weights, "resid_pdrop": 0.0,
-            "embd_pdrop": 0.0, "attn_pdrop": 0.0, "bos_token_id": None, "eos_token_id": None,
-        }  # fmt: skip
-    if isinstance(model, CausalLM) and cfg.positions == "rope":
-        if cfg.norm != "rms" or cfg.activation != "swiglu" or not cfg.pre_norm or cfg.embed_norm or cfg.token_types:
-            refuse(f"norm {cfg.norm}, activation {cfg.activation}", "Llama or Qwen2 (pre-norm RMSNorm, SwiGLU)")
-        llama = cfg.qkv_bias == cfg.bias or cfg.bias  # Llama: one switch for all biases; Qwen2: qkv biases only
-        family = "llama" if llama else "qwen2"
-        out = {
-            **common, "model_type": family, "architectures": ["LlamaForCausalLM" if llama else "Qwen2ForCausalLM"],
-            "hidden_size": cfg.emb, "intermediate_size": cfg.hidden, "num_hidden_layers": cfg.depth,
-            "num_attention_heads": cfg.heads, "num_key_value_heads": cfg.kv_heads or cfg.heads,
-            "head_dim": cfg.emb // cfg.heads, "max_position_embeddings": cfg.context, "rms_norm_eps": cfg.norm_eps,
-            "rope_theta": cfg.rope_base, "hidden_act": "silu", "tie_word_embeddings": model.cfg.tie_weights,
-            "attention_dropout": 0.0, "bos_token_id": None, "eos_token_id": None,
-        }  # fmt: skip
-        if llama:
-            out.update(attention_bias=cfg.bias, mlp_bias=cfg.bias)
-        return family, out
+    if cfg.sparse is not None:
+        raise HFError("model sparse attention has no counterpart in GPT-2, BERT or Llama, whose heads see every "
+                      "earlier position; share the checkpoint itself, which sample, test and attention read")  # fmt: skip
     if isinstance(model, MaskedLM):
-        if cfg.pre_norm or cfg.positions != "learned" or cfg.norm != "layer" or cfg.activation == "swiglu":
-            refuse(f"pre_norm {cfg.pre_norm}, positions {cfg.positions}, norm {cfg.norm}, activation "
-                   f"{cfg.activation}", "BERT (post-norm LayerNorm, learned positions, plain MLP)")  # fmt: skip
-        if not cfg.embed_norm or not model.cfg.head_transform:
-            refuse("embed_norm false or head_transform false", "BERT (its embeddings norm and MLM head transform)")
-        return "bert", {
-            **common, "model_type": "bert", "architectures": ["BertForMaskedLM"], "hidden_size": cfg.emb,
-            "num_attention_heads": cfg.heads, "num_hidden_layers": cfg.depth, "intermediate_size": cfg.hidden,
-            "hidden_act": {"gelu_tanh": "gelu_new"}.get(cfg.activation, cfg.activation),
-            "max_position_embeddings": cfg.context, "type_vocab_size": max(cfg.token_types, 1),
-            "layer_norm_eps": cfg.norm_eps, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0,
-            "pad_token_id": 0, "tie_word_embeddings": True,
-        }  # fmt: skip
-    if isinstance(model, CausalLM):
+        kind = "bert"
+    elif isinstance(model, CausalLM) and cfg.positions in ("learned", "rope"):
+        llama = cfg.qkv_bias == cfg.bias or cfg.bias  # Llama: one switch for all biases; Qwen2: qkv biases only
+        kind = "gpt2" if cfg.positions == "learned" else "llama" if llama else "qwen2"
+    elif isinstance(model, CausalLM):
         refuse(f"positions {cfg.positions}", "GPT-2 (learned) or Llama (rope)")
-    raise HFError(f"a {name} has no Hugging Face family here; export a CausalLM or a MaskedLM")
+    else:
+        raise HFError(f"a {name} has no Hugging Face family here; export a CausalLM or a MaskedLM")
+    family = FAMILIES[kind]
+    written = {v: k for k, v in reversed(ACTIVATIONS.items())}  # gelu_tanh -> gelu_new
+    differ = [f"{k} {str(getattr(cfg, k)).lower()}" for k, v in family.layout.items() if getattr(cfg, k) != v]
+    differ += [f"activation {cfg.activation}"] if family.activation and cfg.activation not in written else []
+    differ += ["head_transform false"] if kind == "bert" and not model.cfg.head_transform else []
+    if differ:
+        refuse(", ".join(differ), family.about)
+    out = {"model_type": kind, "vocab_size": cfg.vocab_size, "torch_dtype": "float32", **family.written,
+           **{key: cfg.hidden if ours == "ff_hidden" else getattr(cfg, ours) for key, ours in family.sizes.items()},
+           family.eps[0]: cfg.norm_eps}  # fmt: skip
+    if family.activation is not None:
+        out[family.activation] = written[cfg.activation]
+    if family.tie is not None:
+        out["tie_word_embeddings"] = model.cfg.tie_weights
+    if kind == "bert":
+        out["type_vocab_size"] = max(cfg.token_types, 1)
+    if family is FAMILIES["llama"]:
+        out |= {"architectures": ["LlamaForCausalLM" if kind == "llama" else "Qwen2ForCausalLM"],
+                "num_key_value_heads": cfg.kv_heads or cfg.heads, "head_dim": cfg.emb // cfg.heads,
+                "rope_theta": cfg.rope_base, **({"attention_bias": cfg.bias, "mlp_bias": cfg.bias} if kind == "llama"
+                                                 else {})}  # fmt: skip
+    return kind, out
 
 
 def save_hf(model: CausalLM | MaskedLM, folder: str | os.PathLike) -> Path:
