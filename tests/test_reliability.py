@@ -14,6 +14,7 @@ import sys
 import tarfile
 import tracemalloc
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -142,6 +143,27 @@ def test_a_config_with_the_flat_sparse_settings_gets_their_nested_spelling(capsy
     fails(capsys, "fit", "--config", TINY_LM, "--config", str(old), "--data.path", str(text),
           message=f"--config '{old}': model.init_args.model.attention is an earlier spelling: sparse attention is "
           "one setting now, `sparse: {pattern: fixed, block: 8}` (null for dense)")  # fmt: skip
+
+
+def test_a_checkpoint_written_with_the_flat_sparse_settings_builds_its_sparse_model(tmp_path):
+    """An earlier version's settings, pickled as a config object (the Python API) or a dict (the command line),
+    build the sparse module they describe: from the checked settings, not the raw ones."""
+    import copy
+
+    from transformers_scratch.model.config import SparseConfig
+    from transformers_scratch.training.checkpoints import Checkpoint
+
+    sparse = SparseConfig(pattern="fixed", block=4, summary=2)
+    module = LitCharLM(replace(TINY, sparse=sparse))
+    flat = {"attention": "sparse", **{f"sparse_{k}": v for k, v in vars(sparse).items()}}
+    for written in ("object", "dict"):
+        old = copy.copy(module.model.cfg)  # the fields as an earlier version had them
+        del vars(old)["sparse"]
+        vars(old).update(flat)
+        module.hparams["model"] = old if written == "object" else dict(vars(old))
+        path = write_checkpoint(tmp_path / f"{written}.ckpt", module, {"vocab_symbols": None})
+        trained, _ = Checkpoint(path).trained(LitCharLM)
+        assert trained.model.cfg.sparse == sparse, written
 
 
 def test_a_checkpoint_with_the_flat_sparse_settings_reads_as_the_nested_ones():

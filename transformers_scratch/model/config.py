@@ -286,7 +286,7 @@ def read_settings(cls: type, settings, source: str, fix: str = ""):
     (which keeps the older behaviour). ``fix`` ends each refusal; by default it points to the version that wrote
     the settings."""
     if dataclasses.is_dataclass(settings) and not isinstance(settings, type):
-        settings = dataclasses.asdict(settings)
+        settings = dict(vars(settings))  # as pickled: an earlier version's object keeps its own fields
     fix = (
         fix or "use the version of transformers-scratch that wrote it (or a newer one), or train it again with this one"
     )

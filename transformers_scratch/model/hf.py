@@ -35,6 +35,7 @@ from .config import ClassifierConfig, LMConfig, MaskedLMConfig
 from .models import CausalLM, MaskedLM, SequenceClassifier
 from .pretrained import read_json
 
+
 class HFError(ValueError):
     """A Hugging Face folder or model this project cannot read exactly; the message names what and why."""
 
@@ -120,8 +121,10 @@ def config_from_hf(hf: dict, num_classes: int | None = None):
     if kind not in FAMILIES:
         raise HFError(f"config.json's model_type {str(kind)[:40]!r} is not one of {', '.join(FAMILIES)}")
     family = FAMILIES[kind]
-    cfg: dict[str, Any] = {ours: None if ours == "ff_hidden" and hf.get(key) is None else _get(hf, key)
-                           for key, ours in family.sizes.items()}  # GPT-2's n_inner may be null: 4 x the width
+    cfg: dict[str, Any] = {
+        ours: None if ours == "ff_hidden" and hf.get(key) is None else _get(hf, key)
+        for key, ours in family.sizes.items()
+    }  # GPT-2's n_inner may be null: 4 x the width
     cfg |= {**family.layout, "norm_eps": float(hf.get(family.eps[0], family.eps[1])), "qkv_bias": True, "bias": True}
     if family.activation is not None:
         if hf.get(family.activation) not in ACTIVATIONS:
@@ -391,7 +394,8 @@ def _model_class(cfg) -> type[nn.Module]:
 def hf_family(model: CausalLM | MaskedLM) -> tuple[str, dict]:
     """The Hugging Face family that expresses ``model`` exactly, and its config.json, from the family's table; or
     one line naming the settings that it lacks."""
-    cfg, name = model.cfg, type(model).__name__
+    cfg: Any = model.cfg  # LMConfig or MaskedLMConfig: the family's table names the fields each has
+    name = type(model).__name__
 
     def refuse(option: str, why: str) -> None:
         raise HFError(f"model {option} has no counterpart in {why}; train with the family's layout to export it")
@@ -400,7 +404,8 @@ def hf_family(model: CausalLM | MaskedLM) -> tuple[str, dict]:
         refuse(f"kv_heads={cfg.kv_heads}", "GPT-2 or BERT (grouped-query attention is Llama's)")
     if cfg.sparse is not None:
         raise HFError("model sparse attention has no counterpart in GPT-2, BERT or Llama, whose heads see every "
-                      "earlier position; share the checkpoint itself, which sample, test and attention read")  # fmt: skip
+                      "earlier position; share the checkpoint itself, which sample, test and attention "
+                      "read")  # fmt: skip
     if isinstance(model, MaskedLM):
         kind = "bert"
     elif isinstance(model, CausalLM) and cfg.positions in ("learned", "rope"):
@@ -411,10 +416,10 @@ def hf_family(model: CausalLM | MaskedLM) -> tuple[str, dict]:
     else:
         raise HFError(f"a {name} has no Hugging Face family here; export a CausalLM or a MaskedLM")
     family = FAMILIES[kind]
-    written = {v: k for k, v in reversed(ACTIVATIONS.items())}  # gelu_tanh -> gelu_new
+    written: dict[str, str] = {v: k for k, v in reversed(ACTIVATIONS.items())}  # gelu_tanh -> gelu_new
     differ = [f"{k} {str(getattr(cfg, k)).lower()}" for k, v in family.layout.items() if getattr(cfg, k) != v]
     differ += [f"activation {cfg.activation}"] if family.activation and cfg.activation not in written else []
-    differ += ["head_transform false"] if kind == "bert" and not model.cfg.head_transform else []
+    differ += ["head_transform false"] if kind == "bert" and not cfg.head_transform else []
     if differ:
         refuse(", ".join(differ), family.about)
     out = {"model_type": kind, "vocab_size": cfg.vocab_size, "torch_dtype": "float32", **family.written,
@@ -423,7 +428,7 @@ def hf_family(model: CausalLM | MaskedLM) -> tuple[str, dict]:
     if family.activation is not None:
         out[family.activation] = written[cfg.activation]
     if family.tie is not None:
-        out["tie_word_embeddings"] = model.cfg.tie_weights
+        out["tie_word_embeddings"] = cfg.tie_weights
     if kind == "bert":
         out["type_vocab_size"] = max(cfg.token_types, 1)
     if family is FAMILIES["llama"]:

@@ -29,6 +29,7 @@ from ..model.config import (
     EncoderDecoderConfig,
     LMConfig,
     MaskedLMConfig,
+    SparseConfig,
     XLConfig,
     read_settings,
 )
@@ -44,7 +45,7 @@ LN2 = math.log(2)
 
 # Checkpoints hold these configs in their hyper-parameters; let torch.load(weights_only=True) rebuild them.
 torch.serialization.add_safe_globals(
-    [MaskedLMConfig, LMConfig, ClassifierConfig, EncoderDecoderConfig, XLConfig, OptimConfig]
+    [MaskedLMConfig, LMConfig, ClassifierConfig, EncoderDecoderConfig, XLConfig, OptimConfig, SparseConfig]
 )
 
 
