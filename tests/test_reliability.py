@@ -155,6 +155,8 @@ def test_a_checkpoint_written_with_the_flat_sparse_settings_builds_its_sparse_mo
 
     sparse = SparseConfig(pattern="fixed", block=4, summary=2)
     module = LitCharLM(replace(TINY, sparse=sparse))
+    current = write_checkpoint(tmp_path / "current.ckpt", module, {"vocab_symbols": None})  # SparseConfig inside
+    assert Checkpoint(current).trained(LitCharLM)[0].model.cfg.sparse == sparse
     flat = {"attention": "sparse", **{f"sparse_{k}": v for k, v in vars(sparse).items()}}
     for written in ("object", "dict"):
         old = copy.copy(module.model.cfg)  # the fields as an earlier version had them
