@@ -442,15 +442,14 @@ class SparseAttend(Attend):
     else the dense kernel ``fn`` under the pattern's (h, t, u) mask (decoding steps after the first, pictures,
     kernel dense)."""
 
-    def __init__(self, pattern: SparsePattern, layer: int, fn: AttentionFn = fused_attention,
-                 kernel: str | None = None) -> None:  # fmt: skip
+    def __init__(self, pattern: SparsePattern, layer: int, fn: AttentionFn = fused_attention) -> None:
         super().__init__(fn)
-        self.pattern, self.layer, self.kernel = pattern, layer, kernel or pattern.kernel
+        self.pattern, self.layer = pattern, layer
 
     def __call__(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, dropout_p: float = 0.0,
                  bias: Tensor | None = None, offset: int | Tensor = 0) -> Tensor:  # fmt: skip
         sp, t, u = self.pattern, q.size(2), k.size(2)
-        kernel = self.kernel
+        kernel = sp.kernel
         if kernel == "auto":  # FlexAttention on a GPU, unless attention dropout asks for the blocked kernel
             kernel = "flex" if q.is_cuda and not dropout_p else "blocked"
         key_mask = None if mask is None else mask[:, 0, 0, :]  # (b, u)
@@ -471,10 +470,11 @@ class SparseAttend(Attend):
         return _guard_empty_rows(seen & self.pattern.allowed(self.layer, heads, at.view(1, 1), j, causal=True))
 
     def recording(self, keep: list[Tensor]) -> Attend:
-        return SparseAttend(self.pattern, self.layer, partial(reference_attention, keep=keep), kernel="dense")
+        dense = dataclasses.replace(self.pattern, kernel="dense")  # the pattern's mask, whole
+        return SparseAttend(dense, self.layer, partial(reference_attention, keep=keep))
 
     def __repr__(self) -> str:
-        return f"SparseAttend({self.pattern}, layer={self.layer}, kernel={self.kernel!r})"
+        return f"SparseAttend({self.pattern}, layer={self.layer})"
 
 
 def layer_kernels(cfg: TransformerConfig) -> Callable[[int], Attend] | None:
