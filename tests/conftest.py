@@ -15,6 +15,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def fp32_matmuls_as_they_were():
+    """Each test starts with fp32 matmuls at the precision the last one started with: a fit in this process
+    turns TF32 on for the GPU (``configure_model``), which would loosen a later test's fp32 comparison."""
+    precision = torch.get_float32_matmul_precision()
+    yield
+    torch.set_float32_matmul_precision(precision)
+
+
 @pytest.fixture
 def cli():
     """The command line inside the test process: ``cli("fit", ..., cwd=folder)`` returns the exit code, stdout and

@@ -50,7 +50,7 @@ def run_job(job: dict) -> dict:
     device = torch.device(job["device"])
     torch.manual_seed(0)
     if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+        torch.set_float32_matmul_precision("high")
     if job["kind"] == "seq2seq":
         return decode_job(job, device)
     if job["kind"] == "attention":

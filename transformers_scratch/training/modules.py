@@ -91,7 +91,7 @@ class LitTransformer(L.LightningModule):
     def configure_model(self) -> None:
         """Hardware-dependent set-up, once the trainer knows the devices and before it wraps the model."""
         if torch.cuda.is_available():
-            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True  # fp32 matmuls on TF32
+            torch.set_float32_matmul_precision("high")  # fp32 matmuls on TF32 (cuDNN's already are)
         if self.sharded and "auto_wrap_policy" not in cast(FSDPStrategy, self.trainer.strategy).kwargs:
             # Each transformer block is its own FSDP unit (gathered for its forward and backward only); Lightning
             # then wraps this module as the root unit, which holds the embeddings, final norm and output layer.
