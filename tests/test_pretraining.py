@@ -127,7 +127,7 @@ def test_pretraining_then_fine_tuning_end_to_end(tmp_path, cli):
     finetune = ["fit", "--config", str(CONFIGS / "imdb.yaml"), "--config", str(CONFIGS / "imdb_finetune.yaml"), *small]
     result = cli(*finetune, "--model.optim.lr", "0", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "fine-tuning: the embeddings and blocks of checkpoints/imdb_mlm/last.ckpt" in result.stdout + result.stderr
+    assert "model.pretrained: the weights of checkpoints/imdb_mlm/last.ckpt start this run" in result.stderr
     tuned = torch.load(tmp_path / "checkpoints" / "imdb_finetune" / "last.ckpt", weights_only=True)["state_dict"]
     for name, value in mlm["state_dict"].items():
         if name.startswith("model.stack."):
@@ -177,3 +177,31 @@ def test_fine_tuning_names_a_pretrained_checkpoint_of_a_newer_layout(tmp_path):
     with pytest.raises(ValueError, match="model.pretrained '.*newer.ckpt' has a model setting 'rope_theta' that "
                                          "this version's MaskedLMConfig lacks"):  # fmt: skip
         read_pretrained(str(tmp_path / "newer.ckpt"), ClassifierConfig(emb=16, heads=2))
+
+
+def test_a_language_model_trains_in_stages_from_a_shorter_dense_run(tmp_path, cli):
+    """Shortformer's staged training: a rope model at a window of 32, then the same weights at 64 with a sparse
+    pattern (model.pretrained). At learning rate 0 the second stage moves nothing, so its weights are the first's,
+    bit for bit. Learned positions cannot grow: refused in one line, before anything is written."""
+    (tmp_path / "text.txt").write_text("the cat sat on a mat while one dog ran far away. " * 400)
+    args = ["fit", "--config", str(CONFIGS / "tiny_charlm.yaml"), "--data.path", "text.txt", "--trainer.max_steps",
+            "2", "--trainer.logger", "false", "--sample.length", "0", "--trainer.limit_val_batches", "1",
+            "--model.model.depth", "1", "--model.model.emb", "32"]  # fmt: skip
+    short = cli(*args, "--data.context", "32", "--model.model.positions", "rope", "--name", "short", cwd=tmp_path)
+    assert short.returncode == 0, short.stderr[-3000:]
+    first = "checkpoints/short/last.ckpt"
+    long = ["--data.context", "64", "--model.model.sparse", "{block: 8}", "--model.pretrained", first]
+    staged = cli(*args, "--model.model.positions", "rope", *long, "--model.optim.lr", "0", "--name", "long",
+                 cwd=tmp_path)  # fmt: skip
+    assert staged.returncode == 0, staged.stderr[-3000:]
+    assert f"model.pretrained: the weights of {first} start this run" in staged.stderr
+    before = torch.load(tmp_path / first, weights_only=True)["state_dict"]
+    after = torch.load(tmp_path / "checkpoints/long/last.ckpt", weights_only=True)
+    assert after["global_step"] == 2 and after["hyper_parameters"]["model"]["sparse"]["block"] == 8
+    assert before.keys() == after["state_dict"].keys()
+    assert all(torch.equal(before[k], after["state_dict"][k]) for k in before)
+
+    learned = cli(*args, *long, "--name", "learned", cwd=tmp_path)
+    assert_fails_cleanly(learned, "model.pretrained 'checkpoints/short/last.ckpt' does not fit the LitCharLM")
+    assert "for a longer window, positions other than learned" in learned.stderr
+    assert not (tmp_path / "checkpoints" / "learned").exists()

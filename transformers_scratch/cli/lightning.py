@@ -56,7 +56,7 @@ from ..training.callbacks import (
 from ..training.checkpoints import Checkpoint, check_ckpt_path, check_linked_context
 from ..training.console import note, quiet, shown, silence
 from ..training.loggers import CSVLogger, WandbLogger
-from ..training.modules import LitTransformer, read_pretrained
+from ..training.modules import LitTransformer
 from ..training.optim import OptimConfig
 from ..training.run_folder import claim_run_folder, release_run_folder
 from .config_files import check_config_files, check_values
@@ -553,12 +553,13 @@ class CLI(LightningCLI):
         note(f"final validation over the whole validation split ({whole} batches): {shown_scores}")
 
     def _check_pretrained(self) -> None:
-        """Fine-tuning (``model.pretrained``): the encoder must fit the classifier, which is checked now, before the
-        data is read; and the data must give the ids it was pretrained on, so it gets that vocabulary to check."""
+        """``model.pretrained`` (fine-tuning, or a run in stages): its weights must fit the model, which is checked
+        now, before the data is read; and the data must give the ids they were trained on, so it gets that
+        vocabulary to check."""
         path = getattr(self.model, "pretrained", None)
         if not path or self.config.fit.get("ckpt_path"):  # a resumed run's weights are its own
             return
-        self.model.encoder, vocab = read_pretrained(path, self.model.model.cfg)  # read once: fit loads it
+        vocab = self.model.read_pretrained()  # read once: fit loads it
         if vocab is not None:
             self.datamodule.load_state_dict(vocab_state(vocab))
 

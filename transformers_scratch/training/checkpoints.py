@@ -92,9 +92,9 @@ class Checkpoint:
             )
         return cls
 
-    def check_fits(self, module: torch.nn.Module) -> None:
+    def check_fits(self, module: torch.nn.Module, fix: str = f"the file is damaged, or {RETRAIN}") -> None:
         """The weights against the module built from the settings, before a strict load, whose RuntimeError lists
-        every key: a name or a shape the module lacks is refused in one line, naming the first."""
+        every key: a name or a shape the module lacks is refused in one line, naming the first, and ``fix``."""
         ours = {name: tuple(t.shape) for name, t in module.state_dict().items()}
         problems = [f"{name!r} is missing" for name in ours if name not in self.shapes]
         problems += [f"{name!r} is not one of its weights" for name in self.shapes if name not in ours]
@@ -104,7 +104,7 @@ class Checkpoint:
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
             raise ValueError(
                 f"{self.source} does not fit the {type(module).__name__} its settings describe: "
-                f"{shortened(problems[0])}{more}; the file is damaged, or {RETRAIN}"
+                f"{shortened(problems[0])}{more}; {fix}"
             )
 
     def trained(self, *takes: type, command: str = "this command"):

@@ -83,6 +83,24 @@ class LitTransformer(L.LightningModule):
     shown: dict[str, float]  # host copies of the last logged training values, for the progress bar
     schedule_steps: int | None = None
     resumed: dict | None = None  # the checkpoint this fit resumes, until training starts
+    pretrained: str | None = None  # a checkpoint whose weights start the model (the modules that take one)
+    start: dict[str, Tensor] | None = None  # its weights, once read and checked (:meth:`read_pretrained`)
+
+    def read_pretrained(self) -> Vocab | None:
+        """Read ``pretrained`` once and check it against this model; keep its weights for the start of fit, and
+        return its vocabulary, which the data must give."""
+        raise NotImplementedError(f"{type(self).__name__} takes no model.pretrained")
+
+    def on_fit_start(self) -> None:
+        if self.pretrained and self.trainer.ckpt_path is None:  # a resumed run's weights are its own
+            if self.sharded:
+                raise ValueError("model.pretrained loads a whole model: train without FSDP")
+            if self.start is None:
+                self.read_pretrained()
+            missing, unexpected = self.model.load_state_dict(cast(dict, self.start), strict=False)
+            assert not unexpected and all(k.startswith(("head.", "cls")) for k in missing), (missing, unexpected)
+            self.start = None
+            note(f"model.pretrained: the weights of {self.pretrained} start this run")
 
     def batch_ids(self, batch) -> Tensor:
         """The token ids (b, t) a training batch feeds the model: what throughput counts."""
@@ -229,7 +247,6 @@ class LitClassifier(LitTransformer):
     """Sequence classification with cross-entropy and accuracy (IMDb sentiment)."""
 
     checkpoint_metric = ("val/acc", "max", "epoch{epoch}-acc{val/acc:.4f}")
-    encoder: dict[str, Tensor] | None = None  # model.pretrained's encoder, when the CLI has read and checked it
 
     def __init__(
         self,
@@ -263,15 +280,9 @@ class LitClassifier(LitTransformer):
         acc = lambda: torchmetrics.Accuracy(task="multiclass", num_classes=model.num_classes)  # noqa: E731
         self.train_acc, self.val_acc, self.test_acc = acc(), acc(), acc()
 
-    def on_fit_start(self) -> None:
-        if self.pretrained and self.trainer.ckpt_path is None:  # a resumed run's weights are its own
-            if self.sharded:
-                raise ValueError("model.pretrained loads a whole encoder: fine-tune without FSDP")
-            encoder = self.encoder or read_pretrained(self.pretrained, self.model.cfg)[0]
-            self.encoder = None
-            missing, unexpected = self.model.load_state_dict(encoder, strict=False)
-            assert not unexpected and all(k.startswith(("head.", "cls")) for k in missing), (missing, unexpected)
-            note(f"fine-tuning: the embeddings and blocks of {self.pretrained} start the classifier")
+    def read_pretrained(self) -> Vocab | None:
+        self.start, vocab = read_pretrained(cast(str, self.pretrained), self.model.cfg)
+        return vocab
 
     def forward(self, ids: Tensor, mask: Tensor | None = None) -> Tensor:
         return self.net(ids, mask)
@@ -405,6 +416,7 @@ class LitCharLM(BitsPerByte, LitTransformer):
         model: LMConfig | None = None,
         optim: OptimConfig | None = None,
         compile: Compile = False,
+        pretrained: str | None = None,
         init_from: str | None = None,
     ) -> None:
         """
@@ -413,6 +425,10 @@ class LitCharLM(BitsPerByte, LitTransformer):
             optim: Optimiser and schedule.
             compile: Run the model through torch.compile for training and evaluation, true or a mode (checkpoints
                 still load without it; sampling runs uncompiled).
+            pretrained: Train in stages: a LitCharLM checkpoint whose weights start this run when fit starts (not
+                when it resumes), as Press et al.'s Shortformer trains short windows first, then long ones. Its
+                sizes and vocabulary must be this run's; the window, the attention pattern (model.sparse), the
+                optimizer and the schedule are this run's (a longer window needs positions other than learned).
             init_from: Fine-tune a pretrained model: a Hugging Face GPT-2, Llama or Qwen2 folder (config.json and
                 safetensors) or hub name. Its config decides the architecture (model sizes are then unused) and
                 its weights start the run; tokenize with its tokenizer (--data.tokenizer, the same folder).
@@ -420,7 +436,7 @@ class LitCharLM(BitsPerByte, LitTransformer):
         super().__init__()
         self.save_hyperparameters()
         model = as_config(model, LMConfig)
-        self.optim, self.compile = as_config(optim, OptimConfig), compile
+        self.optim, self.compile, self.pretrained = as_config(optim, OptimConfig), compile, pretrained
         self.model: CausalLM = pretrained_model(self, init_from, model) if init_from else CausalLM(model)
         model = self.model.cfg
         self.output_size = model.vocab_size
@@ -432,6 +448,14 @@ class LitCharLM(BitsPerByte, LitTransformer):
     def logits_of(self, batch, training: bool) -> tuple[Tensor, Tensor]:
         x, y = batch
         return self(x), y
+
+    def read_pretrained(self) -> Vocab | None:
+        ckpt = Checkpoint(cast(str, self.pretrained), "model.pretrained")
+        ckpt.refuse_kind(LitCharLM, command="model.pretrained")
+        ckpt.check_fits(self, fix="train the first stage with this run's sizes (and, for a longer window, positions "
+                                  "other than learned)")  # fmt: skip
+        self.start = {k.removeprefix("model."): v for k, v in cast(dict, ckpt.state).items()}
+        return ckpt.vocab
 
 
 MEMORY = "xl_memory"  # the checkpoint's entry: every process's training memory, (world, depth, b, m, k), or None
