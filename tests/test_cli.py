@@ -28,6 +28,10 @@ OVERLAYS = {
     "imdb_cpu.yaml": ["imdb.yaml"],
     "imdb_best.yaml": ["imdb.yaml"],
     "imdb_finetune.yaml": ["imdb.yaml"],
+    "stdlib_stage1.yaml": ["stdlib_dense.yaml"],
+    "stdlib_sparse.yaml": ["stdlib_dense.yaml"],
+    "stdlib_sparse_fixed.yaml": ["stdlib_dense.yaml"],
+    "stdlib_dense_long.yaml": ["stdlib_dense.yaml"],
 }  # configs that change other configs: tested on top of them
 TINY_LM = str(ROOT / "configs" / "tiny_charlm.yaml")
 TINY_IMDB = str(ROOT / "configs" / "tiny_imdb.yaml")
