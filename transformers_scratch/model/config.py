@@ -156,7 +156,7 @@ class TransformerConfig:
 
     def parameters_at_least(self) -> int:
         """The parameters this config declares, at least: embeddings, a learned position table, the output layer
-        when untied, and every block's projections."""
+        when untied, and every block's projections. What memory must hold, and a file of its weights."""
         table = self.context * self.emb if self.positions == "learned" else 0
         head = 0 if getattr(self, "tie_weights", True) else self.vocab_size * self.emb
         return self.vocab_size * self.emb + table + head + self.depth * self.block_parameters()
@@ -268,15 +268,21 @@ class EncoderDecoderConfig(TransformerConfig):
     """Decoder blocks; None means the same as ``depth`` (the encoder's)."""
 
     def __post_init__(self) -> None:
-        super().__post_init__()
         if self.tgt_vocab_size is None:
             self.tgt_vocab_size = self.vocab_size
         if self.decoder_depth is None:
             self.decoder_depth = self.depth
+        super().__post_init__()
 
     @property
     def shared_vocab(self) -> bool:
         return self.tgt_vocab_size == self.vocab_size
+
+    def parameters_at_least(self) -> int:
+        """The encoder's, the decoder's blocks and a target vocabulary of its own."""
+        assert self.tgt_vocab_size is not None and self.decoder_depth is not None  # filled in first
+        target = 0 if self.shared_vocab else self.tgt_vocab_size * self.emb
+        return super().parameters_at_least() + target + self.decoder_depth * self.block_parameters()
 
 
 def read_settings(cls: type, settings, source: str, fix: str = ""):

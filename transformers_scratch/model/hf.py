@@ -169,79 +169,51 @@ def _llama_only(hf: dict, kind: str, emb: int, heads: int) -> dict:
             "rope_base": _rope_base(hf)}  # fmt: skip
 
 
-# ---- names -----------------------------------------------------------------------------------------------
-def _gpt2_names(cfg) -> list[tuple[str, list[str], bool]]:
-    """(this project's name, the Hugging Face names it joins, whether they are transposed Conv1D weights)."""
-    names = [("embed.tokens.weight", ["wte.weight"], False), ("embed.positions.table.weight", ["wpe.weight"], False),
-             ("stack.norm.weight", ["ln_f.weight"], False), ("stack.norm.bias", ["ln_f.bias"], False)]  # fmt: skip
-    if not cfg.tie_weights:
-        names.append(("head.weight", ["lm_head.weight"], False))
-    for i in range(cfg.depth):
-        ours, theirs = f"stack.blocks.{i}.", f"h.{i}."
-        pairs = [("norm1", "ln_1", False), ("attn.qkv", "attn.c_attn", True), ("attn.out", "attn.c_proj", True),
-                 ("norm2", "ln_2", False), ("ff.0", "mlp.c_fc", True), ("ff.2", "mlp.c_proj", True)]  # fmt: skip
-        for a, b, conv in pairs:
-            names += [
-                (f"{ours}{a}.weight", [f"{theirs}{b}.weight"], conv),
-                (f"{ours}{a}.bias", [f"{theirs}{b}.bias"], False),
-            ]
-    return names
+# ---- names ---------------------------------------------------------------------------------------------
+Names = list[tuple[str, list[str], bool]]
+"""(this project's tensor, the Hugging Face tensors it joins (their separate q, k, v), whether they are GPT-2's
+transposed Conv1D weights)."""
 
 
-def _bert_names(cfg, prefix: str) -> list[tuple[str, list[str], bool]]:
-    e = f"{prefix}embeddings."
-    names = [("embed.tokens.weight", [f"{e}word_embeddings.weight"], False),
-             ("embed.positions.table.weight", [f"{e}position_embeddings.weight"], False),
-             ("embed.types.weight", [f"{e}token_type_embeddings.weight"], False),
-             ("embed.norm.weight", [f"{e}LayerNorm.weight"], False),
-             ("embed.norm.bias", [f"{e}LayerNorm.bias"], False)]  # fmt: skip
-    for i in range(cfg.depth):
-        ours, theirs = f"stack.blocks.{i}.", f"{prefix}encoder.layer.{i}."
-        qkv = [f"{theirs}attention.self.{p}" for p in ("query", "key", "value")]
-        names += [(f"{ours}attn.qkv.weight", [f"{n}.weight" for n in qkv], False),
-                  (f"{ours}attn.qkv.bias", [f"{n}.bias" for n in qkv], False)]  # fmt: skip
-        pairs = [("attn.out", "attention.output.dense"), ("norm1", "attention.output.LayerNorm"),
-                 ("ff.0", "intermediate.dense"), ("ff.2", "output.dense"), ("norm2", "output.LayerNorm")]  # fmt: skip
-        for a, b in pairs:
-            names += [(f"{ours}{a}.{w}", [f"{theirs}{b}.{w}"], False) for w in ("weight", "bias")]
-    if isinstance(cfg, MaskedLMConfig):
-        t = "cls.predictions.transform."
-        names += [(f"transform.{a}.{w}", [f"{t}{b}.{w}"], False) for a, b in (("0", "dense"), ("2", "LayerNorm"))
-                  for w in ("weight", "bias")] + [("head.bias", ["cls.predictions.bias"], False)]  # fmt: skip
-    return names
+def module(ours: str, theirs: str | list[str], params: tuple[str, ...] = ("weight", "bias"), conv=False) -> Names:
+    """The names of one module's ``params`` here and in Hugging Face's layout."""
+    theirs = [theirs] if isinstance(theirs, str) else theirs
+    return [(f"{ours}.{p}", [f"{t}.{p}" for t in theirs], conv and p == "weight") for p in params]
 
 
-def _llama_names(cfg) -> list[tuple[str, list[str], bool]]:
-    names = [
-        ("embed.tokens.weight", ["model.embed_tokens.weight"], False),
-        ("stack.norm.weight", ["model.norm.weight"], False),
-    ]
-    if not cfg.tie_weights:
-        names.append(("head.weight", ["lm_head.weight"], False))
-    for i in range(cfg.depth):
-        ours, theirs = f"stack.blocks.{i}.", f"model.layers.{i}."
-        qkv = [f"{theirs}self_attn.{p}_proj" for p in "qkv"]
-        names += [(f"{ours}attn.qkv.weight", [f"{n}.weight" for n in qkv], False),
-                  (f"{ours}norm1.weight", [f"{theirs}input_layernorm.weight"], False),
-                  (f"{ours}norm2.weight", [f"{theirs}post_attention_layernorm.weight"], False)]  # fmt: skip
-        if cfg.qkv_bias:
-            names.append((f"{ours}attn.qkv.bias", [f"{n}.bias" for n in qkv], False))
-        linears = [("attn.out", "self_attn.o_proj"), ("ff.gate", "mlp.gate_proj"), ("ff.up", "mlp.up_proj"),
-                   ("ff.down", "mlp.down_proj")]  # fmt: skip
-        for a, b in linears:
-            names += [
-                (f"{ours}{a}.{w}", [f"{theirs}{b}.{w}"], False)
-                for w in (("weight", "bias") if cfg.bias else ("weight",))
-            ]
-    return names
-
-
-def _names(family: str, cfg) -> list[tuple[str, list[str], bool]]:
+def _names(family: str, cfg) -> Names:
+    """Every tensor's name here and in the family's base model (``PREFIX`` left out): the family's table of
+    modules (here, there, their tensors, transposed), then each block's."""
+    w, wb = ("weight",), ("weight", "bias")
+    top: list[tuple] = [] if getattr(cfg, "tie_weights", True) else [("head", "lm_head", w)]
     if family == "gpt2":
-        return _gpt2_names(cfg)
-    if family == "bert":
-        return _bert_names(cfg, "")
-    return _llama_names(cfg)
+        top += [("embed.tokens", "wte", w), ("embed.positions.table", "wpe", w), ("stack.norm", "ln_f", wb)]
+        layer = "h.{}."
+        block = [("norm1", "ln_1", wb), ("attn.qkv", "attn.c_attn", wb, True), ("attn.out", "attn.c_proj", wb, True),
+                 ("norm2", "ln_2", wb), ("ff.0", "mlp.c_fc", wb, True), ("ff.2", "mlp.c_proj", wb, True)]  # fmt: skip
+    elif family == "bert":
+        e, t = "embeddings.", "cls.predictions.transform."
+        top += [("embed.tokens", e + "word_embeddings", w), ("embed.positions.table", e + "position_embeddings", w),
+                ("embed.types", e + "token_type_embeddings", w), ("embed.norm", e + "LayerNorm", wb)]  # fmt: skip
+        if isinstance(cfg, MaskedLMConfig):
+            top += [("transform.0", t + "dense", wb), ("transform.2", t + "LayerNorm", wb),
+                    ("head", "cls.predictions", ("bias",))]  # fmt: skip
+        layer = "encoder.layer.{}."
+        block = [("attn.qkv", [f"attention.self.{p}" for p in ("query", "key", "value")], wb),
+                 ("attn.out", "attention.output.dense", wb), ("norm1", "attention.output.LayerNorm", wb),
+                 ("ff.0", "intermediate.dense", wb), ("ff.2", "output.dense", wb),
+                 ("norm2", "output.LayerNorm", wb)]  # fmt: skip
+    else:  # Llama, Qwen2: one switch for the biases of the output projection and the feed-forward
+        top += [("embed.tokens", "model.embed_tokens", w), ("stack.norm", "model.norm", w)]
+        layer, biases = "model.layers.{}.", wb if cfg.bias else w
+        block = [("attn.qkv", [f"self_attn.{p}_proj" for p in "qkv"], wb if cfg.qkv_bias else w),
+                 ("norm1", "input_layernorm", w), ("norm2", "post_attention_layernorm", w),
+                 ("attn.out", "self_attn.o_proj", biases), ("ff.gate", "mlp.gate_proj", biases),
+                 ("ff.up", "mlp.up_proj", biases), ("ff.down", "mlp.down_proj", biases)]  # fmt: skip
+    per_block = [name for entry in block for name in module(*entry)]
+    return [name for entry in top for name in module(*entry)] + [
+        (f"stack.blocks.{i}.{ours}", [layer.format(i) + n for n in theirs], conv)
+        for i in range(cfg.depth) for ours, theirs, conv in per_block]  # fmt: skip
 
 
 PREFIX = {"gpt2": "transformer.", "bert": "bert."}  # the base model's prefix inside the task model's names
@@ -316,11 +288,6 @@ def _source(source) -> tuple[dict, dict[str, tuple], Callable[[str], torch.Tenso
     return _read_folder(folder)
 
 
-def _lower_bound(cfg) -> int:
-    """Parameters the config declares, at least: embeddings and each block's projections."""
-    return cfg.vocab_size * cfg.emb + cfg.depth * cfg.block_parameters()
-
-
 def from_hf(source, num_classes: int | None = None, device: str | torch.device = "cpu") -> nn.Module:
     """The module here that a Hugging Face GPT-2, BERT or Llama-family checkpoint maps to, with its weights, in
     eval mode. ``source``: a folder (``config.json`` and ``*.safetensors``), a hub name, or a ``transformers``
@@ -343,9 +310,9 @@ def _from_hf(source, num_classes: int | None, device: str | torch.device) -> nn.
         raise HFError(str(e) if isinstance(e, HFError) else f"config.json: {str(e)[:200]}") from None
     family = hf["model_type"]
     present = sum(torch.Size(shape).numel() for shape, _ in shapes.values())
-    if _lower_bound(cfg) > present:
+    if (declared := cfg.parameters_at_least()) > present:
         raise HFError(
-            f"config.json declares at least {_lower_bound(cfg):,} parameters (depth {cfg.depth}, emb {cfg.emb}, vocab "
+            f"config.json declares at least {declared:,} parameters (depth {cfg.depth}, emb {cfg.emb}, vocab "
             f"{cfg.vocab_size}) and the weights hold {present:,}: the config does not match its weights"
         )
     with torch.device("meta"):  # the shapes to expect, with nothing allocated

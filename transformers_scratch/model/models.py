@@ -5,6 +5,7 @@ Shapes: b batch, t sequence length, u source length, k width, v vocabulary, c cl
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, cast
 
@@ -14,7 +15,7 @@ from torch import Tensor, nn
 from . import generation
 from .blocks import ACTIVATIONS, Embedding, Stack, make_norm
 from .cache import KVCache, empty_caches
-from .config import ClassifierConfig, EncoderDecoderConfig, LMConfig, MaskedLMConfig
+from .config import ClassifierConfig, EncoderDecoderConfig, LMConfig, MaskedLMConfig, TransformerConfig
 from .sparse import layer_kernels
 
 
@@ -105,26 +106,10 @@ class MaskedLM(nn.Module):
         return self.head(x if self.transform is None else self.transform(x))  # (b, t, v) or (n, v)
 
 
-ENCODER_SIZES = (
-    "context",
-    "emb",
-    "heads",
-    "depth",
-    "ff_mult",
-    "activation",
-    "pre_norm",
-    "positions",
-    "ff_hidden",
-    "kv_heads",
-    "qkv_bias",
-    "bias",
-    "norm",
-    "norm_eps",
-    "rope_base",
-    "embed_norm",
-    "token_types",
-)
-"""What a pretrained encoder and the classifier it starts must share (besides the vocabulary)."""
+FREE = ("vocab_size", "dropout", "attention", "sparse", "activation_checkpointing", "zero_out")
+ENCODER_SIZES = tuple(f.name for f in dataclasses.fields(TransformerConfig) if f.name not in FREE)
+"""What a pretrained encoder and the classifier it starts must share: every setting but the vocabulary (theirs
+differs by [MASK]) and those of training and of the kernel, ``FREE``."""
 
 
 def encoder_state(pretrained: MaskedLMConfig, state: dict[str, Tensor], cfg: ClassifierConfig) -> dict[str, Tensor]:

@@ -130,12 +130,7 @@ def from_pretrained(folder: str | os.PathLike, device: str | torch.device = "cpu
 def check_sizes(cfg, weights: Path) -> None:
     """Refuse, before anything is allocated, sizes that the weights file cannot hold: a model of n parameters
     needs at least 2n bytes (16-bit), and its context bounds the position tables made from it."""
-    room = weights.stat().st_size // 2
-    per_block = cfg.block_parameters()
-    blocks = cfg.depth + (getattr(cfg, "decoder_depth", 0) or 0)
-    target = getattr(cfg, "tgt_vocab_size", None)
-    vocabs = cfg.vocab_size + (target if target not in (None, cfg.vocab_size) else 0)  # a shared table once
-    needed = blocks * per_block + vocabs * cfg.emb  # a lower bound: biases and norms left out
+    room, needed = weights.stat().st_size // 2, cfg.parameters_at_least()
     if needed > room or cfg.context > MAX_CONTEXT:
         raise ValueError(
             f"{str(weights.parent / CONFIG)!r} declares {needed:,} parameters or more (depth {cfg.depth}, emb "
