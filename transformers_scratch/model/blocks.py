@@ -67,31 +67,17 @@ def make_norm(cfg: TransformerConfig) -> nn.Module:
 
 
 class Embedding(nn.Module):
-    """Token embedding plus position embedding or encoding: ids (b, t) -> vectors (b, t, k). With rope or
-    alibi positions, the tokens alone: attention places them."""
+    """Token embedding plus position embedding or encoding: ids (b, t) -> vectors (b, t, k), for ``vocab_size``
+    ids and ``context`` positions. With rope or alibi positions, the tokens alone: attention places them."""
 
-    def __init__(
-        self,
-        vocab_size: int,
-        context: int,
-        emb: int,
-        positions: str = "learned",
-        dropout: float = 0.0,
-        token_types: int = 0,
-        norm: nn.Module | None = None,
-    ) -> None:
+    def __init__(self, cfg: TransformerConfig, vocab_size: int, context: int) -> None:
         super().__init__()
         self.context = context
-        self.tokens = nn.Embedding(vocab_size, emb)
-        self.types = nn.Embedding(token_types, emb) if token_types else None  # BERT's segments
-        self.positions = None if positions in RELATIVE else POSITIONS[positions](context, emb)
-        self.norm = norm  # BERT's norm of the summed embeddings
-        self.drop = nn.Dropout(dropout)
-
-    @classmethod
-    def of(cls, cfg: TransformerConfig, vocab_size: int, context: int) -> Embedding:
-        norm = make_norm(cfg) if cfg.embed_norm else None
-        return cls(vocab_size, context, cfg.emb, cfg.positions, cfg.dropout, cfg.token_types, norm)
+        self.tokens = nn.Embedding(vocab_size, cfg.emb)
+        self.types = nn.Embedding(cfg.token_types, cfg.emb) if cfg.token_types else None  # BERT's segments
+        self.positions = None if cfg.positions in RELATIVE else POSITIONS[cfg.positions](context, cfg.emb)
+        self.norm = make_norm(cfg) if cfg.embed_norm else None  # BERT's norm of the summed embeddings
+        self.drop = nn.Dropout(cfg.dropout)
 
     def forward(
         self, ids: Tensor, offset: int | Tensor = 0, prefix: Tensor | None = None, types: Tensor | None = None

@@ -59,7 +59,7 @@ class SequenceClassifier(nn.Module):
         super().__init__()
         self.cfg = cfg
         prefix = int(cfg.pool == "cls")  # a [CLS] vector takes one position in front of the context's tokens
-        self.embed = Embedding.of(cfg, cfg.vocab_size, cfg.context + prefix)
+        self.embed = Embedding(cfg, cfg.vocab_size, cfg.context + prefix)
         self.cls = nn.Parameter(torch.zeros(1, 1, cfg.emb)) if cfg.pool == "cls" else None
         self.stack = Stack(cfg, cfg.depth, kernels=layer_kernels(cfg))
         self.head = nn.Linear(cfg.emb, cfg.num_classes)
@@ -86,7 +86,7 @@ class MaskedLM(nn.Module):
     def __init__(self, cfg: MaskedLMConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.embed = Embedding.of(cfg, cfg.vocab_size, cfg.context)
+        self.embed = Embedding(cfg, cfg.vocab_size, cfg.context)
         self.stack = Stack(cfg, cfg.depth, kernels=layer_kernels(cfg))
         # BERT's head transform: dense, activation, norm, before the output layer
         act = ACTIVATIONS.get(cfg.activation, nn.GELU)()
@@ -139,7 +139,7 @@ class CausalLM(nn.Module):
     def __init__(self, cfg: LMConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.embed = Embedding.of(cfg, cfg.vocab_size, cfg.context)
+        self.embed = Embedding(cfg, cfg.vocab_size, cfg.context)
         self.stack = Stack(cfg, cfg.depth, causal=True, kernels=layer_kernels(cfg))
         self.head = nn.Linear(cfg.emb, cfg.vocab_size, bias=False)
         init_weights(self, cfg.depth, cfg.zero_out)
@@ -174,8 +174,8 @@ class EncoderDecoder(nn.Module):
         super().__init__()
         assert cfg.tgt_vocab_size is not None and cfg.decoder_depth is not None  # the config fills both in
         self.cfg = cfg
-        self.src_embed = Embedding.of(cfg, cfg.vocab_size, cfg.context)
-        self.tgt_embed = self.src_embed if cfg.shared_vocab else Embedding.of(cfg, cfg.tgt_vocab_size, cfg.context)
+        self.src_embed = Embedding(cfg, cfg.vocab_size, cfg.context)
+        self.tgt_embed = self.src_embed if cfg.shared_vocab else Embedding(cfg, cfg.tgt_vocab_size, cfg.context)
         self.encoder = Stack(cfg, cfg.depth, kernels=layer_kernels(cfg))
         self.decoder = Stack(cfg, cfg.decoder_depth, causal=True, cross=True, kernels=layer_kernels(cfg))
         self.head = nn.Linear(cfg.emb, cfg.tgt_vocab_size, bias=False)

@@ -261,30 +261,24 @@ def remember(memory: Memory | None, hidden: list[Tensor], mem_len: int) -> Memor
 AUTHORS_FIX = "pass the state_dict() of the authors' MemTransformerLM (attn_type 0, no adaptive embedding or softmax)"
 
 
+AUTHORS_BLOCK = {"attn.qkv.weight": "dec_attn.qkv_net.weight", "attn.pos.weight": "dec_attn.r_net.weight",
+                 "attn.out.weight": "dec_attn.o_net.weight", "norm1": "dec_attn.layer_norm", "ff.0": "pos_ff.CoreNet.0",
+                 "ff.3": "pos_ff.CoreNet.3", "norm2": "pos_ff.layer_norm"}  # fmt: skip
+"""A block's names here -> the authors' (``layers.i.``); a module without ``.weight`` has a weight and a bias."""
+
+
 def authors_names(depth: int, untie_r: bool) -> dict[str, str]:
     """This project's parameter names -> the authors' (``MemTransformerLM.state_dict()``), one to one. Their
-    output layer's weight is the embedding's (tied), so only its bias maps."""
+    output layer's weight is the embedding's (tied), so only its bias maps; u and v are shared, or with
+    ``untie_r`` each layer's (where Hugging Face's port keeps them)."""
     names = {"embed.weight": "word_emb.emb_layers.0.weight", "head.bias": "crit.out_layers.0.bias"}
-    if not untie_r:
+    block = {ours + p: theirs + p for ours, theirs in AUTHORS_BLOCK.items()
+             for p in ([""] if ours.endswith(".weight") else [".weight", ".bias"])}  # fmt: skip
+    if untie_r:
+        block |= {"attn.u": "dec_attn.r_w_bias", "attn.v": "dec_attn.r_r_bias"}
+    else:
         names |= {"u": "r_w_bias", "v": "r_r_bias"}
-    for i in range(depth):
-        ours, theirs = f"blocks.{i}.", f"layers.{i}."
-        names |= {
-            ours + "attn.qkv.weight": theirs + "dec_attn.qkv_net.weight",
-            ours + "attn.pos.weight": theirs + "dec_attn.r_net.weight",
-            ours + "attn.out.weight": theirs + "dec_attn.o_net.weight",
-            ours + "norm1.weight": theirs + "dec_attn.layer_norm.weight",
-            ours + "norm1.bias": theirs + "dec_attn.layer_norm.bias",
-            ours + "ff.0.weight": theirs + "pos_ff.CoreNet.0.weight",
-            ours + "ff.0.bias": theirs + "pos_ff.CoreNet.0.bias",
-            ours + "ff.3.weight": theirs + "pos_ff.CoreNet.3.weight",
-            ours + "ff.3.bias": theirs + "pos_ff.CoreNet.3.bias",
-            ours + "norm2.weight": theirs + "pos_ff.layer_norm.weight",
-            ours + "norm2.bias": theirs + "pos_ff.layer_norm.bias",
-        }
-        if untie_r:  # per layer, where Hugging Face's port keeps them
-            names |= {ours + "attn.u": theirs + "dec_attn.r_w_bias", ours + "attn.v": theirs + "dec_attn.r_r_bias"}
-    return names
+    return names | {f"blocks.{i}.{k}": f"layers.{i}.{v}" for i in range(depth) for k, v in block.items()}
 
 
 def from_authors(state: dict, source: str = "the state dict", **settings) -> TransformerXL:
