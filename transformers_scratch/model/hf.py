@@ -185,7 +185,8 @@ def _names(family: str, cfg) -> Names:
     """Every tensor's name here and in the family's base model (``PREFIX`` left out): the family's table of
     modules (here, there, their tensors, transposed), then each block's."""
     w, wb = ("weight",), ("weight", "bias")
-    top: list[tuple] = [] if getattr(cfg, "tie_weights", True) else [("head", "lm_head", w)]
+    top: list[tuple[Any, ...]] = [] if getattr(cfg, "tie_weights", True) else [("head", "lm_head", w)]
+    block: list[tuple[Any, ...]]
     if family == "gpt2":
         top += [("embed.tokens", "wte", w), ("embed.positions.table", "wpe", w), ("stack.norm", "ln_f", wb)]
         layer = "h.{}."
