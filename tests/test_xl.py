@@ -157,6 +157,16 @@ def test_cached_generation_gives_the_tokens_of_recomputation(temperature):
     assert out[0].equal(out[1]) and out[0][:, :23].equal(prompt)
 
 
+def test_a_model_with_the_longest_memory_samples():
+    """The default sampling window, memory plus segment, may pass the longest memory a config takes."""
+    from transformers_scratch.bounds import MAX_MEMORY
+
+    model = model_of(replace(CFG, mem_len=MAX_MEMORY))
+    assert model.generate(torch.zeros(1, 3, dtype=torch.long), 2).shape == (1, 5)
+    with pytest.raises(ValueError, match="window of -1 positions must be at least 1"):
+        model.generate(torch.zeros(1, 3, dtype=torch.long), 2, window=-1)
+
+
 def test_the_authors_state_dict_maps_one_to_one():
     model = model_of(replace(CFG, untie_r=False))
     names = authors_names(CFG.depth, untie_r=False)
