@@ -4,6 +4,7 @@ the real library, so a release that rewords one fails this file instead of a use
 from dataclasses import dataclass
 
 import pytest
+import torch
 from jsonargparse import ActionConfigFile, ArgumentError, ArgumentParser, set_parsing_settings
 
 from transformers_scratch.bounds import Count, Rate, register
@@ -116,3 +117,18 @@ def test_an_interval_refuses_what_lies_outside_it_with_a_value_error(value):
 
     with pytest.raises(ValueError, match="is not a non-negative number"):
         NonNegativeFloat.check(value)
+
+
+def test_out_of_memory_is_read_from_torchs_own_error():
+    """torch's CPU allocator raises a plain RuntimeError: its words are read here, so a release that rewords them
+    fails this test. 2**50 bytes lie past any machine's address space, so the allocation fails wherever it runs."""
+    from transformers_scratch.cli.errors import refused
+
+    with pytest.raises(RuntimeError) as caught:
+        torch.empty(2**50, dtype=torch.uint8)
+    assert refused(caught.value)
+    line = error_line(caught.value, ["fit"])
+    assert line.startswith("out of memory: this machine (") and "could not allocate 1,125,899.9 GB at once" in line
+    assert "data.batch_size" in line
+    assert "--batch_size" in error_line(MemoryError(), ["sample"])
+    assert not refused(RuntimeError("a fault of the project's own")) and not refused(KeyError("x"))

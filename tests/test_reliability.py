@@ -177,6 +177,16 @@ def test_a_checkpoint_with_the_flat_sparse_settings_reads_as_the_nested_ones():
     assert read_settings(LMConfig, {"context": 64, "sparse_block": 8}, "x").sparse is None  # dense: the rest unused
 
 
+def test_a_batch_this_machine_cannot_hold_ends_the_run_in_one_line(capsys, text, monkeypatch):
+    """Out of memory: torch's own allocation error, raised in a training step, is one line that says what to lower;
+    a fault of the project's would still show its traceback."""
+    monkeypatch.setattr(LitCharLM, "training_step", lambda self, batch, i: torch.empty(2**50, dtype=torch.uint8))
+    fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), message="out of memory: this machine (")
+    monkeypatch.setattr(LitCharLM, "training_step", lambda self, batch, i: {}["a fault"])
+    with pytest.raises(KeyError):
+        main(["fit", "--config", TINY_LM, "--data.path", str(text), "--name", "faulty"])
+
+
 # ---- the optimizer is the project's ---------------------------------------------------------------------
 @pytest.mark.parametrize("flag", [["--optimizer", "AdamW"], ["--lr_scheduler=StepLR"], ["--optimizer.lr", "1"]])
 def test_optimizer_flags_are_refused_with_the_settings_to_use(capsys, text, flag):

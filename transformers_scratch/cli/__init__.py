@@ -104,13 +104,8 @@ def main(argv: list[str] | None = None) -> None:
     if not args or args[0] in ("-h", "--help"):
         print(usage())
         return
-    from jsonargparse import ArgumentError
-    from lightning.pytorch.utilities.exceptions import MisconfigurationException
-
-    from ..data import DataError
-    from ..training.callbacks import TrainingDiverged
     from ..training.console import clipped, close_bars
-    from .errors import error_line
+    from .errors import error_line, refused
     from .lightning import build_cli
 
     try:
@@ -120,9 +115,8 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(_tables()[1][args[0]](args[1:], build_cli))
         else:
             build_cli(argv)  # None: LightningCLI reads sys.argv itself
-    except (ValueError, OSError, TrainingDiverged, DataError, ArgumentError, MisconfigurationException) as e:
-        # The user's input or files: one line.
-        if os.environ.get("TS_DEBUG"):
+    except Exception as e:
+        if os.environ.get("TS_DEBUG") or not refused(e):  # a fault of the project's: its traceback
             raise
         close_bars()
         print(f"error: {clipped(error_line(e, args))}\n(set TS_DEBUG=1 to see the traceback)", file=sys.stderr)

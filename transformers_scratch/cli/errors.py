@@ -11,8 +11,18 @@ import errno
 import os
 import re
 
+import torch
+from jsonargparse import ArgumentError
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
+
+from ..data import DataError
 from ..data.files import shortened
+from ..model.config import memory_bytes
+from ..training.callbacks import TrainingDiverged
 from .config_files import config_paths, load
+
+REFUSALS = (ValueError, OSError, TrainingDiverged, DataError, ArgumentError, MisconfigurationException)
+"""What the user's input, files or machine refuse: one line each (an out-of-memory error too, :func:`refused`)."""
 
 ALLOWED_IMPORTS = ["transformers_scratch", "torch", "lightning"]  # what a config may name by import path
 
@@ -21,6 +31,20 @@ SCAFFOLDING = (
     "Parser key", "Does not validate", "Subtypes:", "Errors:", "Given value", "Expected a <class 'NoneType'>",
     "Not a valid subclass", "Subclass types expect", "a class path", "a dict", "Problem with given class_path",
 )  # fmt: skip
+
+
+def refused(e: BaseException) -> bool:
+    """Whether ``e`` refuses the user's input, files or machine (one line), rather than showing a fault (a
+    traceback)."""
+    return isinstance(e, REFUSALS) or out_of_memory(e)
+
+
+def out_of_memory(e: BaseException) -> bool:
+    """An allocation that failed: Python's MemoryError, torch's OutOfMemoryError (a GPU's), or the RuntimeError of
+    torch's CPU allocator, which has no type of its own."""
+    return isinstance(e, MemoryError | torch.OutOfMemoryError) or (
+        isinstance(e, RuntimeError) and "can't allocate memory" in str(e)
+    )
 
 
 def error_line(e: BaseException, argv: list[str]) -> str:
@@ -33,6 +57,8 @@ def _line(e: BaseException, argv: list[str]) -> str:
     if isinstance(e, OSError) and e.errno == errno.ENAMETOOLONG:
         return (f"the path {shortened(str(e.filename or ''))!r} is longer than this system allows (255 bytes a "
                 f"name, {os.pathconf('/', 'PC_PATH_MAX'):,} a path); pass a shorter path")  # fmt: skip
+    if out_of_memory(e):
+        return memory_line(e, argv)
     if isinstance(e, UnicodeDecodeError):  # a piped config: regular files are read, and named, before parsing
         return f"a --config is not UTF-8 text (byte {e.start:,}); pass a config such as configs/first_run.yaml"
     message = str(e)
@@ -44,6 +70,19 @@ def _line(e: BaseException, argv: list[str]) -> str:
         culprit = config_at_fault(line, argv)
         line = f"--config {culprit!r}: {line}" if culprit else line
     return line
+
+
+def memory_line(e: BaseException, argv: list[str]) -> str:
+    """Out of memory: how much was asked for where torch's message says it, what the machine has, and what to
+    lower (a run's batch and window, or a command's samples)."""
+    cpu, gpu = re.search(r"allocate (\d+) bytes", str(e)), re.search(r"Tried to allocate ([\d.]+ \w+)", str(e))
+    asked = f" {int(cpu[1]) / 1e9:,.1f} GB at once" if cpu else f" {gpu[1]} at once" if gpu else ""
+    where = "the GPU" if isinstance(e, torch.OutOfMemoryError) else f"this machine ({memory_bytes() / 1e9:,.1f} GB)"
+    run = ("lower data.batch_size (or data.eval_batch_size), data.context or the model's sizes; "
+           "trainer.accumulate_grad_batches keeps a batch in smaller pieces")  # fmt: skip
+    command = "ask for less at once (fewer or shorter samples, a smaller --batch_size)"
+    fix = run if argv[:1] in (["fit"], ["validate"], ["test"], ["predict"]) else command
+    return f"out of memory: {where} could not allocate{asked or ' what this command needed'}; {fix}"
 
 
 def named_as(key: str, e: BaseException) -> str:
