@@ -256,6 +256,17 @@ def test_top_k_one_is_greedy():
     assert torch.equal(model.generate(prompt, 10, temperature=2.0, top_k=1), model.generate(prompt, 10, temperature=0))
 
 
+@pytest.mark.parametrize("temperature", [1e-320, 1e-30, 1e308])
+def test_any_positive_temperature_samples(temperature):
+    """A temperature near 0 is greedy (logits / 1e-320 alone overflow to NaN probabilities); a huge one uniform."""
+    logits = torch.tensor([[1.0, 3.0, -2.0, 2.5], [40.0, -40.0, 0.0, 39.0]])
+    drawn = sample_next(logits.repeat(2_000, 1), temperature, generator=torch.Generator().manual_seed(0))
+    if temperature < 1:
+        assert drawn.view(2_000, 2).eq(torch.tensor([1, 0])).all()
+    else:
+        assert torch.bincount(drawn.flatten(), minlength=4).min() > 800  # every token, about a quarter each
+
+
 def test_top_p_keeps_the_fewest_likeliest_tokens_that_reach_p():
     probs = torch.tensor([[0.05, 0.5, 0.15, 0.3], [0.25, 0.25, 0.25, 0.25]])
     logits = probs.log()

@@ -26,7 +26,10 @@ def sample_next(
     the nucleus (see :func:`nucleus`); ``generator``: draw from it instead of the global random stream."""
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)  # (b, 1)
-    logits = logits / temperature
+    # less the row's largest, over a temperature of at least the dtype's smallest: the same softmax, and a
+    # temperature as small as 1e-320 is greedy, where logits / temperature would give inf - inf or 0 / 0 = NaN
+    temperature = max(temperature, torch.finfo(logits.dtype).tiny)
+    logits = (logits - logits.amax(dim=-1, keepdim=True)) / temperature
     if top_k is not None:
         kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]  # (b, 1)
         logits = logits.masked_fill(logits < kth, float("-inf"))
