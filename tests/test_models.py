@@ -275,6 +275,7 @@ def test_top_p_keeps_the_fewest_likeliest_tokens_that_reach_p():
         assert kept[0].nonzero().flatten().tolist() == first, p  # 0.5 | 0.5 + 0.3 | 0.5 + 0.3 + 0.15
         assert kept[1].sum() == len(second), p  # ties: the count is what the mass needs
     assert nucleus(logits, 1.0).all() and nucleus(logits, 1e-6).sum(-1).tolist() == [1, 1]
+    assert nucleus(logits, 1e-320).sum(-1).tolist() == [1, 1]  # 0 in float32: the likeliest is kept all the same
 
 
 def test_top_p_samples_only_from_the_nucleus_in_its_proportions():

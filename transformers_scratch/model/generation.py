@@ -43,6 +43,7 @@ def nucleus(logits: Tensor, p: float) -> Tensor:
     tokens whose probabilities sum to at least p; returned as a mask (b, v). The likeliest token is always in."""
     probs, order = logits.softmax(dim=-1).sort(dim=-1, descending=True)
     keep = probs.cumsum(dim=-1) - probs < p  # the mass of the likelier tokens has not reached p yet
+    keep[..., 0] = True  # even for a p of 1e-320, which is 0 in float32
     return torch.zeros_like(keep).scatter(-1, order, keep)
 
 
