@@ -80,6 +80,7 @@ if TYPE_CHECKING:
     Share: TypeAlias = float
     PositiveFloat: TypeAlias = float
     NonNegativeFloat: TypeAlias = float
+    Base: TypeAlias = float
 else:
     Positive = between(int, 1, name="a positive integer")
     Count = between(int, 1, MAX_COUNT)
@@ -100,6 +101,7 @@ else:
     Share = between(float, 0.0, 1.0, open_low=True)  # top-p's mass: (0, 1]
     PositiveFloat = between(float, 0.0, open_low=True, name="a positive number")
     NonNegativeFloat = between(float, 0.0, name="a non-negative number")
+    Base = between(float, 1.0, open_low=True)  # RoPE's: the longest wavelength grows with it; at 1 or below none does
 
 
 def checked(hint, value, where: str):

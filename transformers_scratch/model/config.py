@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 from typing import Literal, get_type_hints
 
-from ..bounds import Classes, Count, Depth, Memory, NonNegative, Positive, PositiveFloat, Rate, check_fields
+from ..bounds import Base, Classes, Count, Depth, Memory, NonNegative, Positive, PositiveFloat, Rate, check_fields
 
 
 @dataclass(frozen=True)
@@ -105,8 +105,8 @@ class TransformerConfig:
     """LayerNorm, or RMSNorm (Llama): a scale by the root mean square, with no mean and no bias."""
     norm_eps: PositiveFloat = 1e-5
     """The norms' epsilon (BERT: 1e-12; Llama: 1e-6 or 1e-5)."""
-    rope_base: PositiveFloat = 10000.0
-    """RoPE's base, which sets its longest wavelength (Llama 3: 500000)."""
+    rope_base: Base = 10000.0
+    """RoPE's base, above 1, which sets its longest wavelength (Llama 3: 500000)."""
     embed_norm: bool = False
     """A norm over the summed embeddings, before the first block (BERT)."""
     zero_out: bool = False
