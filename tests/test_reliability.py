@@ -92,9 +92,10 @@ def text(tmp_path, monkeypatch) -> Path:
         (["--trainer.val_check_interval", "0"], "trainer.val_check_interval=0 must lie in [1, 16,777,216]"),
         (["--trainer.accelerator", "c"], "trainer: You selected an invalid accelerator name: `accelerator='c'`"),
         (["--model.model.rope_base", "1e-320"], "model.model.rope_base: 1e-320 is not a number in (1.0, inf)"),
+        (["--trainer.gradient_clip_val", "-1"], "trainer.gradient_clip_val=-1 must be a non-negative number"),
     ],
     ids=["heads", "depth", "batch-size", "context", "max-steps", "cooldown", "unknown", "workers-null", "seed-null",
-         "log-every-0", "val-every-0", "val-interval-0", "accelerator", "rope-base"],
+         "log-every-0", "val-every-0", "val-interval-0", "accelerator", "rope-base", "clip"],
 )  # fmt: skip
 def test_out_of_range_settings_get_one_line(capsys, text, args, message):
     err = fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), *args, message=message)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import math
 import re
 import sys
 import warnings
@@ -108,7 +109,8 @@ class Run:
 def refuse_nulls(cfg) -> None:
     """jsonargparse checks a class's arguments against their types, but takes ``null`` for any ``init_args`` of a
     class given by ``class_path``, and for a whole group of a callback's arguments: refused (:func:`refuse_null`).
-    Lightning takes a step modulo the trainer's counts, or divides by them, unchecked: they are bounded here."""
+    Lightning takes a step modulo the trainer's counts, or divides by them, and clips gradients by any number,
+    unchecked: they are bounded here."""
     for key in ("model", "data"):  # classes a config names by class_path
         if isinstance(getattr(cfg.get(key), "class_path", None), str):
             refuse_null(key, class_of(cfg[key]), cfg[key].get("init_args") or {})
@@ -123,6 +125,10 @@ def refuse_nulls(cfg) -> None:
         if isinstance(value, int) and not isinstance(value, bool) and not 1 <= value <= MAX_COUNT:
             raise ValueError(f"trainer.{key}={shortened(str(value))} must lie in [1, {MAX_COUNT:,}]; pass e.g. "
                              f"--trainer.{key} {example}")  # fmt: skip
+    clip = cfg.get("trainer", {}).get("gradient_clip_val")
+    if clip is not None and not 0 <= clip < math.inf:  # below 0, clipping would turn the gradient around
+        raise ValueError(f"trainer.gradient_clip_val={shortened(str(clip))} must be a non-negative number (0 or null: "
+                         "no clipping); pass e.g. --trainer.gradient_clip_val 1.0")  # fmt: skip
 
 
 def settle_output(sub: str | None, cfg) -> None:
