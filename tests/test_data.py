@@ -267,6 +267,25 @@ def test_imdb_tokens_vocabulary_and_batches(tmp_path):
         assert mask.any(1).all() and mask[:, 0].all()  # right padding, to the longest in the batch only
 
 
+def test_a_review_or_a_predict_file_that_is_not_utf8_is_named(tmp_path):
+    """Not "a --config is not UTF-8": the review in a folder or a tarball, or data.predict_path, by its name."""
+    root = make_aclimdb(tmp_path)
+    dm = IMDbDataModule(path=str(root), data_dir=str(tmp_path / "cache"), val_size=4, batch_size=3,
+                        predict_path=str(tmp_path / "reviews.txt"))  # fmt: skip
+    dm.prepare_data()
+    dm.setup()
+    (tmp_path / "reviews.txt").write_bytes("a fine film\nun film très bien\n".encode("latin-1"))
+    with pytest.raises(DataError, match="data.predict_path '.*reviews.txt' is not UTF-8 text \\(byte 22\\)"):
+        dm.predict_dataloader()
+    (root / "train" / "pos" / "0_7.txt").write_bytes(b"caf\xe9")
+    with pytest.raises(DataError, match="0_7.txt' is not UTF-8 text"):
+        read_aclimdb(root)
+    with tarfile.open(tmp_path / "aclImdb_v1.tar.gz", "w:gz") as tar:
+        tar.add(root, arcname="aclImdb")
+    with pytest.raises(DataError, match="aclImdb_v1.tar.gz''s aclImdb/train/pos/0_7.txt is not UTF-8 text"):
+        read_aclimdb(tmp_path / "aclImdb_v1.tar.gz")
+
+
 def test_word_dropout_replaces_real_training_tokens_by_unk_the_same_way_each_time(tmp_path):
     for i, review in enumerate(sorted((make_aclimdb(tmp_path) / "train").glob("*/*.txt"))):
         review.write_text(review.read_text() + " so" * i)  # lengths differ, so batches have padding

@@ -17,6 +17,14 @@ class DataError(ValueError):
     """A data file is missing, unreadable, corrupt or too small; the message says how to fix it."""
 
 
+def utf8(data: bytes, where: str) -> str:
+    """``data`` as UTF-8 text, or a refusal that names ``where`` it came from and the first byte that is not."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{where} is not UTF-8 text (byte {e.start:,}); pass a text file in UTF-8") from None
+
+
 def predicting(datamodule) -> bool:
     """Whether the datamodule serves ``predict``, which needs a checkpoint and predict_path, not the dataset."""
     trainer = datamodule.trainer

@@ -19,7 +19,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from ..bounds import Count, OpenRate, Rate, check_args
-from .files import DataError, predicting
+from .files import DataError, predicting, utf8
 from .ids import IGNORE_INDEX
 from .progress import ResumableData
 from .vocab import TokenizerVocab, WordVocab, vocab_from_state, vocab_state
@@ -47,14 +47,15 @@ def _reviews(path: Path, pattern: re.Pattern) -> list[tuple[re.Match, str]]:
                 if f.is_symlink() or not f.resolve().is_relative_to(root.resolve()):
                     continue  # a link could point anywhere: only the folder's own files are read
                 if m := pattern.search(f.relative_to(root.parent).as_posix()):
-                    found.append((m, f.read_text(encoding="utf-8")))
+                    found.append((m, utf8(f.read_bytes(), repr(str(f)))))
         else:
             with tarfile.open(path) as archive:
                 for member in archive:  # regular files only (no links), named inside the archive's folder
                     parts = member.name.split("/")
                     if member.isfile() and ".." not in parts and parts[0] and (m := pattern.search(member.name)):
                         body = archive.extractfile(member)  # a regular file's: never None
-                        found.append((m, body.read().decode("utf-8") if body is not None else ""))
+                        text = utf8(body.read(), f"{str(path)!r}'s {member.name}") if body is not None else ""
+                        found.append((m, text))
     except (tarfile.TarError, EOFError, OSError) as e:
         raise DataError(
             f"{str(path)!r} is truncated or corrupt ({type(e).__name__}: {e}); download {ACLIMDB_URL} again"
@@ -345,7 +346,8 @@ class IMDbDataModule(ResumableData):
             raise DataError(
                 f"data.predict_path {self.predict_path!r} is not a file; give a text file with one review a line"
             )
-        texts = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        text = utf8(path.read_bytes(), f"data.predict_path {self.predict_path!r}")
+        texts = [line for line in text.splitlines() if line.strip()]
         if not texts:
             raise DataError(f"data.predict_path {self.predict_path!r} holds no reviews; give one review a line")
         if isinstance(self.vocab, TokenizerVocab):
