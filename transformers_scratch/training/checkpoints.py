@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import pickle
 import sys
 from pathlib import Path
 from typing import Any, get_args, get_type_hints
@@ -40,6 +41,8 @@ def _load(path: str, flag: str, example: str, what: str, fix: str) -> Any:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
         reason = (str(e).splitlines() or ["empty file"])[0][:200]
+        if isinstance(e, pickle.UnpicklingError):  # torch's first line would suggest loading with weights_only off
+            reason = "it is no PyTorch file, or holds more than tensors and plain data: it is not unpickled"
         raise ValueError(f"{flag} {path!r} is not {what} ({type(e).__name__}: {reason}); {fix}") from e
 
 
