@@ -189,6 +189,20 @@ def test_a_batch_this_machine_cannot_hold_ends_the_run_in_one_line(capsys, text,
         main(["fit", "--config", TINY_LM, "--data.path", str(text), "--name", "faulty"])
 
 
+@pytest.mark.parametrize("args, message", [
+    ([], "the following arguments are required: --data.path; see "),
+    (["--data.path", "nowhere.txt", "--steps", "150"], "--steps 150 and --warmup 300: "),
+    (["--data.path", "nowhere.txt", "--steps", "400"], "data.path '{cwd}/nowhere.txt' does not exist"),
+])  # fmt: skip
+def test_the_experiments_refuse_in_one_line_and_read_paths_where_they_were_given(capsys, tmp_path, monkeypatch,
+                                                                                  args, message):  # fmt: skip
+    """soak runs in a scratch folder: a relative --data.path is the caller's (it was read from the scratch
+    folder); argparse's refusals are the one error line, not its usage and exit status 2."""
+    monkeypatch.chdir(tmp_path)
+    fails(capsys, "soak", *args, message=message.format(cwd=tmp_path.resolve()))
+    fails(capsys, "extrapolate", "--kinds", "bogus", message="invalid choice: 'bogus'")
+
+
 # ---- the optimizer is the project's ---------------------------------------------------------------------
 @pytest.mark.parametrize("flag", [["--optimizer", "AdamW"], ["--lr_scheduler=StepLR"], ["--optimizer.lr", "1"]])
 def test_optimizer_flags_are_refused_with_the_settings_to_use(capsys, text, flag):

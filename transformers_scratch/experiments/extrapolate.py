@@ -13,13 +13,13 @@ embeddings have no vector past 256 and are refused there. Runs already trained i
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
 from pathlib import Path
 
 from ..training.checkpoints import Checkpoint
+from . import Parser
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = [ROOT / "configs" / "tiny_charlm.yaml", ROOT / "configs" / "extrapolate.yaml"]
@@ -41,7 +41,7 @@ def run(build, args: list[str], cwd: Path) -> tuple[float | None, str]:
 
 def main(argv: list[str], build) -> int:
     """``build``: the command line's run builder (``cli.build_cli``), which the CLI hands in."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(prog=f"{Path(sys.argv[0]).name} extrapolate", description=__doc__.splitlines()[0])
     parser.add_argument("--data.path", dest="path", required=True, help="A text file (e.g. tinyshakespeare.txt).")
     parser.add_argument("--steps", type=int, default=1000, help="Training steps per position kind.")
     parser.add_argument("--windows", type=int, nargs="+", default=[256, 512, 1024])

@@ -10,13 +10,15 @@ readings and exits 1 if it does not.
 
 from __future__ import annotations
 
-import argparse
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 from lightning.pytorch.callbacks import Callback
+
+from . import Parser
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "tiny_charlm.yaml"
 
@@ -39,18 +41,22 @@ class Memory(Callback):
 
 def main(argv: list[str], build) -> int:
     """``build``: the command line's run builder (``cli.build_cli``), which the CLI hands in."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(prog=f"{Path(sys.argv[0]).name} soak", description=__doc__.splitlines()[0])
     parser.add_argument("--data.path", dest="path", required=True, help="A text file (e.g. tinyshakespeare.txt).")
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--warmup", type=int, default=300, help="Steps before the reference reading.")
     parser.add_argument("--bound_mb", type=float, default=20.0, help="Allowed RSS growth after the warm-up.")
     args = parser.parse_args(argv)
+    if not 0 <= args.warmup <= args.steps - 100:
+        parser.error(f"--steps {args.steps} and --warmup {args.warmup}: RSS is read every 100 steps, and compared "
+                     "after the warm-up, so give 0 <= warmup <= steps - 100")  # fmt: skip
     os.environ.setdefault("WANDB_MODE", "offline")
+    data = Path(args.path).resolve()  # where the command was given, before the scratch folder
 
     work = Path(tempfile.mkdtemp(prefix="soak-"))
     os.chdir(work)  # its logs and checkpoints go to a scratch folder
     run = build(
-        ["--config", str(CONFIG), "--data.path", str(Path(args.path).resolve()), "--trainer.max_steps",
+        ["--config", str(CONFIG), "--data.path", str(data), "--trainer.max_steps",
          str(args.steps), "--trainer.log_every_n_steps", "1", "--data.batches_per_epoch", "250",
          "--trainer.limit_val_batches", "5", "--trainer.enable_progress_bar", "false"],
         run=False,
