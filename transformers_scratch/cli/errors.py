@@ -1,8 +1,9 @@
-"""The one error path: a refusal, the project's own or jsonargparse's or Lightning's, becomes one ``error:`` line
-that names the flag or the ``--config`` file at fault, the value and the fix.
+"""The one error path: a refusal, the project's own or jsonargparse's or Lightning's, or torch's out of memory,
+becomes one ``error:`` line that names the flag or the ``--config`` file at fault, the value and the fix.
 
 This is the only module that reads the text of another library's messages. tests/test_errors.py runs each reading
-below against the installed jsonargparse, so a release that rewords a message fails a test, not a user's run.
+below against the installed jsonargparse and torch, so a release that rewords a message fails a test, not a user's
+run.
 """
 
 from __future__ import annotations
