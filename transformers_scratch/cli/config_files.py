@@ -106,14 +106,9 @@ def check_config_files(args: list[str]) -> list[dict]:
         except ConfigError as e:
             raise ConfigError(f"--config {path!r}: {e}") from None
         except yaml.YAMLError as e:
-            first = " ".join(str(e).split())[:80]
-            raise ConfigError(f"--config {path!r} is not valid YAML ({first}); fix it or pass another") from None
+            raise not_yaml(repr(path), str(e)) from None
         if not isinstance(settings, dict):
-            what = " ".join(text.split())[:40]
-            raise ConfigError(
-                f"--config {path!r} holds no mapping of settings (it is empty, a list or plain text: {what!r}); "
-                "pass a YAML file such as configs/first_run.yaml"
-            )
+            raise no_mapping(repr(path), text)
         refuse_flat_sparse(settings, f"--config {path!r}: ")
         read.append(settings)
     return read
@@ -150,6 +145,16 @@ def check_values(args: list[str]) -> None:
         if len(value) > MAX_CHARS:
             raise ConfigError(f"the value of {flag or 'an argument'} is {len(value):,} characters, longer than "
                               f"{MAX_CHARS:,}; pass less")  # fmt: skip
+
+
+def not_yaml(named: str, reason: str) -> ConfigError:
+    return ConfigError(f"--config {named} is not valid YAML ({' '.join(reason.split())[:80]}); fix it or pass another")
+
+
+def no_mapping(named: str, text: str) -> ConfigError:
+    what = " ".join(text.split())[:40]
+    return ConfigError(f"--config {named} holds no mapping of settings (it is empty, a list or plain text: {what!r}); "
+                       "pass a YAML file such as configs/first_run.yaml")  # fmt: skip
 
 
 def not_utf8(path: str, e: UnicodeDecodeError) -> str:

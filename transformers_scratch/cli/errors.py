@@ -20,7 +20,7 @@ from ..data import DataError
 from ..data.files import shortened
 from ..model.config import memory_bytes
 from ..training.callbacks import TrainingDiverged
-from .config_files import config_paths, load
+from .config_files import config_paths, load, no_mapping, not_yaml
 
 REFUSALS = (ValueError, OSError, TrainingDiverged, DataError, ArgumentError, MisconfigurationException)
 """What the user's input, files or machine refuse: one line each (an out-of-memory error too, :func:`refused`)."""
@@ -120,11 +120,9 @@ def not_a_config(message: str, argv: list[str]) -> str | None:
     named = ", ".join(repr(p) for p in config_paths(argv)) or "a config"
     first = message.split("\n")[0]
     if first.startswith("Unexpected config:"):
-        what = first.removeprefix("Unexpected config:").strip()[:40]
-        return (f"--config {named} holds no mapping of settings (it is empty, a list or plain text: {what!r}); pass "
-                "a YAML file such as configs/first_run.yaml")  # fmt: skip
+        return str(no_mapping(named, first.removeprefix("Unexpected config:")))
     if first.startswith("Problems parsing config"):
-        return f"--config {named} is not valid YAML ({first.split(':', 1)[-1].strip()[:80]}); fix it or pass another"
+        return str(not_yaml(named, first.split(":", 1)[-1]))
     return None
 
 
