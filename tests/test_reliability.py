@@ -83,8 +83,8 @@ def text(tmp_path, monkeypatch) -> Path:
         (["--bogus", "3"], "unrecognized arguments: --bogus"),
         (
             ["--data.num_workers", "null"],
-            "--data.num_workers null: TextDataModule's num_workers takes a value of "
-            "type int, not null; pass one, or drop the flag (its default: 0)",
+            "--data.num_workers null: TextDataModule's num_workers takes an integer in [0, 64], not null; pass one, "
+            "or drop the flag (its default: 0)",
         ),
         (["--data.seed", "null"], "--data.seed null: TextDataModule's seed takes a value of type int"),
         (["--trainer.log_every_n_steps", "0"], "trainer.log_every_n_steps=0 must lie in [1, 16,777,216]"),
@@ -93,9 +93,10 @@ def text(tmp_path, monkeypatch) -> Path:
         (["--trainer.accelerator", "c"], "trainer: You selected an invalid accelerator name: `accelerator='c'`"),
         (["--model.model.rope_base", "1e-320"], "model.model.rope_base: 1e-320 is not a number in (1.0, inf)"),
         (["--trainer.gradient_clip_val", "-1"], "trainer.gradient_clip_val=-1 must be a non-negative number"),
+        (["--data.num_workers", "100000"], "data.num_workers: 100000 is not an integer in [0, 64]"),
     ],
     ids=["heads", "depth", "batch-size", "context", "max-steps", "cooldown", "unknown", "workers-null", "seed-null",
-         "log-every-0", "val-every-0", "val-interval-0", "accelerator", "rope-base", "clip"],
+         "log-every-0", "val-every-0", "val-interval-0", "accelerator", "rope-base", "clip", "workers"],
 )  # fmt: skip
 def test_out_of_range_settings_get_one_line(capsys, text, args, message):
     err = fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), *args, message=message)

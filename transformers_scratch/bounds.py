@@ -18,6 +18,7 @@ MAX_DEPTH = 1_000  # blocks: the deepest published transformers have about that 
 MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes a signed 64-bit number
 MAX_RATE = 1e10  # a learning rate or weight decay, at most: past it the float32 update overflows
 MAX_SAMPLE = 1_000_000  # characters a sample call writes (about half an hour on 2 CPU cores)
+MAX_WORKERS = 64  # DataLoader processes: each is a copy of this one; past the cores they only wait
 BOUNDED: list[type] = []
 
 
@@ -81,6 +82,7 @@ if TYPE_CHECKING:
     PositiveFloat: TypeAlias = float
     NonNegativeFloat: TypeAlias = float
     Base: TypeAlias = float
+    Workers: TypeAlias = int
 else:
     Positive = between(int, 1, name="a positive integer")
     Count = between(int, 1, MAX_COUNT)
@@ -101,6 +103,7 @@ else:
     Share = between(float, 0.0, 1.0, open_low=True)  # top-p's mass: (0, 1]
     PositiveFloat = between(float, 0.0, open_low=True, name="a positive number")
     NonNegativeFloat = between(float, 0.0, name="a non-negative number")
+    Workers = between(int, 0, MAX_WORKERS)
     Base = between(float, 1.0, open_low=True)  # RoPE's: the longest wavelength grows with it; at 1 or below none does
 
 

@@ -32,7 +32,7 @@ from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
-from ..bounds import MAX_COUNT, register
+from ..bounds import MAX_COUNT, Interval, register
 from ..data.files import shortened
 from ..data.vocab import vocab_state
 from ..model.config import (
@@ -244,8 +244,10 @@ def refuse_null(key: str, cls: Any, values) -> None:
         if value is None and arg in hints and hints[arg] is not Any and type(None) not in get_args(hints[arg]):
             default = inspect.signature(cls).parameters[arg].default
             suggestion = "" if default is inspect.Parameter.empty else f" (its default: {default!r})"
-            raise ValueError(f"--{key}.{arg} null: {cls.__name__}'s {arg} takes a value of type "
-                             f"{type_name(hints[arg])}, not null; pass one, or drop the flag{suggestion}")  # fmt: skip
+            bounded = isinstance(hints[arg], type) and issubclass(hints[arg], Interval)  # "an integer in [0, 64]"
+            kind = hints[arg].__name__ if bounded else f"a value of type {type_name(hints[arg])}"
+            raise ValueError(f"--{key}.{arg} null: {cls.__name__}'s {arg} takes {kind}, not null; pass one, or drop "
+                             f"the flag{suggestion}")  # fmt: skip
 
 
 def type_name(hint) -> str:
