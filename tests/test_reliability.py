@@ -86,7 +86,7 @@ def text(tmp_path, monkeypatch) -> Path:
             "--data.num_workers null: TextDataModule's num_workers takes an integer in [0, 64], not null; pass one, "
             "or drop the flag (its default: 0)",
         ),
-        (["--data.seed", "null"], "--data.seed null: TextDataModule's seed takes a value of type int"),
+        (["--data.seed", "null"], "--data.seed null: TextDataModule's seed takes an integer in [0, 9,223,"),
         (["--trainer.log_every_n_steps", "0"], "trainer.log_every_n_steps=0 must lie in [1, 16,777,216]"),
         (["--trainer.check_val_every_n_epoch", "0"], "trainer.check_val_every_n_epoch=0 must lie in [1, 16,777,216]"),
         (["--trainer.val_check_interval", "0"], "trainer.val_check_interval=0 must lie in [1, 16,777,216]"),
@@ -94,9 +94,10 @@ def text(tmp_path, monkeypatch) -> Path:
         (["--model.model.rope_base", "1e-320"], "model.model.rope_base: 1e-320 is not a number in (1.0, inf)"),
         (["--trainer.gradient_clip_val", "-1"], "trainer.gradient_clip_val=-1 must be a non-negative number"),
         (["--data.num_workers", "100000"], "data.num_workers: 100000 is not an integer in [0, 64]"),
+        (["--data.seed", str(10**30)], "data.seed: 1000000000000000000000000000000 is not an integer in [0, 9,223"),
     ],
     ids=["heads", "depth", "batch-size", "context", "max-steps", "cooldown", "unknown", "workers-null", "seed-null",
-         "log-every-0", "val-every-0", "val-interval-0", "accelerator", "rope-base", "clip", "workers"],
+         "log-every-0", "val-every-0", "val-interval-0", "accelerator", "rope-base", "clip", "workers", "seed"],
 )  # fmt: skip
 def test_out_of_range_settings_get_one_line(capsys, text, args, message):
     err = fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), *args, message=message)

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from ..bounds import Count, OpenRate, Rate, Workers, check_args
+from ..bounds import Count, OpenRate, Rate, Seed, Workers, check_args
 from .files import DataError, predicting, utf8
 from .ids import IGNORE_INDEX
 from .progress import ResumableData
@@ -196,7 +196,7 @@ class IMDbDataModule(ResumableData):
         val_size: Count = 5_000,
         batch_size: Count = 32,
         num_workers: Workers = 0,
-        seed: int = 1234,
+        seed: Seed = 1234,
         predict_path: str | None = None,
         word_dropout: Rate = 0.0,
         tokenizer: str | None = None,
@@ -430,7 +430,7 @@ class IMDbMLMDataModule(IMDbDataModule):
         val_size: Count = 5_000,
         batch_size: Count = 32,
         num_workers: Workers = 0,
-        seed: int = 1234,
+        seed: Seed = 1234,
         mask_prob: OpenRate = 0.15,
     ) -> None:
         """

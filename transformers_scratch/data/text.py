@@ -18,7 +18,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from ..bounds import Count, Workers, check_args
+from ..bounds import Count, Seed, Workers, check_args
 from .files import DataError, download, predicting, read_bytes
 from .ids import IGNORE_INDEX
 from .progress import ResumableData
@@ -132,7 +132,7 @@ class TextDataModule(ResumableData):
         eval_stride: Count | None = None,
         vocab: Literal["bytes", "file"] = "bytes",
         num_workers: Workers = 0,
-        seed: int = 1234,
+        seed: Seed = 1234,
         download: Literal["enwik8", "tinyshakespeare", "python-stdlib"] = "enwik8",
         url: str | None = None,
         predict_path: str | None = None,

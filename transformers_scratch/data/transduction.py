@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from ..bounds import Count, Workers, check_args
+from ..bounds import Count, Seed, Workers, check_args
 from ..model.models import EncoderDecoder
 from .ids import IGNORE_INDEX
 from .progress import ResumableData
@@ -125,7 +125,7 @@ class TransductionDataModule(ResumableData):
         val_size: Count = 1000,
         test_size: Count = 2000,
         num_workers: Workers = 0,
-        seed: int = 1234,
+        seed: Seed = 1234,
     ) -> None:
         """
         Args:
