@@ -205,6 +205,16 @@ def test_the_experiments_refuse_in_one_line_and_read_paths_where_they_were_given
     fails(capsys, "extrapolate", "--kinds", "bogus", message="invalid choice: 'bogus'")
 
 
+@pytest.mark.parametrize("flag, value, message", [
+    ("--context", "0", "context: 0 is not an integer in [1, "),
+    ("--mem_len", "100001", "mem_len: 100001 is not an integer in [0, "),
+    ("--clamp_len", "0", "clamp_len: 0 is not a positive integer"),
+])  # fmt: skip
+def test_convert_xl_bounds_its_sizes_by_their_flags(capsys, tmp_path, flag, value, message):
+    fails(capsys, "convert_xl", "--state_dict", str(tmp_path / "authors.pt"), "--out", str(tmp_path / "xl.ckpt"),
+          flag, value, message=message)  # fmt: skip
+
+
 # ---- the optimizer is the project's ---------------------------------------------------------------------
 @pytest.mark.parametrize("flag", [["--optimizer", "AdamW"], ["--lr_scheduler=StepLR"], ["--optimizer.lr", "1"]])
 def test_optimizer_flags_are_refused_with_the_settings_to_use(capsys, text, flag):

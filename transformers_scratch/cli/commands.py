@@ -166,9 +166,9 @@ def convert_xl(
     out: str,
     symbols: str | None = None,
     pre_norm: bool = False,
-    context: int = 512,
-    mem_len: int = 512,
-    clamp_len: int | None = None,
+    context: Count = 512,
+    mem_len: Memory = 512,
+    clamp_len: Positive | None = None,
     same_length: bool = False,
 ) -> None:
     """Convert a Transformer-XL trained with the authors' code into a LitXL checkpoint (evaluate, sample, fine-tune).
