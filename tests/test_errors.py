@@ -132,3 +132,17 @@ def test_out_of_memory_is_read_from_torchs_own_error():
     assert "data.batch_size" in line
     assert "--batch_size" in error_line(MemoryError(), ["sample"])
     assert not refused(RuntimeError("a fault of the project's own")) and not refused(KeyError("x"))
+
+
+def test_a_system_error_on_a_path_names_the_flag_that_gave_it(tmp_path):
+    """The system's own OSError ('[Errno 2] No such file or directory: ...') names no flag and no fix."""
+    missing = str(tmp_path / "no" / "folder")
+    with pytest.raises(OSError) as caught:
+        open(missing + "/x")
+    line = error_line(caught.value, ["fit", "--checkpoint.dirpath", missing])
+    assert (
+        line == f"--checkpoint.dirpath '{missing}/x': No such file or directory; pass a path that exists and this "
+        "user may read and write, or create it"
+    )
+    assert error_line(caught.value, ["fit", f"--data.data_dir={missing}"]).startswith(f"--data.data_dir '{missing}/x'")
+    assert error_line(FileNotFoundError("the project's own line"), ["fit"]) == "the project's own line"

@@ -60,6 +60,10 @@ def _line(e: BaseException, argv: list[str]) -> str:
                 f"name, {os.pathconf('/', 'PC_PATH_MAX'):,} a path); pass a shorter path")  # fmt: skip
     if out_of_memory(e):
         return memory_line(e, argv)
+    if isinstance(e, OSError) and e.errno is not None and e.filename:  # the system's, on a path it was given
+        path, flag = str(e.filename), flag_of(str(e.filename), argv)
+        return (f"{flag + ' ' if flag else ''}{shortened(path)!r}: {e.strerror or type(e).__name__}; pass a path "
+                "that exists and this user may read and write, or create it")  # fmt: skip
     if isinstance(e, UnicodeDecodeError):  # a piped config: regular files are read, and named, before parsing
         return f"a --config is not UTF-8 text (byte {e.start:,}); pass a config such as configs/first_run.yaml"
     message = str(e)
@@ -71,6 +75,15 @@ def _line(e: BaseException, argv: list[str]) -> str:
         culprit = config_at_fault(line, argv)
         line = f"--config {culprit!r}: {line}" if culprit else line
     return line
+
+
+def flag_of(path: str, argv: list[str]) -> str | None:
+    """The flag whose value is ``path``, holds it (a logger's settings) or is a folder above it."""
+    for i, arg in enumerate(argv):
+        flag, _, value = arg.partition("=") if arg.startswith("--") else (argv[i - 1] if i else "", "", arg)
+        if flag.startswith("--") and value and (path in value or path.startswith(value.rstrip("/") + "/")):
+            return flag
+    return None
 
 
 def memory_line(e: BaseException, argv: list[str]) -> str:
