@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import math
+import os
 import re
 import sys
 import warnings
@@ -125,6 +126,10 @@ def refuse_nulls(cfg) -> None:
         if isinstance(value, int) and not isinstance(value, bool) and not 1 <= value <= MAX_COUNT:
             raise ValueError(f"trainer.{key}={shortened(str(value))} must lie in [1, {MAX_COUNT:,}]; pass e.g. "
                              f"--trainer.{key} {example}")  # fmt: skip
+    devices, cores = str(cfg.get("trainer", {}).get("devices")), os.cpu_count() or 1
+    if devices.isdigit() and int(devices) > cores and not torch.cuda.is_available():  # each a process, unchecked
+        raise ValueError(f"trainer.devices={shortened(devices)}: on a CPU each device is a process of its own, and "
+                         f"this machine has {cores} cores; pass at most --trainer.devices {cores}")  # fmt: skip
     clip = cfg.get("trainer", {}).get("gradient_clip_val")
     if clip is not None and not 0 <= clip < math.inf:  # below 0, clipping would turn the gradient around
         raise ValueError(f"trainer.gradient_clip_val={shortened(str(clip))} must be a non-negative number (0 or null: "
