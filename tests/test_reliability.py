@@ -95,11 +95,12 @@ def text(tmp_path, monkeypatch) -> Path:
         (["--trainer.gradient_clip_val", "-1"], "trainer.gradient_clip_val=-1 must be a non-negative number"),
         (["--data.num_workers", "100000"], "data.num_workers: 100000 is not an integer in [0, 64]"),
         (["--trainer.devices", "1000"], "trainer.devices=1000: on a CPU each device is a process of its own"),
+        (["--trainer.num_nodes", "2"], "trainer.num_nodes=2 with no cluster to join"),
         (["--data.seed", str(10**30)], "data.seed: 1000000000000000000000000000000 is not an integer in [0, 9,223"),
     ],
     ids=["heads", "depth", "batch-size", "context", "max-steps", "cooldown", "unknown", "workers-null", "seed-null",
          "log-every-0", "val-every-0", "val-interval-0", "accelerator", "rope-base", "clip", "workers", "devices",
-         "seed"],
+         "nodes", "seed"],
 )  # fmt: skip
 def test_out_of_range_settings_get_one_line(capsys, text, args, message):
     err = fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), *args, message=message)

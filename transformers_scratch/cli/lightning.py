@@ -130,6 +130,11 @@ def refuse_nulls(cfg) -> None:
     if devices.isdigit() and int(devices) > cores and not torch.cuda.is_available():  # each a process, unchecked
         raise ValueError(f"trainer.devices={shortened(devices)}: on a CPU each device is a process of its own, and "
                          f"this machine has {cores} cores; pass at most --trainer.devices {cores}")  # fmt: skip
+    nodes = cfg.get("trainer", {}).get("num_nodes")
+    if isinstance(nodes, int) and nodes > 1 and not any(env in os.environ for env in CLUSTER_ENV):
+        raise ValueError(f"trainer.num_nodes={shortened(str(nodes))} with no cluster to join: this process would wait "
+                         "for the other nodes without end; launch the command on every node under SLURM or torchrun, "
+                         "or with MASTER_ADDR, MASTER_PORT and NODE_RANK set (.readme/going-big.md)")  # fmt: skip
     clip = cfg.get("trainer", {}).get("gradient_clip_val")
     if clip is not None and not 0 <= clip < math.inf:  # below 0, clipping would turn the gradient around
         raise ValueError(f"trainer.gradient_clip_val={shortened(str(clip))} must be a non-negative number (0 or null: "
@@ -268,6 +273,9 @@ def type_name(hint) -> str:
 CALLBACK_GROUPS: dict[str, type] = {"checkpoint": SafeModelCheckpoint, "sample": SampleText,
                                     "predictions": PredictionWriter}  # fmt: skip
 
+
+CLUSTER_ENV = ("MASTER_ADDR", "SLURM_NTASKS", "LSB_JOBID", "OMPI_COMM_WORLD_SIZE")
+"""What a launcher of several nodes sets (torchrun, a manual launch, SLURM, LSF, MPI): Lightning's environments."""
 
 # The trainer's counts that Lightning takes a step modulo, or divides by, without checking them (0 is a
 # ZeroDivisionError deep in a loop), with a value to suggest
