@@ -510,3 +510,16 @@ def test_wandb_mode_disabled_logs_nothing(tmp_path, monkeypatch):
     logger.finalize("success")
     assert os.environ["WANDB_MODE"] == "disabled"
     assert not list((tmp_path / "logs").rglob("*.wandb"))
+
+
+def test_wandb_online_with_no_key_or_network_is_refused_before_anything_is_logged(tmp_path, monkeypatch):
+    """offline false asks for W&B online; with no key (no WANDB_API_KEY, no ~/.netrc) W&B itself raised a
+    UsageError at the first logged value, a traceback after the run had started."""
+    from transformers_scratch.training.loggers import WandbLogger
+
+    for name in ("WANDB_MODE", "WANDB_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("NETRC", str(tmp_path / ".netrc"))
+    with pytest.raises(ValueError, match="WandbLogger offline false logs online, and this machine has no W&B API key"):
+        WandbLogger(save_dir=str(tmp_path / "logs"), offline=False)

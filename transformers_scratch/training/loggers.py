@@ -49,6 +49,12 @@ class WandbLogger(_WandbLogger):
     def __init__(
         self, project: str = "transformers-scratch", save_dir: str = "logs", offline: bool | None = None, **kwargs
     ) -> None:
+        if offline is False and not os.environ.get("WANDB_MODE") and not (_has_credentials() and _reachable()):
+            raise ValueError(  # W&B's own refusal would come at the first logged value, as a traceback
+                "trainer.logger: WandbLogger offline false logs online, and this machine has no W&B API key (`wandb "
+                "login` or WANDB_API_KEY) or cannot reach api.wandb.ai; log in, or leave offline null to log offline "
+                "and sync later"
+            )
         if offline is None:
             mode = os.environ.get("WANDB_MODE")
             if mode:  # "disabled" stays to wandb itself: Lightning's offline mode would overwrite it with "dryrun"
