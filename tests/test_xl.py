@@ -167,6 +167,15 @@ def test_a_model_with_the_longest_memory_samples():
         model.generate(torch.zeros(1, 3, dtype=torch.long), 2, window=-1)
 
 
+@pytest.mark.parametrize("cfg, options", [(CFG, dict(eval_same_length=True)), (replace(CFG, same_length=True), {})])
+def test_evaluating_with_same_length_and_no_memory_is_refused(cfg, options):
+    """Every byte would see eval_mem_len keys: 0 of them, not even itself (a memory of 0 was let through when the
+    training memory was not 0)."""
+    with pytest.raises(ValueError, match="model.eval_mem_len 0 with same_length"):
+        LitXL(cfg, eval_mem_len=0, **options)
+    LitXL(cfg, eval_mem_len=1, **options)
+
+
 def test_the_authors_state_dict_maps_one_to_one():
     model = model_of(replace(CFG, untie_r=False))
     names = authors_names(CFG.depth, untie_r=False)

@@ -495,14 +495,15 @@ class LitXL(BitsPerByte, LitTransformer):
         self.save_hyperparameters()
         check_args(LitXL.__init__, self.hparams)
         model = as_config(model, XLConfig)
-        if eval_same_length and not (eval_mem_len or model.mem_len):
-            raise ValueError("model.eval_same_length shows every byte eval_mem_len keys: give it a memory")
         self.optim, self.compile = as_config(optim, OptimConfig), compile
         self.eval_options = {
             "mem_len": model.mem_len if eval_mem_len is None else eval_mem_len,
             "same_length": model.same_length if eval_same_length is None else eval_same_length,
             "clamp_len": model.clamp_len if eval_clamp_len is None else eval_clamp_len,
         }
+        if self.eval_options["same_length"] and not self.eval_options["mem_len"]:  # a query would see no key at all
+            raise ValueError(f"model.eval_mem_len {self.eval_options['mem_len']} with same_length: every byte would "
+                             "see eval_mem_len keys, none; give it a memory (eval_mem_len 1 or more)")  # fmt: skip
         self.model: TransformerXL = TransformerXL(model)
         if init_from:
             self.model = weights_of(init_from, self)
