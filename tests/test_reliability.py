@@ -992,6 +992,13 @@ def lm_ckpt(tmp_path, monkeypatch) -> Path:
     return write_checkpoint(tmp_path / "lm.ckpt", LitCharLM(TINY), {"vocab_symbols": None})
 
 
+def test_scoring_at_another_window_than_learned_positions_were_trained_at_names_the_data_setting(lm_ckpt, text, capsys):
+    """A shorter data.context gave "does not fit ...: the file is damaged", though only the window differed."""
+    fails(capsys, "test", "--config", TINY_LM, "--data.path", str(text), "--ckpt_path", str(lm_ckpt),
+          "--data.context", "8", message=f"--ckpt_path '{lm_ckpt}' was trained at 16 positions, whose learned vectors "
+          "are one a position, and this run's data gives 8; pass the data settings it was trained with")  # fmt: skip
+
+
 def odd_files(folder: Path) -> dict[str, Path]:
     files = {"binary": b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "latin1": "caf\xe9 au lait".encode("latin-1"),
              "empty": b""}  # fmt: skip

@@ -95,19 +95,28 @@ class Checkpoint:
             )
         return cls
 
-    def check_fits(self, module: torch.nn.Module, fix: str = f"the file is damaged, or {RETRAIN}") -> None:
+    def check_fits(self, module: torch.nn.Module, fix: str | None = None) -> None:
         """The weights against the module built from the settings, before a strict load, whose RuntimeError lists
-        every key: a name or a shape the module lacks is refused in one line, naming the first, and ``fix``."""
+        every key: a name or a shape the module lacks is refused in one line, naming the first, and ``fix`` (by
+        default: the data settings, where only the window differs; else a damaged or foreign file)."""
         ours = {name: tuple(t.shape) for name, t in module.state_dict().items()}
         problems = [f"{name!r} is missing" for name in ours if name not in self.shapes]
         problems += [f"{name!r} is not one of its weights" for name in self.shapes if name not in ours]
         problems += [f"{name!r} is {list(self.shapes[name])}, not {list(shape)}" for name, shape in ours.items()
                      if name in self.shapes and self.shapes[name] != shape]  # fmt: skip
+        tables = [name for name in ours if name.endswith("positions.table.weight") and name in self.shapes
+                  and self.shapes[name] != ours[name]]  # fmt: skip
+        if fix is None and problems and len(tables) == len(problems):  # the data gives another window, all else equal
+            raise ValueError(
+                f"{self.source} was trained at {self.shapes[tables[0]][0]} positions, whose learned vectors are one a "
+                f"position, and this run's data gives {ours[tables[0]][0]}; pass the data settings it was trained with "
+                "(data.context, or data.max_length and data.task)"
+            )
         if problems:
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
             raise ValueError(
                 f"{self.source} does not fit the {type(module).__name__} its settings describe: "
-                f"{shortened(problems[0])}{more}; {fix}"
+                f"{shortened(problems[0])}{more}; {fix or f'the file is damaged, or {RETRAIN}'}"
             )
 
     def trained(self, *takes: type, command: str = "this command"):
