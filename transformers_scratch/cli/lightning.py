@@ -109,9 +109,7 @@ class Run:
 
 def refuse_nulls(cfg) -> None:
     """jsonargparse checks a class's arguments against their types, but takes ``null`` for any ``init_args`` of a
-    class given by ``class_path``, and for a whole group of a callback's arguments: refused (:func:`refuse_null`).
-    Lightning takes a step modulo the trainer's counts, or divides by them, and clips gradients by any number,
-    unchecked: they are bounded here."""
+    class given by ``class_path``, and for a whole group of a callback's arguments: refused (:func:`refuse_null`)."""
     for key in ("model", "data"):  # classes a config names by class_path
         if isinstance(getattr(cfg.get(key), "class_path", None), str):
             refuse_null(key, class_of(cfg[key]), cfg[key].get("init_args") or {})
@@ -121,22 +119,28 @@ def refuse_nulls(cfg) -> None:
     seed = cfg.get("seed_everything")
     if not isinstance(seed, bool) and isinstance(seed, int) and not 0 <= seed < 2**32:
         raise ValueError(f"seed_everything={seed} must lie in [0, {2**32 - 1:,}] (numpy's seeds), or be true/false")
+
+
+def bound_trainer(trainer) -> None:
+    """Lightning's Trainer takes these unchecked: it takes a step modulo its counts or divides by them, clips by a
+    negative norm, starts a process for every CPU device asked for, and waits without end for nodes that no
+    launcher starts."""
     for key, example in TRAINER_COUNTS.items():
-        value = cfg.get("trainer", {}).get(key)
+        value = trainer.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and not 1 <= value <= MAX_COUNT:
             raise ValueError(f"trainer.{key}={shortened(str(value))} must lie in [1, {MAX_COUNT:,}]; pass e.g. "
                              f"--trainer.{key} {example}")  # fmt: skip
-    devices, cores = str(cfg.get("trainer", {}).get("devices")), os.cpu_count() or 1
-    if devices.isdigit() and int(devices) > cores and not torch.cuda.is_available():  # each a process, unchecked
+    devices, cores = str(trainer.get("devices")), os.cpu_count() or 1
+    if devices.isdigit() and int(devices) > cores and not torch.cuda.is_available():
         raise ValueError(f"trainer.devices={shortened(devices)}: on a CPU each device is a process of its own, and "
                          f"this machine has {cores} cores; pass at most --trainer.devices {cores}")  # fmt: skip
-    nodes = cfg.get("trainer", {}).get("num_nodes")
+    nodes = trainer.get("num_nodes")
     if isinstance(nodes, int) and nodes > 1 and not any(env in os.environ for env in CLUSTER_ENV):
         raise ValueError(f"trainer.num_nodes={shortened(str(nodes))} with no cluster to join: this process would wait "
                          "for the other nodes without end; launch the command on every node under SLURM or torchrun, "
                          "or with MASTER_ADDR, MASTER_PORT and NODE_RANK set (.readme/going-big.md)")  # fmt: skip
-    clip = cfg.get("trainer", {}).get("gradient_clip_val")
-    if clip is not None and not 0 <= clip < math.inf:  # below 0, clipping would turn the gradient around
+    clip = trainer.get("gradient_clip_val")
+    if clip is not None and not 0 <= clip < math.inf:
         raise ValueError(f"trainer.gradient_clip_val={shortened(str(clip))} must be a non-negative number (0 or null: "
                          "no clipping); pass e.g. --trainer.gradient_clip_val 1.0")  # fmt: skip
 
@@ -397,6 +401,7 @@ class CLI(LightningCLI):
         sub = self.config.get("subcommand")
         cfg = self.config[sub] if sub else self.config
         refuse_nulls(cfg)
+        bound_trainer(cfg.get("trainer") or {})
         settle_output(sub, cfg)
         self.run = Run(name_run(cfg), read_run_checkpoint(cfg, run_name(cfg)) if sub else None)
 
