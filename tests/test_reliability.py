@@ -97,10 +97,17 @@ def text(tmp_path, monkeypatch) -> Path:
         (["--trainer.devices", "1000"], "trainer.devices=1000: on a CPU each device is a process of its own"),
         (["--trainer.num_nodes", "2"], "trainer.num_nodes=2 with no cluster to join"),
         (["--data.seed", str(10**30)], "data.seed: 1000000000000000000000000000000 is not an integer in [0, 9,223"),
+        (["--checkpoint.save_top_k", "-5"], "checkpoint.save_top_k: -5 is not an integer in [-1, 16,777,216]"),
+        (
+            ["--checkpoint.every_n_train_steps", "3", "--checkpoint.every_n_epochs", "2"],
+            "checkpoint: Combination of parameters every_n_train_steps=3, every_n_epochs=2",
+        ),
+        (["--checkpoint.mode", "max"], "checkpoint.mode max with no checkpoint.monitor, whose default val/bpc"),
+        (["--checkpoint.monitor", "val/bcp"], "checkpoint.monitor 'val/bcp' is no metric that this model's validation"),
     ],
     ids=["heads", "depth", "batch-size", "context", "max-steps", "cooldown", "unknown", "workers-null", "seed-null",
          "log-every-0", "val-every-0", "val-interval-0", "accelerator", "rope-base", "clip", "workers", "devices",
-         "nodes", "seed"],
+         "nodes", "seed", "top-k", "every-n", "mode", "monitor"],
 )  # fmt: skip
 def test_out_of_range_settings_get_one_line(capsys, text, args, message):
     err = fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), *args, message=message)
@@ -1110,7 +1117,7 @@ def test_a_hostile_config_file_gets_one_line(tmp_path, capsys, monkeypatch, cont
         ("sample: null\n", "sample: null: sample is a group of SampleText's settings"),
         ("predictions: null\n", "predictions: null: predictions is a group of PredictionWriter's settings"),
         ("checkpoint: {save_top_k: null}\n", "--checkpoint.save_top_k null: SafeModelCheckpoint's save_top_k takes "
-         "a value of type int, not null; pass one, or drop the flag (its default: 1)"),
+         "an integer in [-1, 16,777,216], not null; pass one, or drop the flag (its default: 1)"),
         ("trainer: {accelerator: null}\n", "--trainer.accelerator null: Trainer's accelerator takes a value of type "
          "str or Accelerator"),
     ],

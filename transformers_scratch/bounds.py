@@ -83,6 +83,7 @@ if TYPE_CHECKING:
     NonNegativeFloat: TypeAlias = float
     Base: TypeAlias = float
     Workers: TypeAlias = int
+    TopK: TypeAlias = int
 else:
     Positive = between(int, 1, name="a positive integer")
     Count = between(int, 1, MAX_COUNT)
@@ -104,6 +105,7 @@ else:
     PositiveFloat = between(float, 0.0, open_low=True, name="a positive number")
     NonNegativeFloat = between(float, 0.0, name="a non-negative number")
     Workers = between(int, 0, MAX_WORKERS)
+    TopK = between(int, -1, MAX_COUNT)  # checkpoints kept by their score: -1 every one, 0 none
     Base = between(float, 1.0, open_low=True)  # RoPE's: the longest wavelength grows with it; at 1 or below none does
 
 

@@ -451,7 +451,12 @@ class CLI(LightningCLI):
             check_linked_context((cfg.model.get("init_args") or {}).get("model") or {}, data)
         model_class = class_of(cfg.model)
         if cfg.checkpoint.monitor is None and hasattr(model_class, "checkpoint_metric"):
-            cfg.checkpoint.monitor, cfg.checkpoint.mode, pattern = model_class.checkpoint_metric
+            monitor, mode, pattern = model_class.checkpoint_metric
+            if cfg.checkpoint.mode not in ("min", mode):  # "min" is the default: only another choice was asked
+                raise ValueError(f"checkpoint.mode {cfg.checkpoint.mode} with no checkpoint.monitor, whose default "
+                                 f"{monitor} is kept at its {mode}imum; name the metric too, e.g. --checkpoint.monitor "
+                                 f"{monitor} --checkpoint.mode {cfg.checkpoint.mode}, or drop the mode")  # fmt: skip
+            cfg.checkpoint.monitor, cfg.checkpoint.mode = monitor, mode
             cfg.checkpoint.filename = cfg.checkpoint.filename or pattern
         if not cfg.get("verbose") and cfg.trainer.get("enable_model_summary") is None:
             cfg.trainer.enable_model_summary = False  # the run's header gives the model's size in one line

@@ -19,17 +19,18 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from lightning.fabric.plugins import CheckpointIO
 from lightning.pytorch.callbacks import BasePredictionWriter, Callback, ModelCheckpoint, TQDMProgressBar
 from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 from lightning.pytorch.strategies import FSDPStrategy
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from torch import Tensor
 from tqdm import tqdm
 
-from ..bounds import Count, NonNegativeFloat, SampleLength, check_args
+from ..bounds import Count, NonNegative, NonNegativeFloat, SampleLength, TopK, check_args
 from .console import note, shown
 from .perf import peak_flops, train_flops_per_token
 
@@ -209,8 +210,28 @@ class SafeModelCheckpoint(ModelCheckpoint):
     with non-finite weights (training then stops with an error that names the last good checkpoint).
 
     ``monitor: null`` in a config means the module's own metric (``val/bpc`` for the character model,
-    ``val/acc`` for the classifier); the CLI fills it in, with the file name pattern that goes with it.
+    ``val/acc`` for the classifier); the CLI fills it in, with the file name pattern that goes with it. The
+    arguments below are ``ModelCheckpoint``'s, with their bounds declared (the command line names the flag).
     """
+
+    def __init__(self, *, save_top_k: TopK = 1, mode: Literal["min", "max"] = "min",
+                 every_n_train_steps: NonNegative | None = None, every_n_epochs: NonNegative | None = None,
+                 **kwargs) -> None:  # fmt: skip
+        try:
+            super().__init__(save_top_k=save_top_k, mode=mode, every_n_train_steps=every_n_train_steps,
+                             every_n_epochs=every_n_epochs, **kwargs)  # fmt: skip
+        except MisconfigurationException as e:  # settings that exclude each other: named as the checkpoint key's
+            raise ValueError(f"checkpoint: {e}") from None
+
+    def on_sanity_check_end(self, trainer, pl_module) -> None:
+        """A monitored validation metric that the validation does not log is refused before the first step, not
+        at the first validation's end (Lightning's check) with the steps before it lost."""
+        logged = [key for key in trainer.callback_metrics if key.startswith("val/")]
+        if self.monitor and self.monitor.startswith("val/") and self.monitor not in logged:
+            raise ValueError(
+                f"checkpoint.monitor {self.monitor!r} is no metric that this model's validation "
+                f"logs ({', '.join(logged)}); pass one of those, or leave it out for the model's own"
+            )
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         super().setup(trainer, pl_module, stage)
