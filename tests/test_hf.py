@@ -235,6 +235,14 @@ def test_hostile_folders_are_refused_in_one_line(tmp_path):
         from_hf(str(tmp_path / "nowhere"))
 
 
+def test_this_projects_own_export_is_named_as_such_with_the_reader_to_use(tmp_path):
+    from transformers_scratch.model.pretrained import save_pretrained
+
+    save_pretrained(CausalLM(LMConfig(vocab_size=16, context=8, emb=16, heads=2, depth=1)), tmp_path / "ours")
+    with pytest.raises(HFError, match="this project's export of a CausalLM, not a Hugging Face model's: from_pretr"):
+        from_hf(tmp_path / "ours")
+
+
 def test_a_hub_name_with_no_hub_gets_one_line_with_the_fix(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # as with no network, without waiting for one
     with pytest.raises(HFError) as e:

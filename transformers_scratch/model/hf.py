@@ -118,6 +118,9 @@ def config_from_hf(hf: dict, num_classes: int | None = None):
     """This project's config for a Hugging Face ``config.json`` (a dict): its family's table, then what the
     table cannot say (GPT-2's scaling, BERT's token types, Llama's and Qwen2's biases and key/value heads)."""
     kind = hf.get("model_type")
+    if kind is None and "format" in hf and "model" in hf:  # pretrained.py's layout
+        raise HFError(f"config.json is this project's export of a {str(hf['model'])[:40]}, not a Hugging Face "
+                      "model's: from_pretrained reads it; export the checkpoint with --format hf for one")  # fmt: skip
     if kind not in FAMILIES:
         raise HFError(f"config.json's model_type {str(kind)[:40]!r} is not one of {', '.join(FAMILIES)}")
     family = FAMILIES[kind]
