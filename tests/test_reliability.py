@@ -26,11 +26,12 @@ from test_cli import corpus
 from test_data import make_aclimdb
 from torch.utils.data import DataLoader, TensorDataset
 
-from transformers_scratch import ClassifierConfig, LMConfig
+from transformers_scratch import CausalLM, ClassifierConfig, LMConfig
 from transformers_scratch.cli import build_cli, main
 from transformers_scratch.data import DataError, IMDbDataModule, TextDataModule, WordVocab, files
 from transformers_scratch.data.imdb import read_aclimdb
 from transformers_scratch.data.vocab import ByteVocab
+from transformers_scratch.model.pretrained import save_pretrained
 from transformers_scratch.training.callbacks import SafeModelCheckpoint, SampleText, TrainingDiverged
 from transformers_scratch.training.modules import LitCharLM, LitClassifier, as_config
 from transformers_scratch.training.optim import OptimConfig, lr_factor
@@ -662,6 +663,14 @@ def test_a_checkpoint_that_runs_code_or_is_broken_is_refused_by_every_command(ca
                 "--data.predict_path", str(text)]  # fmt: skip
     err = fails(capsys, *args, message="is not a readable checkpoint")
     assert not trace.exists() and "weights_only" not in err  # never the advice to load it with code on
+
+
+@pytest.mark.parametrize("command", ["test", "sample"])
+def test_an_export_folder_given_as_a_checkpoint_is_named_with_its_reader(capsys, text, tmp_path, command):
+    save_pretrained(CausalLM(TINY), tmp_path / "exported")
+    args = ["--config", TINY_LM, "--data.path", str(text)] if command == "test" else ["--prompt", "the "]
+    message = "is a folder, an export (transformers_scratch.from_pretrained reads it), not a checkpoint"
+    fails(capsys, command, "--ckpt_path", str(tmp_path / "exported"), *args, message=message)
 
 
 @pytest.mark.parametrize(

@@ -27,16 +27,24 @@ def check_ckpt_path(ckpt_path: str | None) -> None:
     """A ``--ckpt_path`` must name a file, or one of the names Lightning resolves (``last``, ...)."""
     if ckpt_path and ckpt_path not in CKPT_ALIASES and not Path(ckpt_path).is_file():
         raise FileNotFoundError(
-            f"--ckpt_path {ckpt_path!r} does not exist; pass a checkpoint file such as "
+            f"--ckpt_path {ckpt_path!r} {absent(ckpt_path)}; pass a checkpoint file such as "
             "checkpoints/enwik8/last.ckpt, or 'last' to resume the newest run of this config"
         )
+
+
+def absent(path: str) -> str:
+    """Why a path is no file: it does not exist, or it is a folder (an export's, which from_pretrained reads)."""
+    if not Path(path).is_dir():
+        return "does not exist"
+    export = (Path(path) / "config.json").is_file()
+    return "is a folder" + (", an export (transformers_scratch.from_pretrained reads it), not a checkpoint" * export)
 
 
 def _load(path: str, flag: str, example: str, what: str, fix: str) -> Any:
     """``torch.load`` as data, on the CPU: a broken file fails anywhere in torch's reader, with any type of error,
     and is refused in one line."""
     if not Path(path).is_file():
-        raise FileNotFoundError(f"{flag} {path!r} does not exist; pass {example}")
+        raise FileNotFoundError(f"{flag} {path!r} {absent(path)}; pass {example}")
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
