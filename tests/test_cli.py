@@ -695,15 +695,33 @@ def test_context_scores_what_test_scores_by_position(trained):
                  "--trainer.logger", "false", cwd=cwd)  # fmt: skip
     assert tested.returncode == 0, tested.stderr[-3000:]
     bpc = float(re.search(r"test/bpc\s*│\s*([\d.]+)", tested.stdout)[1])  # type: ignore[index]
-    ran = cli("context", "--ckpt_path", ckpt, "--data_path", str(data), "--bins", "4", "--out", "ctx.png",
-              "--csv", "ctx.csv", cwd=cwd)  # fmt: skip
+    ran = cli(
+        "context",
+        "--ckpt_path",
+        ckpt,
+        "--data_path",
+        str(data),
+        "--bins",
+        "4",
+        "--out",
+        "ctx.png",
+        "--csv",
+        "tables/ctx.csv",
+        "--eval_mem_len",
+        "3",
+        cwd=cwd,
+    )  # a folder made; one memory (XL's only)
     assert ran.returncode == 0, ran.stderr[-3000:]
     rows = ran.stdout.splitlines()
     assert rows[0] == "positions\ttiny_charlm" and [r.split("\t")[0] for r in rows[1:]][-1] == "all"
     assert abs(float(rows[-1].split("\t")[1]) - bpc) < 1e-4
-    assert (cwd / "ctx.png").stat().st_size > 0 and (cwd / "ctx.csv").read_text().startswith("curve,position,bytes")
+    assert (cwd / "ctx.png").stat().st_size > 0
+    assert (cwd / "tables/ctx.csv").read_text().startswith("curve,position,bytes")
     refused = cli("context", "--ckpt_path", ckpt, "--data_path", str(data), "--bins", "0", cwd=cwd)
     assert_fails_cleanly(refused, "bins: 0 is not an integer in [1, 16,777,216]")
+    refused = cli("context", "--ckpt_path", ckpt, "--data_path", str(data), "--csv", "tables", cwd=cwd)
+    assert_fails_cleanly(refused, "--csv 'tables' is a folder; pass a file name, e.g. --csv tables/context.csv")
+    assert "all\t" not in refused.stdout  # refused before the scoring, not after it
 
 
 def test_context_leaves_blank_the_positions_past_a_shorter_models_context(trained, tmp_path):

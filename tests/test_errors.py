@@ -146,3 +146,5 @@ def test_a_system_error_on_a_path_names_the_flag_that_gave_it(tmp_path):
     )
     assert error_line(caught.value, ["fit", f"--data.data_dir={missing}"]).startswith(f"--data.data_dir '{missing}/x'")
     assert error_line(FileNotFoundError("the project's own line"), ["fit"]) == "the project's own line"
+    folder = IsADirectoryError(21, "Is a directory", "data")  # the flag that gave it, before one whose path holds it
+    assert error_line(folder, ["context", "--data_path", "data/text.txt", "--csv", "data"]).startswith("--csv 'data'")

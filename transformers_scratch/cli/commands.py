@@ -51,16 +51,19 @@ def text_or_file(text: str | None, path: str | None, flag: str, what: str, kind:
     return text
 
 
-def png_out(out: str) -> Path:
-    """A picture's path: never a folder, and a file it replaces is named."""
+def out_file(out: str, flag: str = "--out", example: str = "picture.png") -> Path:
+    """A file a command writes (a picture unless ``example`` says otherwise), checked before any work: never a
+    folder, its folder made, and a file it replaces named."""
     target = Path(out)
     if target.is_dir():
-        raise ValueError(f"--out {out!r} is a folder; pass a file name, e.g. --out {target / 'picture.png'}")
+        raise ValueError(f"{flag} {out!r} is a folder; pass a file name, e.g. {flag} {target / example}")
     from matplotlib.backend_bases import FigureCanvasBase
 
-    if target.suffix and target.suffix[1:].lower() not in FigureCanvasBase.get_supported_filetypes():
-        raise ValueError(f"--out {out!r} ends in {target.suffix!r}, which is no picture format here; pass a name "
+    picture = example.endswith(".png") and target.suffix
+    if picture and target.suffix[1:].lower() not in FigureCanvasBase.get_supported_filetypes():
+        raise ValueError(f"{flag} {out!r} ends in {target.suffix!r}, which is no picture format here; pass a name "
                          "ending in .png (or .pdf, .svg)")  # fmt: skip
+    target.parent.mkdir(parents=True, exist_ok=True)
     if target.exists():
         print(f"note: replacing {out}", file=sys.stderr)
     return target
@@ -295,7 +298,7 @@ def attention(
         if allowed is not None:
             sp = model.cfg.sparse
             title += f"; {sp.pattern} pattern, l={sp.block}, {sp.layout} heads (grey: outside the pattern)"
-    draw_attention(weights, tokens, png_out(out), title, dpi, allowed)
+    draw_attention(weights, tokens, out_file(out), title, dpi, allowed)
     print(f"wrote {out}: {weights.size(0)} layers x {weights.size(1)} heads over {len(tokens)} {kind}")
 
 
@@ -318,7 +321,7 @@ def plot(run: str, out: str | None = None, dpi: Dpi = 100) -> None:
     curves = learning_curves(metrics)
     if not curves:
         raise ValueError(f"{str(metrics)!r} holds no training loss, validation metric or learning rate to draw yet")
-    target = png_out(out) if out else metrics.parent / "curves.png"
+    target = out_file(out) if out else metrics.parent / "curves.png"
     draw_curves(curves, target, shown(str(metrics.parent)), dpi)
     print(f"wrote {target}: {', '.join(curves)}")
 
@@ -330,7 +333,7 @@ def context(
     data_dir: str = "data",
     split: Literal["val", "test"] = "test",
     batch_size: Count = 32,
-    eval_mem_len: list[Memory] | None = None,
+    eval_mem_len: Memory | list[Memory] | None = None,
     limit_batches: Count | None = None,
     bins: Count = 16,
     out: str | None = None,
@@ -351,7 +354,7 @@ def context(
         split: The held-out split to score.
         batch_size: Windows a batch; for a LitXL the number of streams, as the run's data.eval_batch_size (it
             decides where each stream starts with no memory).
-        eval_mem_len: A LitXL's evaluation memories, one curve each (default: its own eval_mem_len).
+        eval_mem_len: A LitXL's evaluation memory, or several, one curve each (default: its own eval_mem_len).
         limit_batches: Score only the first N batches (default: the whole split).
         bins: Bins of positions, spaced on a log scale from 1 to the context.
         out: A PNG of the curves, log-x.
@@ -362,7 +365,8 @@ def context(
     from ..training.inference import log_bins, loss_by_position
     from ..training.pictures import draw_context
 
-    target = png_out(out) if out else None
+    target, table = out_file(out) if out else None, out_file(csv, "--csv", "context.csv") if csv else None
+    memories = [eval_mem_len] if isinstance(eval_mem_len, int) else eval_mem_len
     curves: dict[str, tuple[Tensor, Tensor]] = {}
     for path in [ckpt_path] if isinstance(ckpt_path, str) else ckpt_path:
         module, vocab = Checkpoint(path).trained(LitCharLM, LitXL, command="context")
@@ -378,7 +382,7 @@ def context(
         loader = data.val_dataloader if split == "val" else data.test_dataloader
         name = Path(path).parent.name if Path(path).name == "last.ckpt" else Path(path).stem
         name = path if any(label.split(", memory")[0] == name for label in curves) else name  # two runs of one name
-        for memory in (eval_mem_len or [module.eval_options["mem_len"]]) if xl else [None]:
+        for memory in (memories or [module.eval_options["mem_len"]]) if xl else [None]:
             if memory is not None:
                 module.eval_options["mem_len"], module.eval_memory = memory, None
             label = f"{name}, memory {memory}" if memory is not None else name
@@ -392,11 +396,11 @@ def context(
     for i, (lo, hi) in enumerate(ranges):
         print(f"{lo}-{hi}\t" + "\t".join("-" if math.isnan(v[i]) else f"{v[i]:.4f}" for v in binned.values()))
     print("all\t" + "\t".join(f"{float(b.sum() / c.sum()):.4f}" for b, c in curves.values()))
-    if csv:
+    if table is not None:
         rows = ["curve,position,bytes,bits_per_byte"] + [
             f"{label},{i + 1},{int(c)},{float(b / c):.6f}" for label, (bits, counts) in curves.items()
             for i, (b, c) in enumerate(zip(bits, counts, strict=True)) if c]  # fmt: skip
-        Path(csv).write_text("\n".join(rows) + "\n")
+        table.write_text("\n".join(rows) + "\n")
     if target is not None:
         mids = [math.sqrt(lo * hi) for lo, hi in ranges]
         draw_context({k: (mids, v) for k, v in binned.items()}, target, f"bits per byte by position ({split})", dpi)

@@ -78,12 +78,13 @@ def _line(e: BaseException, argv: list[str]) -> str:
 
 
 def flag_of(path: str, argv: list[str]) -> str | None:
-    """The flag whose value is ``path``, holds it (a logger's settings) or is a folder above it."""
-    for i, arg in enumerate(argv):
-        flag, _, value = arg.partition("=") if arg.startswith("--") else (argv[i - 1] if i else "", "", arg)
-        if flag.startswith("--") and value and (path in value or path.startswith(value.rstrip("/") + "/")):
-            return flag
-    return None
+    """The flag whose value is ``path``, else one that holds it (a logger's settings) or is a folder above it."""
+    given = [arg.partition("=")[::2] if arg.startswith("--") else (argv[i - 1] if i else "", arg)
+             for i, arg in enumerate(argv)]  # fmt: skip
+    given = [(flag, value) for flag, value in given if flag.startswith("--") and value]
+    exact = [flag for flag, value in given if value == path]
+    holds = [flag for flag, value in given if path in value or path.startswith(value.rstrip("/") + "/")]
+    return (exact + holds + [None])[0]
 
 
 def memory_line(e: BaseException, argv: list[str]) -> str:
