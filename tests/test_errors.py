@@ -1,6 +1,7 @@
 """The one error path (cli/errors.py) against the installed jsonargparse: each message it reads is produced here by
 the real library, so a release that rewords one fails this file instead of a user's run."""
 
+import os
 from dataclasses import dataclass
 
 import pytest
@@ -148,3 +149,16 @@ def test_a_system_error_on_a_path_names_the_flag_that_gave_it(tmp_path):
     assert error_line(FileNotFoundError("the project's own line"), ["fit"]) == "the project's own line"
     folder = IsADirectoryError(21, "Is a directory", "data")  # the flag that gave it, before one whose path holds it
     assert error_line(folder, ["context", "--data_path", "data/text.txt", "--csv", "data"]).startswith("--csv 'data'")
+
+
+def test_a_file_where_a_folder_is_to_be_made_is_named_with_its_flag_given_relative(tmp_path, monkeypatch):
+    """Lightning makes a checkpoint folder absolute: the flag gave it relative. A file in the way of a folder is
+    said so, not 'pass a path that exists'."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("a file")
+    for path, fix in (("notes.txt", "a file of that name stands where a folder is to be made"),
+                      ("notes.txt/run", "a part of the path is a file, not a folder")):  # fmt: skip
+        with pytest.raises(OSError) as caught:
+            os.makedirs(tmp_path / path)
+        line = error_line(caught.value, ["fit", "--checkpoint.dirpath", path])
+        assert line.startswith(f"--checkpoint.dirpath '{tmp_path / path}': ") and f"; {fix}; pass another path" in line

@@ -62,8 +62,8 @@ def _line(e: BaseException, argv: list[str]) -> str:
         return memory_line(e, argv)
     if isinstance(e, OSError) and e.errno is not None and e.filename:  # the system's, on a path it was given
         path, flag = str(e.filename), flag_of(str(e.filename), argv)
-        return (f"{flag + ' ' if flag else ''}{shortened(path)!r}: {e.strerror or type(e).__name__}; pass a path "
-                "that exists and this user may read and write, or create it")  # fmt: skip
+        fix = FILE_IN_THE_WAY.get(e.errno, "pass a path that exists and this user may read and write, or create it")
+        return f"{flag + ' ' if flag else ''}{shortened(path)!r}: {e.strerror or type(e).__name__}; {fix}"
     if isinstance(e, UnicodeDecodeError):  # a piped config: regular files are read, and named, before parsing
         return f"a --config is not UTF-8 text (byte {e.start:,}); pass a config such as configs/first_run.yaml"
     message = str(e)
@@ -77,13 +77,20 @@ def _line(e: BaseException, argv: list[str]) -> str:
     return line
 
 
+FILE_IN_THE_WAY = {  # a folder was to be made or entered where a file is
+    errno.EEXIST: "a file of that name stands where a folder is to be made; pass another path",
+    errno.ENOTDIR: "a part of the path is a file, not a folder; pass another path",
+}
+
+
 def flag_of(path: str, argv: list[str]) -> str | None:
     """The flag whose value is ``path``, else one that holds it (a logger's settings) or is a folder above it."""
-    given = [arg.partition("=")[::2] if arg.startswith("--") else (argv[i - 1] if i else "", arg)
+    pairs = [arg.partition("=")[::2] if arg.startswith("--") else (argv[i - 1] if i else "", arg)
              for i, arg in enumerate(argv)]  # fmt: skip
-    given = [(flag, value) for flag, value in given if flag.startswith("--") and value]
-    exact = [flag for flag, value in given if value == path]
-    holds = [flag for flag, value in given if path in value or path.startswith(value.rstrip("/") + "/")]
+    given = [(flag, value, os.path.abspath(value)) for flag, value in pairs if flag.startswith("--") and value]
+    exact = [flag for flag, value, full in given if path in (value, full)]  # a path as given, or made absolute
+    holds = [flag for flag, value, full in given
+             if path in value or any(path.startswith(v.rstrip("/") + "/") for v in (value, full))]  # fmt: skip
     return (exact + holds + [None])[0]
 
 
