@@ -267,6 +267,15 @@ def test_imdb_tokens_vocabulary_and_batches(tmp_path):
         assert mask.any(1).all() and mask[:, 0].all()  # right padding, to the longest in the batch only
 
 
+@pytest.mark.parametrize("size", [1, 12])  # none held out of a class; none left to train on (6 reviews a class)
+def test_a_hold_out_that_empties_a_split_is_refused_with_the_sizes_that_fit(tmp_path, size):
+    make_aclimdb(tmp_path)
+    dm = IMDbDataModule(path=str(tmp_path / "aclImdb"), data_dir=str(tmp_path / "cache"), val_size=size)
+    with pytest.raises(DataError, match=f"data.val_size={size} holds out {size // 2} reviews of class .* of the "
+                                        "training data's 6; pass from 2 to 10"):  # fmt: skip
+        dm.prepare_data()
+
+
 def test_a_review_or_a_predict_file_that_is_not_utf8_is_named(tmp_path):
     """Not "a --config is not UTF-8": the review in a folder or a tarball, or data.predict_path, by its name."""
     root = make_aclimdb(tmp_path)

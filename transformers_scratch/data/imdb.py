@@ -106,10 +106,10 @@ def hold_out(labels: list[int], size: int, seed: int) -> list[int]:
     chosen = []
     for c in range(len(CLASSES)):
         members = [i for i, y in enumerate(labels) if y == c]
-        if len(members) < per_class:
+        if not 0 < per_class < len(members):  # a class with none held out, or none left to train on
             raise DataError(
-                f"data.val_size={size} needs {per_class} reviews of class {CLASSES[c]!r}, "
-                f"the training data has {len(members)}; lower data.val_size"
+                f"data.val_size={size} holds out {per_class} reviews of class {CLASSES[c]!r} of the training data's "
+                f"{len(members)}; pass from {len(CLASSES)} to {len(CLASSES) * (len(members) - 1)}"
             )
         chosen += [members[j] for j in torch.randperm(len(members), generator=g)[:per_class].tolist()]
     return sorted(chosen)
