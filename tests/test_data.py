@@ -276,6 +276,23 @@ def test_a_hold_out_that_empties_a_split_is_refused_with_the_sizes_that_fit(tmp_
         dm.prepare_data()
 
 
+@pytest.mark.parametrize("damage", ["truncated", "empty-split", "no-vocab"])
+def test_a_damaged_or_stale_imdb_cache_is_named_to_delete(tmp_path, damage):
+    make_aclimdb(tmp_path)
+    settings = dict(path=str(tmp_path / "aclImdb"), data_dir=str(tmp_path / "cache"), val_size=4)
+    IMDbDataModule(**settings).prepare_data()  # type: ignore[arg-type]
+    (cache_file,) = (tmp_path / "cache").glob("imdb-*.pt")
+    cache = torch.load(cache_file, weights_only=True)
+    if damage == "truncated":
+        cache_file.write_bytes(cache_file.read_bytes()[:500])
+    else:  # an earlier version's hold-out of every review; a cache without its vocabulary
+        empty = {"ids": torch.zeros(0, dtype=torch.int32), "lengths": torch.zeros(0, dtype=torch.long)}
+        torch.save({**cache, "train": {**cache["train"], **empty}} if damage == "empty-split" else
+                   {k: v for k, v in cache.items() if k != "vocab"}, cache_file)  # fmt: skip
+    with pytest.raises(DataError, match="is no cache this version reads; delete it, and it is rebuilt from the data"):
+        IMDbDataModule(**settings).setup()  # type: ignore[arg-type]
+
+
 def test_a_review_or_a_predict_file_that_is_not_utf8_is_named(tmp_path):
     """Not "a --config is not UTF-8": the review in a folder or a tarball, or data.predict_path, by its name."""
     root = make_aclimdb(tmp_path)

@@ -115,6 +115,30 @@ def hold_out(labels: list[int], size: int, seed: int) -> list[int]:
     return sorted(chosen)
 
 
+def load_cache(path: Path, *keys: str) -> dict:
+    """A cache this module wrote (``imdb-*.pt`` under data_dir), read as data, holding ``keys``; a damaged one, or
+    one an earlier version wrote, is named, to delete."""
+    try:
+        cache = torch.load(path, weights_only=True)
+    except Exception:  # torch's reader fails in many ways on a broken file
+        cache = None
+    if not isinstance(cache, dict) or not all(key in cache for key in keys):
+        raise DataError(f"{str(path)!r} is no cache this version reads; delete it, and it is rebuilt from the data")
+    return cache
+
+
+def unpacked(cache: dict, path: Path, max_length: int) -> list[Tensor]:
+    """A cache's reviews (their ids in one row, cut by their lengths), each at most ``max_length`` ids; none (a
+    hold-out of every review, written before it was refused) or a damaged cache is named."""
+    try:
+        reviews = [x[:max_length].long() for x in cache["ids"].split(cache["lengths"].tolist())]
+    except (KeyError, TypeError, AttributeError, RuntimeError):
+        reviews = []
+    if not reviews:
+        raise DataError(f"{str(path)!r} is no cache this version reads; delete it, and it is rebuilt from the data")
+    return reviews
+
+
 class PaddedBatches(Dataset):
     """Item i is a whole batch, padded only to its longest review: (ids (b, t), mask (b, t), labels (b,)),
     and the reviews' texts when given (prediction prints them beside the predicted class).
@@ -291,7 +315,9 @@ class IMDbDataModule(ResumableData):
     def setup(self, stage: str | None = None) -> None:
         if self.splits or stage == "predict":  # predict reads predict_path with the checkpoint's vocabulary
             return
-        cache = torch.load(self.cache_file, weights_only=True)
+        cache = load_cache(
+            self.cache_file, "train", "val", "test", "vocab" if self.tokenizer is None else "tokenizer_json"
+        )
         if "tokenizer_json" in cache:
             if self.vocab is not None and getattr(self.vocab, "json", None) != cache["tokenizer_json"]:
                 raise DataError("the checkpoint's tokenizer is not data.tokenizer; pass the one it was trained with")
@@ -313,9 +339,7 @@ class IMDbDataModule(ResumableData):
                 "data settings it was trained with (data.path, data.vocab_words, data.val_size, data.seed)"
             )
         for name in ("train", "val", "test"):
-            part = cache[name]
-            ids = [x[: self.max_length].long() for x in part["ids"].split(part["lengths"].tolist())]
-            self.splits[name] = (ids, part["labels"])
+            self.splits[name] = (unpacked(cache[name], self.cache_file, self.max_length), cache[name]["labels"])
 
     def _eval_loader(self, split: str) -> DataLoader:
         ids, labels = self.splits[split]
@@ -490,7 +514,7 @@ class IMDbMLMDataModule(IMDbDataModule):
                 f"{str(source)!r} holds no unlabeled reviews (aclImdb/train/unsup/*.txt); pass "
                 "--data.unlabeled_path aclImdb_v1_unsup.tar.gz"
             )
-        vocab = WordVocab(torch.load(self.cache_file, weights_only=True)["vocab"])
+        vocab = WordVocab(load_cache(self.cache_file, "vocab")["vocab"])
         encoded = [vocab.encode(tokenize(t)) for t in texts]
         cache = {
             "ids": torch.tensor([i for e in encoded for i in e], dtype=torch.int32),
@@ -503,8 +527,7 @@ class IMDbMLMDataModule(IMDbDataModule):
     def setup(self, stage: str | None = None) -> None:
         super().setup(stage)
         if not self.unlabeled:
-            cache = torch.load(self.unlabeled_cache_file, weights_only=True)
-            self.unlabeled = [x[: self.max_length].long() for x in cache["ids"].split(cache["lengths"].tolist())]
+            self.unlabeled = unpacked(load_cache(self.unlabeled_cache_file), self.unlabeled_cache_file, self.max_length)
 
     def _masked(self, ids: list[Tensor], order: Literal["bucketed", "length"]) -> MaskedBatches:
         batches = PaddedBatches(ids, torch.zeros(len(ids), dtype=torch.long), self.batch_size, order, self.seed)
