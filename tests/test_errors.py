@@ -94,6 +94,13 @@ def test_a_value_set_by_a_flag_names_no_config(tmp_path):
     assert refusal("--config", str(tmp_path / "a.yaml"), "--length", "0").startswith("length: 0 is not")
 
 
+def test_an_unknown_option_given_by_a_flag_names_no_config_that_sets_its_group(tmp_path):
+    (tmp_path / "a.yaml").write_text("model:\n  class_path: test_errors.Model\n  init_args: {sizes: {emb: 4}}\n")
+    assert refusal("--config", str(tmp_path / "a.yaml"), "--model.sizes.embb", "3") == (
+        "model.sizes: Option 'embb' is not accepted"
+    )
+
+
 def test_a_class_outside_the_allowed_packages_is_named():
     line = refusal("--model", "os.system")
     assert "'os.system' is refused: a config may name classes and functions from" in line, line

@@ -165,7 +165,8 @@ def config_at_fault(line: str, argv: list[str]) -> str | None:
     a flag on the command line sets it, or no file does. A file's keys count with and without ``init_args``."""
     plain = line.replace("init_args.", "")
     flags = {arg.split("=", 1)[0].removeprefix("--").replace("init_args.", "") for arg in argv if arg[:2] == "--"}
-    if plain.split(": ", 1)[0] in flags:  # brief's line begins with the key at fault
+    key, option = plain.split(": ", 1)[0], re.search(r"Option '(\w+)' is not accepted", plain)  # an unknown name
+    if key in flags or option and f"{key}.{option[1]}" in flags:  # brief's line begins with the key at fault
         return None
     best, found = -1, None
     for path in config_paths(argv):
