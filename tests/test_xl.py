@@ -17,6 +17,7 @@ from test_reliability import fails, same_training_state
 from torch.testing import assert_close
 
 from transformers_scratch.cli import main
+from transformers_scratch.data import DataError
 from transformers_scratch.data.ids import IGNORE_INDEX
 from transformers_scratch.data.text import OrderedSegments, StreamedSegments
 from transformers_scratch.model.config import XLConfig
@@ -256,6 +257,13 @@ def test_streamed_evaluation_scores_every_byte_once(n, streams):
         scored += y[keep].tolist()
     assert sorted(scored) == list(range(1, n))
     assert StreamedSegments(data, 8, streams, range(streams)).segments == len(ds)
+
+
+def test_more_evaluation_streams_than_bytes_to_score_are_refused():
+    """Each stream would hold at most one byte, most none: one batch of every stream, slow and memoryless."""
+    StreamedSegments(torch.arange(11), 8, 10, range(10))
+    with pytest.raises(DataError, match="11 streams .data.eval_batch_size x devices. for 10 bytes to score"):
+        StreamedSegments(torch.arange(11), 8, 11, range(11))
 
 
 def test_training_streams_are_contiguous_rows_and_each_rank_has_its_own():

@@ -337,6 +337,10 @@ class StreamedSegments(Dataset):
 
     def __init__(self, data: Tensor, context: int, streams: int, rows: range) -> None:
         self.data, self.context, self.rows = data, context, rows
+        if streams > len(data) - 1:
+            raise DataError(f"{streams:,} streams (data.eval_batch_size x devices) for {len(data) - 1:,} bytes to "
+                            f"score: some would score none; pass a data.eval_batch_size of at most "
+                            f"{max(len(data) - 1, 1):,} streams in all")  # fmt: skip
         self.length = -(-(len(data) - 1) // streams)  # targets per stream, the last stream shorter
         self.segments = -(-self.length // context)
 
