@@ -158,6 +158,20 @@ def test_a_cheap_validation_during_fit_is_followed_by_one_over_the_whole_split(t
     assert again.returncode == 0 and "final validation" not in again.stdout + again.stderr, again.stderr[-3000:]
 
 
+@pytest.mark.parametrize("config", ["tiny_charlm", "seq2seq_reverse"])
+def test_overfit_batches_trains_on_the_same_batches_and_overfits_them(tmp_path, config):
+    """Lightning's overfit_batches lists the training set's items in order: the batches drawn by number (a
+    random window, a generated sum) have an epoch's length for it."""
+    data = ["--data.path", str(corpus(tmp_path / "text.txt"))] if config == "tiny_charlm" else []
+    result = cli("fit", "--config", str(ROOT / "configs" / f"{config}.yaml"), *data, "--trainer.overfit_batches", "1",
+                 "--trainer.max_steps", "40", "--trainer.log_every_n_steps", "1", "--sample.length", "0",
+                 cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = list(csv.DictReader((tmp_path / "logs" / config / "version_0" / "metrics.csv").open()))
+    losses = [float(r["train/loss"]) for r in rows if r.get("train/loss")]
+    assert losses[-1] < 0.6 * losses[0]  # one batch, learnt
+
+
 def test_resume_continues_from_last(trained):
     cwd, data, _ = trained
     result = cli("fit", "--config", TINY_LM, "--data.path", str(data), "--data.vocab", "file",

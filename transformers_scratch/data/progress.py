@@ -9,6 +9,7 @@ batches training has consumed in the epoch. That count travels in the checkpoint
 
 from __future__ import annotations
 
+from collections.abc import Sized
 from dataclasses import asdict, dataclass
 from typing import cast
 
@@ -31,6 +32,20 @@ class Progress:
         if epoch != self.epoch:
             self.epoch, self.batches = epoch, 0
         return self.batches
+
+
+class Epoch(Dataset):
+    """Batches numbered without end (item i is batch number i), with an epoch's length: a sampler that lists a
+    dataset's items, as Lightning's for ``trainer.overfit_batches`` does, walks batch numbers 0 .. n - 1."""
+
+    def __init__(self, batches: Dataset, n: int) -> None:
+        self.batches, self.n = batches, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        return self.batches[i]
 
 
 class ResumableOrder(DistributedSampler):
@@ -88,6 +103,7 @@ class ResumableData(L.LightningDataModule):
         share the epoch's batches out; else every rank walks all of them (its dataset gives it its own rows)."""
         rank, world = self.ranks() if share else (0, 1)
         order = ResumableOrder(n, self.seed, shuffle, rank, world, self.progress)
+        batches = batches if isinstance(batches, Sized) else Epoch(batches, n)
         return DataLoader(
             batches, batch_size=None, sampler=order, num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0, pin_memory=torch.cuda.is_available(),
