@@ -104,11 +104,15 @@ def text(tmp_path, monkeypatch) -> Path:
             "checkpoint: Combination of parameters every_n_train_steps=3, every_n_epochs=2",
         ),
         (["--checkpoint.mode", "max"], "checkpoint.mode max with no checkpoint.monitor, whose default val/bpc"),
-        (["--checkpoint.monitor", "val/bcp"], "checkpoint.monitor 'val/bcp' is no metric that this model's validation"),
+        (["--checkpoint.monitor", "val/bcp"], "checkpoint.monitor 'val/bcp' (SafeModelCheckpoint) is no metric that"),
+        (
+            ["--trainer.callbacks+=EarlyStopping", "--trainer.callbacks.monitor", "val/bcp"],
+            "trainer.callbacks.monitor 'val/bcp' (EarlyStopping) is no metric that this model's validation logs",
+        ),
     ],
     ids=["heads", "depth", "batch-size", "context", "max-steps", "cooldown", "unknown", "workers-null", "seed-null",
          "log-every-0", "val-every-0", "val-interval-0", "accelerator", "rope-base", "clip", "workers", "devices",
-         "nodes", "seed", "top-k", "every-n", "mode", "monitor"],
+         "nodes", "seed", "top-k", "every-n", "mode", "monitor", "early-stopping"],
 )  # fmt: skip
 def test_out_of_range_settings_get_one_line(capsys, text, args, message):
     err = fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), *args, message=message)
@@ -663,6 +667,16 @@ def test_a_checkpoint_that_runs_code_or_is_broken_is_refused_by_every_command(ca
                 "--data.predict_path", str(text)]  # fmt: skip
     err = fails(capsys, *args, message="is not a readable checkpoint")
     assert not trace.exists() and "weights_only" not in err  # never the advice to load it with code on
+
+
+def test_a_fit_that_fails_after_training_steps_keeps_them_in_last_ckpt(text):
+    """A config's EarlyStopping raises at the epoch's end when no validation has run yet (max_steps within the
+    first epoch): the steps trained are saved before the error, and the run resumes from them."""
+    with pytest.raises(RuntimeError, match="Early stopping conditioned on metric `val/bpc` which is not available"):
+        main(["fit", "--config", TINY_LM, "--data.path", str(text), "--trainer.max_steps", "3", "--sample.length", "0",
+              "--trainer.logger", "false", "--trainer.callbacks+=EarlyStopping", "--trainer.callbacks.monitor",
+              "val/bpc"])  # fmt: skip
+    assert torch.load("checkpoints/tiny_charlm/last.ckpt", weights_only=True)["global_step"] == 3
 
 
 @pytest.mark.parametrize("command", ["test", "sample"])

@@ -224,14 +224,26 @@ class SafeModelCheckpoint(ModelCheckpoint):
             raise ValueError(f"checkpoint: {e}") from None
 
     def on_sanity_check_end(self, trainer, pl_module) -> None:
-        """A monitored validation metric that the validation does not log is refused before the first step, not
-        at the first validation's end (Lightning's check) with the steps before it lost."""
+        """A monitored validation metric that the validation does not log (this checkpoint's, or a config's
+        EarlyStopping's) is refused before the first step, not at the first validation's end with the steps
+        before it lost."""
         logged = [key for key in trainer.callback_metrics if key.startswith("val/")]
-        if self.monitor and self.monitor.startswith("val/") and self.monitor not in logged:
-            raise ValueError(
-                f"checkpoint.monitor {self.monitor!r} is no metric that this model's validation "
-                f"logs ({', '.join(logged)}); pass one of those, or leave it out for the model's own"
-            )
+        for callback in trainer.callbacks:
+            monitor, key = getattr(callback, "monitor", None), "checkpoint" if callback is self else "trainer.callbacks"
+            if isinstance(monitor, str) and monitor.startswith("val/") and monitor not in logged:
+                raise ValueError(f"{key}.monitor {monitor!r} ({type(callback).__name__}) is no metric that this "
+                                 f"model's validation logs ({', '.join(logged)}); pass one of those")  # fmt: skip
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        """A fit that fails after training steps (a config's callback at an epoch's end, a logger, the disk) keeps
+        them in ``last.ckpt``; a stop on a signal saves its own (:class:`StopOnSignal`), and a divergence or a
+        second Ctrl-C saves nothing."""
+        if isinstance(exception, Interrupted | TrainingDiverged | KeyboardInterrupt) or not self.save_last:
+            return
+        if trainer.state.fn == "fit" and not trainer.fast_dev_run and trainer.global_step > 0:
+            path = Path(self.dirpath or "checkpoints") / "last.ckpt"
+            trainer.save_checkpoint(path)
+            note(f"{type(exception).__name__} at step {trainer.global_step}: saved {shown(path)}")
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         super().setup(trainer, pl_module, stage)
