@@ -158,7 +158,7 @@ def test_a_cheap_validation_during_fit_is_followed_by_one_over_the_whole_split(t
     assert again.returncode == 0 and "final validation" not in again.stdout + again.stderr, again.stderr[-3000:]
 
 
-@pytest.mark.parametrize("config", ["tiny_charlm", "seq2seq_reverse"])
+@pytest.mark.parametrize("config", ["tiny_charlm", pytest.param("seq2seq_reverse", marks=pytest.mark.slow)])
 def test_overfit_batches_trains_on_the_same_batches_and_overfits_them(tmp_path, config):
     """Lightning's overfit_batches lists the training set's items in order: the batches drawn by number (a
     random window, a generated sum) have an epoch's length for it."""
