@@ -1167,8 +1167,16 @@ def test_a_fit_that_trains_no_step_says_it_wrote_no_checkpoint(capsys, text):
     main(["fit", "--config", TINY_LM, "--data.path", str(text), "--trainer.limit_train_batches", "0",
           "--trainer.limit_val_batches", "1", "--trainer.logger", "false", "--name", "none"])  # fmt: skip
     err = capsys.readouterr().err
-    assert "this run trained no step (trainer.max_steps=1000, trainer.limit_train_batches=0), so it wrote no" in err
+    assert "this run trained no step (trainer.max_steps=1000, trainer.max_epochs=-1, trainer.limit_train_batches=0), " \
+        "so it wrote no checkpoint\n" in err  # fmt: skip
     assert "this run: checkpoints in" not in err and not Path("checkpoints/none/last.ckpt").exists()
+    args = ["fit", "--config", TINY_LM, "--data.path", str(text), "--trainer.max_steps", "2", "--sample.length", "0",
+            "--trainer.limit_val_batches", "1", "--trainer.logger", "false", "--name", "done"]  # fmt: skip
+    main(args)
+    capsys.readouterr()
+    main([*args, "--ckpt_path", "last"])  # a resume already at its end: says so
+    assert "so it wrote no checkpoint; --ckpt_path 'checkpoints/done/last.ckpt' is at step 2 already: raise the " \
+        "limit to go on" in capsys.readouterr().err  # fmt: skip
 
 
 def test_a_value_too_long_for_a_config_is_named_by_its_flag(capsys, text):

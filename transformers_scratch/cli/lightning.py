@@ -540,10 +540,12 @@ class CLI(LightningCLI):
 
     def after_fit(self) -> None:
         release_run_folder(Path(self.checkpoint_dir))
-        if self.trainer.global_step == 0:  # Lightning skips fit with no training batch, and saves nothing
-            trainer = self.trainer
-            note(f"this run trained no step (trainer.max_steps={trainer.max_steps}, trainer.limit_train_batches="
-                 f"{trainer.limit_train_batches}), so it wrote no checkpoint")  # fmt: skip
+        trainer, ckpt = self.trainer, self.run.ckpt
+        if trainer.global_step == (ckpt.step if ckpt else 0):  # no training batch, or a resume already at its end
+            where = f"; {ckpt.source} is at step {ckpt.step} already: raise the limit to go on" if ckpt else ""
+            note(f"this run trained no step (trainer.max_steps={trainer.max_steps}, trainer.max_epochs="
+                 f"{trainer.max_epochs}, trainer.limit_train_batches={trainer.limit_train_batches}), so it wrote no "
+                 f"checkpoint{where}")  # fmt: skip
             return
         self._validate_in_full()
         ours = run_checkpoint(self.trainer)
