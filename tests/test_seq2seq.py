@@ -162,6 +162,10 @@ def test_fit_test_decode_and_export_through_the_cli(trained):
     src, mask, _, _ = collate([("1234", ""), ("42", "")])
     assert lines == [decode(row.tolist()) for row in module.greedy(src, mask, module.model.cfg.context)]
 
+    predicted = cli("predict", "--config", REVERSE, *TINY, "--ckpt_path", ckpt, cwd=tmp_path)  # decode's job
+    assert predicted.returncode == 1 and "error: predict reads no file for a LitSeq2Seq: its sources are decoded by " \
+        "`cli.py decode" in predicted.stderr and "Traceback" not in predicted.stderr  # fmt: skip
+
     exported = cli("export", "--ckpt_path", ckpt, "--out", "exported", cwd=tmp_path)
     assert exported.returncode == 0, exported.stderr[-3000:]
     model = from_pretrained(tmp_path / "exported")

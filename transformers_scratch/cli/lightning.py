@@ -612,6 +612,9 @@ class CLI(LightningCLI):
             self.datamodule.setup()  # no stage: each module's own note of its stage comes with Lightning's call
 
     def before_predict(self) -> None:  # predict reads its file in its loader, and has no loggers
+        if type(self.datamodule).predict_dataloader is LightningDataModule.predict_dataloader:  # the generated tasks
+            raise ValueError(f"predict reads no file for a {type(self.model).__name__}: its sources are decoded by "
+                             "`cli.py decode --ckpt_path CKPT --input_file FILE` (one source a line)")  # fmt: skip
         self.check_weights_fit()
         self._restore_vocab()
 
