@@ -115,6 +115,10 @@ def hold_out(labels: list[int], size: int, seed: int) -> list[int]:
     return sorted(chosen)
 
 
+def stale(path: Path) -> DataError:
+    return DataError(f"{str(path)!r} is no cache this version reads; delete it, and it is rebuilt from the data")
+
+
 def load_cache(path: Path, *keys: str) -> dict:
     """A cache this module wrote (``imdb-*.pt`` under data_dir), read as data, holding ``keys``; a damaged one, or
     one an earlier version wrote, is named, to delete."""
@@ -123,7 +127,7 @@ def load_cache(path: Path, *keys: str) -> dict:
     except Exception:  # torch's reader fails in many ways on a broken file
         cache = None
     if not isinstance(cache, dict) or not all(key in cache for key in keys):
-        raise DataError(f"{str(path)!r} is no cache this version reads; delete it, and it is rebuilt from the data")
+        raise stale(path)
     return cache
 
 
@@ -135,7 +139,7 @@ def unpacked(cache: dict, path: Path, max_length: int) -> list[Tensor]:
     except (KeyError, TypeError, AttributeError, RuntimeError):
         reviews = []
     if not reviews:
-        raise DataError(f"{str(path)!r} is no cache this version reads; delete it, and it is rebuilt from the data")
+        raise stale(path)
     return reviews
 
 
