@@ -231,6 +231,10 @@ def test_convert_xl_writes_a_checkpoint_that_samples_validates_and_draws(tmp_pat
     main(["predict", "--config", XL_CONFIG, "--ckpt_path", "xl.ckpt", "--data.predict_path", "scored.txt",
           "--data.context", "6", "--data.vocab", "file", "--data.path", "scored.txt"])  # fmt: skip
     assert "scored.txt: " in (out := capsys.readouterr().out) and "bits per byte over 439 bytes" in out
+    (tmp_path / "short.txt").write_bytes(symbols[:5])  # fewer bytes than the config's 16 evaluation streams
+    main(["predict", "--config", XL_CONFIG, "--ckpt_path", "xl.ckpt", "--data.predict_path", "short.txt",
+          "--data.context", "6", "--data.vocab", "file", "--data.path", "scored.txt"])  # fmt: skip
+    assert "short.txt: " in (out := capsys.readouterr().out) and "bits per byte over 4 bytes" in out
     main(["export", "--ckpt_path", "xl.ckpt", "--out", "exported"])
     exported, ids = from_pretrained("exported"), torch.randint(40, (1, 18))
     assert segments(exported, ids, 6).equal(segments(from_authors(state, context=6, mem_len=7, clamp_len=9), ids, 6))

@@ -394,9 +394,8 @@ class OrderedTextDataModule(TextDataModule):
 
     def predict_dataloader(self) -> DataLoader:
         ids = self.predict_ids(2, "2: a byte and the byte it predicts")
-        return self._stream_loader(
-            StreamedSegments(ids, self.context, self.eval_batch_size, range(self.eval_batch_size))
-        )
+        streams = min(self.eval_batch_size, len(ids) - 1)  # a short file: a stream a byte, as many as it has
+        return self._stream_loader(StreamedSegments(ids, self.context, streams, range(streams)))
 
     @property
     def protocol(self) -> str:
