@@ -1179,6 +1179,12 @@ def test_a_fit_that_trains_no_step_says_it_wrote_no_checkpoint(capsys, text):
         "limit to go on" in capsys.readouterr().err  # fmt: skip
 
 
+def test_scoring_with_no_checkpoint_says_the_weights_are_untrained(capsys, text):
+    main(["test", "--config", TINY_LM, "--data.path", str(text), "--trainer.limit_test_batches", "1",
+          "--trainer.logger", "false"])  # fmt: skip
+    assert "no --ckpt_path: test scores the model as initialised, untrained" in capsys.readouterr().err
+
+
 def test_a_value_too_long_for_a_config_is_named_by_its_flag(capsys, text):
     fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), "--name", "x" * 1_000_001,
           message="the value of --name is 1,000,001 characters, longer than 1,000,000")  # fmt: skip

@@ -504,9 +504,15 @@ class CLI(LightningCLI):
             logger.init_args["id" if name == "WandbLogger" else "version"] = version
 
     def check_weights_fit(self) -> None:
-        """The checkpoint's weights against the module built from its settings, before Lightning's strict load."""
+        """The checkpoint's weights against the module built from its settings, before Lightning's strict load;
+        with no checkpoint (nor model.init_from), validate, test and predict score untrained weights: said so."""
         if self.run.ckpt is not None:
             self.run.ckpt.check_fits(self.model)
+        elif self.subcommand != "fit" and not (self.config[self.subcommand].model.get("init_args") or {}).get(
+            "init_from"
+        ):
+            note(f"no --ckpt_path: {self.subcommand} scores the model as initialised, untrained; pass --ckpt_path "
+                 "checkpoints/NAME/last.ckpt for a trained one")  # fmt: skip
 
     def before_fit(self) -> None:
         self.check_weights_fit()
