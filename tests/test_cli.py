@@ -164,8 +164,8 @@ def test_overfit_batches_trains_on_the_same_batches_and_overfits_them(tmp_path, 
     random window, a generated sum) have an epoch's length for it."""
     data = ["--data.path", str(corpus(tmp_path / "text.txt"))] if config == "tiny_charlm" else []
     result = cli("fit", "--config", str(ROOT / "configs" / f"{config}.yaml"), *data, "--trainer.overfit_batches", "1",
-                 "--trainer.max_steps", "40", "--trainer.log_every_n_steps", "1", "--sample.length", "0",
-                 cwd=tmp_path)  # fmt: skip
+                 "--trainer.max_steps", "30", "--trainer.log_every_n_steps", "1", "--sample.length", "0",
+                 "--data.batch_size", "8", "--final_validation", "false", cwd=tmp_path)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     rows = list(csv.DictReader((tmp_path / "logs" / config / "version_0" / "metrics.csv").open()))
     losses = [float(r["train/loss"]) for r in rows if r.get("train/loss")]
