@@ -237,10 +237,11 @@ class SafeModelCheckpoint(ModelCheckpoint):
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         """A fit that fails after training steps (a config's callback at an epoch's end, a logger, the disk) keeps
         them in ``last.ckpt``; a stop on a signal saves its own (:class:`StopOnSignal`), and a divergence or a
-        second Ctrl-C saves nothing."""
+        second Ctrl-C saves nothing. One process only: a save waits for every rank, and one that failed alone
+        would wait for ranks that are inside another collective."""
         if isinstance(exception, Interrupted | TrainingDiverged | KeyboardInterrupt) or not self.save_last:
             return
-        if trainer.state.fn == "fit" and not trainer.fast_dev_run and trainer.global_step > 0:
+        if trainer.state.fn == "fit" and trainer.world_size == 1 and not trainer.fast_dev_run and trainer.global_step:
             path = Path(self.dirpath or "checkpoints") / "last.ckpt"
             trainer.save_checkpoint(path)
             note(f"{type(exception).__name__} at step {trainer.global_step}: saved {shown(path)}")
