@@ -508,9 +508,9 @@ class CLI(LightningCLI):
         with no checkpoint (nor model.init_from), validate, test and predict score untrained weights: said so."""
         if self.run.ckpt is not None:
             self.run.ckpt.check_fits(self.model)
-        elif self.subcommand != "fit" and not (self.config[self.subcommand].model.get("init_args") or {}).get(
-            "init_from"
-        ):
+            return
+        settings = self.config[self.subcommand].model.get("init_args") or {}
+        if self.subcommand != "fit" and not settings.get("init_from"):
             note(f"no --ckpt_path: {self.subcommand} scores the model as initialised, untrained; pass --ckpt_path "
                  "checkpoints/NAME/last.ckpt for a trained one")  # fmt: skip
 
