@@ -191,9 +191,8 @@ class StopOnSignal(Callback):
         if isinstance(exception, Interrupted) and trainer.predicting:
             note(f"{name}: predict stopped; what it had written stays")
         elif isinstance(exception, Interrupted) and (ours := run_checkpoint(trainer)) is not None:
-            path = Path(ours.dirpath or "checkpoints") / "last.ckpt"
-            trainer.save_checkpoint(path)
-            note(f"{name} at step {trainer.global_step}: saved {shown(path)}; continue with --ckpt_path last")
+            note(f"{name} at step {trainer.global_step}: saved {shown(ours.save_now(trainer))}; continue with "
+                 "--ckpt_path last")  # fmt: skip
         self.restore()
 
     def on_train_end(self, trainer, pl_module) -> None:
@@ -242,9 +241,14 @@ class SafeModelCheckpoint(ModelCheckpoint):
         if isinstance(exception, Interrupted | TrainingDiverged | KeyboardInterrupt) or not self.save_last:
             return
         if trainer.state.fn == "fit" and trainer.world_size == 1 and not trainer.fast_dev_run and trainer.global_step:
-            path = Path(self.dirpath or "checkpoints") / "last.ckpt"
-            trainer.save_checkpoint(path)
-            note(f"{type(exception).__name__} at step {trainer.global_step}: saved {shown(path)}")
+            note(f"{type(exception).__name__} at step {trainer.global_step}: saved {shown(self.save_now(trainer))}")
+
+    def save_now(self, trainer) -> Path:
+        """``last.ckpt`` written now, whole, where a stopped or failed fit leaves its state (through
+        :class:`SafeCheckpointIO`, like every save)."""
+        path = Path(self.dirpath or "checkpoints") / "last.ckpt"
+        trainer.save_checkpoint(path)
+        return path
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         super().setup(trainer, pl_module, stage)
