@@ -1,5 +1,6 @@
 """The benchmark command: what it measures and how it reports, at toy sizes (its numbers are not tested)."""
 
+import argparse
 import json
 import math
 import subprocess
@@ -91,7 +92,7 @@ def test_a_failed_measurement_is_reported_not_raised():
     job = train_job("cpu", {**TOY, "emb": 4096, "context": 4096}, batch=64, context=4096, steps=1, warmup=0,
                     precision="32-true")  # fmt: skip
     result = run_isolated(job, memory_cap_gb=1.0, timeout=120)  # far past a 1 GB heap
-    assert set(result) == {"error"} and "allocate" in result["error"]
+    assert result.keys() == {"error", "printed"} and "allocate" in result["error"] and result["printed"] == []
 
 
 def test_the_command_prints_a_table_and_json(monkeypatch, tmp_path):
@@ -420,6 +421,22 @@ def test_an_attention_job_times_one_pass_and_its_memory_for_every_kernel():
         result = run_job(job)
         assert result["seconds"] > 0 and result["added_mb"] >= 0, kernel
     assert attention_job({**job, "kernel": "sdpa"}).keys() == {"seconds", "added_mb"}
+
+
+@pytest.mark.slow
+def test_a_gpu_sweep_measures_every_context_in_one_process_and_keeps_the_points_before_a_failure():
+    """On a GPU one child process measures a kernel at every context; here the same job on a CPU, where the
+    explicit matrix at 2^20 positions (4 TiB) fails in the child after the first point is printed."""
+    from transformers_scratch.experiments.scaling import attention_points
+
+    job = {"kind": "attention_sweep", "device": "cpu", "kernel": "explicit", "batch": 1, "heads": 1, "head_width": 4}
+    assert [p["context"] for p in run_job({**job, "contexts": [64, 128]})["points"]] == [64, 128]
+    failed = run_isolated({**job, "contexts": [64, 2**20]}, timeout=120)
+    assert [p["context"] for p in failed["printed"]] == [64] and "error" in failed
+    args = argparse.Namespace(attn_heads=1, attn_head_width=4, timeout=60, memory_budget_gb=None)
+    points = list(attention_points("explicit", [64, 2**20, 2**21], args, "cuda", lambda job, cap, timeout: failed))
+    assert [t for t, _ in points] == [64, 2**20] and points[0][1]["seconds"] > 0
+    assert points[1][1] == {"error": failed["error"]}
 
 
 def test_the_scaling_report_fits_exponents_and_draws_a_log_log_picture(tmp_path):

@@ -37,7 +37,7 @@ from ..model.config import EncoderDecoderConfig, LMConfig
 from ..model.models import CausalLM, EncoderDecoder
 from ..training.perf import peak_flops, train_flops_per_token
 from .nanogpt import import_model_py
-from .scaling import KERNELS, attention_job, draw_scaling, format_scaling, scaling, sparse_settings
+from .scaling import KERNELS, attention_job, attention_sweep, draw_scaling, format_scaling, scaling, sparse_settings
 
 
 def _sync(device: torch.device) -> None:
@@ -55,6 +55,8 @@ def run_job(job: dict) -> dict:
         return decode_job(job, device)
     if job["kind"] == "attention":
         return attention_job(job)
+    if job["kind"] == "attention_sweep":
+        return attention_sweep(job)
     cfg = LMConfig(**job["model"])
     nanogpt = job.get("nanogpt")  # the same step on nanoGPT's GPT, for a side-by-side comparison
     model: Any = (nanogpt_model(nanogpt, cfg) if nanogpt else CausalLM(cfg)).to(device)
@@ -174,24 +176,25 @@ def train_job(device: str, model: dict, batch: int, context: int, steps: int, wa
 
 
 def run_isolated(job: dict, memory_cap_gb: float | None = None, timeout: float = 900) -> dict:
-    """Run a job in a child process; its result, or the error it died of."""
+    """Run a job in a child process: its result (the last JSON line it printed), or the error it died of with
+    the lines it printed before (``printed``)."""
     cmd = [sys.executable, "-m", "transformers_scratch.experiments.bench", "--job", json.dumps(job)]
     limit = None
     if memory_cap_gb:  # a hard cap on the child's heap, so a search past the budget cannot swamp the machine
         cap = int(memory_cap_gb * 2**30)
         limit = lambda: resource.setrlimit(resource.RLIMIT_DATA, (cap, cap))  # noqa: E731
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=limit)
+    error = None
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
-        proc.communicate()
-        return {"error": f"timed out after {timeout:.0f} s"}
-    lines = [line for line in out.splitlines() if line.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        last = (err.strip().splitlines() or ["no output"])[-1]
-        return {"error": last[:200]}
-    return json.loads(lines[-1])
+        out, err = proc.communicate()  # what it printed before
+        error = f"timed out after {timeout:.0f} s"
+    lines = [json.loads(line) for line in out[: out.rfind("\n") + 1].splitlines() if line.startswith("{")]
+    if error is None and (proc.returncode != 0 or not lines):
+        error = (err.strip().splitlines() or ["no output"])[-1][:200]
+    return {"error": error, "printed": lines} if error else lines[-1]
 
 
 def default_precision(device: str) -> str:

@@ -2,7 +2,8 @@
 
     python -m transformers_scratch.experiments.bench --long-context --plot scaling.png
 
-Two tables, every measurement in its own process (a clean memory peak):
+Two tables, every measurement in its own process (a clean memory peak; on a GPU one process measures one
+attention kernel at every context, each with the allocator's peak of its own):
 - one attention's forward and backward pass (batch 1, 4 heads of 32 by default; float32 on a CPU, bfloat16 on a
   GPU, where SDPA takes its flash kernel and the sparse patterns go through FlexAttention) at contexts 1,024 to
   65,536:
@@ -19,6 +20,7 @@ before. The fitted exponent is the slope of log time over log context from 4,096
 
 from __future__ import annotations
 
+import json
 import math
 import resource
 import sys
@@ -79,9 +81,9 @@ def attention_job(job: dict) -> dict:
             torch.cuda.synchronize()
         return (time.perf_counter() - start) / len(passes)
 
+    compiled = {}
     if device.type == "cuda":
-        run()  # FlexAttention compiles on its first pass
-        torch.cuda.synchronize()
+        compiled["first_s"] = run()  # FlexAttention compiles on its first pass
         torch.cuda.reset_peak_memory_stats()
         before: float = torch.cuda.memory_allocated()
         first = run()
@@ -93,7 +95,41 @@ def attention_job(job: dict) -> dict:
         first = run()
         added = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6 - before  # KiB -> MB
     times = [first] if first > job.get("single_pass_s", 2.0) else [run() for _ in range(3)]
-    return {"seconds": min(times), "added_mb": max(added, 0.0)}
+    return {"seconds": min(times), "added_mb": max(added, 0.0), **compiled}
+
+
+def attention_sweep(job: dict) -> dict:
+    """One kernel at every context of ``job["contexts"]`` in this process, on a GPU (whose allocator gives each
+    pass a peak of its own): each point is printed as it is measured, so that a sweep cut short keeps them."""
+    points = []
+    for t in job["contexts"]:
+        try:
+            point = {"context": t, **attention_job({**job, "context": t})}
+        except torch.OutOfMemoryError:
+            point = {"context": t, "error": "out of GPU memory"}
+        print(json.dumps(point), flush=True)
+        points.append(point)
+        if "error" in point:
+            break
+        torch.cuda.empty_cache()
+    return {"points": points}
+
+
+def attention_points(kernel: str, sizes: list[int], args, device: str, run_isolated):
+    """(context, result) of one attention kernel, up to the first failure: a process per context on a CPU (a
+    clean peak of the resident set), one process for them all on a GPU (one start, one CUDA context)."""
+    job = {"kind": "attention", "device": device, "kernel": kernel, "batch": 1, "heads": args.attn_heads,
+           "head_width": args.attn_head_width}  # fmt: skip
+    if not device.startswith("cuda"):
+        for t in sizes:
+            yield t, run_isolated({**job, "context": t}, args.memory_budget_gb, timeout=args.timeout)
+        return
+    res = run_isolated({**job, "kind": "attention_sweep", "contexts": sizes}, None, timeout=args.timeout * len(sizes))
+    points = res.get("points") or [p for p in res.get("printed", []) if "context" in p]
+    for p in points:
+        yield p.pop("context"), p
+    if "error" in res and len(points) < len(sizes):
+        yield sizes[len(points)], {"error": res["error"]}
 
 
 def exponent(points: list[tuple[int, float]]) -> float | None:
@@ -120,12 +156,10 @@ def scaling(args, model: dict, device: str, run_isolated, train_job) -> dict:
     kernels = []
     for kernel in args.kernels or KERNELS:
         row: dict[str, Any] = {"kernel": kernel, "points": []}
-        for t in sizes:
-            job = {"kind": "attention", "device": device, "kernel": kernel, "context": t, "batch": 1,
-                   "heads": args.attn_heads, "head_width": args.attn_head_width}  # fmt: skip
-            res = run_isolated(job, args.memory_budget_gb if device == "cpu" else None, timeout=args.timeout)
+        for t, res in attention_points(kernel, sizes, args, device, run_isolated):
             over = res.get("added_mb", 0.0) > 1000 * args.memory_budget_gb
             measured = "over budget" if over else f"{res.get('seconds', 0):.3g} s, +{res.get('added_mb', 0):.0f} MB"
+            measured += f" (first pass {res['first_s']:.1f} s)" if "first_s" in res else ""
             status = res.get("error") or measured
             print(f"  attention {kernel:17s} context {t:6d}: {status}", file=sys.stderr, flush=True)
             if "error" in res or over:
