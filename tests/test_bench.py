@@ -473,3 +473,29 @@ def test_the_long_context_table_measures_the_kernels_it_is_given(tmp_path, monke
                               "--kernels", "fixed/split", "sdpa", "--attn-heads", "2", "--attn-head-width", "8",
                               "--model-steps", "0")["scaling"]  # fmt: skip
     assert [row["kernel"] for row in report["attention"]] == ["fixed/split", "sdpa"] and report["model"] == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--depth", "0"], "error: argument --depth: 0 is not an integer in [1, 1,000]; see "),
+        (["--batch", "-1"], "error: argument --batch: -1 is not an integer in [1, 16,777,216]; see "),
+        (["--speedrun", "--budget", "0"], "error: argument --budget: 0.0 is not a positive number; see "),
+        (["--heads", "3", "--emb", "16"], "error: model emb=16 is not divisible by heads=3"),
+        (["--config", "none.yaml"], "error: --config 'none.yaml': No such file or directory; pass one of configs/"),
+        (["--config", "text.txt"], "error: --config 'text.txt' is not a project config (YAML with model.init_args)"),
+        (
+            ["--long-context", "--start-context", "4096", "--max-context", "1024"],
+            "error: --start-context 4096 is past --max-context 1024",
+        ),  # fmt: skip
+    ],
+)
+def test_a_bad_flag_or_config_ends_the_bench_with_one_line_before_any_measurement(tmp_path, argv, says):
+    """Bounds are declared on the flags' types (those of :mod:`transformers_scratch.bounds`); a model the sizes
+    cannot build, a config that is no project config, or contexts in the wrong order are refused the same way."""
+    from transformers_scratch.experiments import bench
+
+    (tmp_path / "text.txt").write_text("not: [a config\n")
+    out = run_main(bench.main, *argv, "--no-compile", cwd=tmp_path, prog="bench.py")
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert len(out.stderr.strip().splitlines()) == 1 and out.stderr.startswith(says), out.stderr

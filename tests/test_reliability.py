@@ -218,6 +218,10 @@ def test_the_experiments_refuse_in_one_line_and_read_paths_where_they_were_given
     monkeypatch.chdir(tmp_path)
     fails(capsys, "soak", *args, message=message.format(cwd=tmp_path.resolve()))
     fails(capsys, "extrapolate", "--kinds", "bogus", message="invalid choice: 'bogus'")
+    fails(
+        capsys, "extrapolate", "--data.path", "x", "--windows", "0", message="argument --windows: 0 is not an integer"
+    )
+    fails(capsys, "soak", "--data.path", "x", "--bound_mb", "-1", message="argument --bound_mb: -1.0 is not a non-neg")
 
 
 @pytest.mark.parametrize("flag, value, message", [

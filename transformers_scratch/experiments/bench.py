@@ -33,9 +33,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ..bounds import Count, Depth, NonNegative, PositiveFloat
 from ..model.config import EncoderDecoderConfig, LMConfig
 from ..model.models import CausalLM, EncoderDecoder
 from ..training.perf import peak_flops, train_flops_per_token
+from . import Parser, bounded
 from .nanogpt import import_model_py
 from .scaling import KERNELS, attention_job, attention_sweep, draw_scaling, format_scaling, scaling, sparse_settings
 
@@ -223,9 +225,13 @@ def load_sizes(config: str | None) -> tuple[dict, int, int]:
         return {"vocab_size": 256, "context": 256, "emb": 256, "heads": 8, "depth": 4}, 256, 8
     import yaml
 
-    cfg = yaml.safe_load(Path(config).read_text())
-    model = dict(cfg["model"]["init_args"].get("model", {}))
-    data = cfg.get("data", {}).get("init_args", {})
+    try:
+        cfg = yaml.safe_load(Path(config).read_text(encoding="utf-8"))
+        model = dict(cfg["model"]["init_args"].get("model", {}))
+        data = cfg.get("data", {}).get("init_args", {})
+    except (OSError, ValueError, yaml.YAMLError, KeyError, TypeError, AttributeError) as e:  # UTF-8's: ValueError
+        why = f": {e.strerror}" if isinstance(e, OSError) else " is not a project config (YAML with model.init_args)"
+        raise ValueError(f"--config {config!r}{why}; pass one of configs/, e.g. configs/enwik8.yaml") from None
     model.setdefault("vocab_size", 256)
     return model, data.get("context", model.get("context", 256)), data.get("batch_size", 32)
 
@@ -254,57 +260,68 @@ def long_context(args, model: dict, device: str) -> list[dict]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m transformers_scratch.experiments.bench",
-                                description=__doc__.split("\n\n")[0])  # fmt: skip
+    p = Parser(prog="python -m transformers_scratch.experiments.bench", description=__doc__.split("\n\n")[0])
+    count, positive = bounded(Count), bounded(PositiveFloat)
     p.add_argument("--config", help="a project config whose model sizes, context and batch to use")
     for name in ("depth", "emb", "heads", "context", "batch"):
-        p.add_argument(f"--{name}", type=int, help=f"override the {name}")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--steps", type=int, default=10, help="timed optimizer steps per variant (median reported)")
-    p.add_argument("--warmup", type=int, default=3, help="untimed steps first (compile happens here)")
+        p.add_argument(f"--{name}", type=bounded(Depth) if name == "depth" else count, help=f"override the {name}")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--steps", type=count, default=10, help="timed optimizer steps per variant (median reported)")
+    p.add_argument("--warmup", type=bounded(NonNegative), default=3, help="untimed steps first (compile happens here)")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile variant (slow to compile)")
-    p.add_argument("--new-tokens", type=int, default=1000, help="characters generated, with and without cache")
+    p.add_argument("--new-tokens", type=count, default=1000, help="characters generated, with and without cache")
     p.add_argument("--long-context", action="store_true",
                    help="time and memory of attention and of a model step from --start-context to --max-context, "
                    "dense and sparse (with --search: the largest context that trains, per kernel)")  # fmt: skip
     p.add_argument("--search", action="store_true", help="long context: search the largest context that trains")
     p.add_argument("--plot", metavar="PNG", help="long context: draw the log-log scaling picture here")
-    p.add_argument("--attn-heads", type=int, default=4, help="long context: heads of the one-attention table")
-    p.add_argument("--attn-head-width", type=int, default=32, help="long context: their width")
+    p.add_argument("--attn-heads", type=count, default=4, help="long context: heads of the one-attention table")
+    p.add_argument("--attn-head-width", type=count, default=32, help="long context: their width")
     p.add_argument("--kernels", nargs="+", choices=KERNELS, metavar="KERNEL",
                    help="long context: the one-attention table's kernels (default: all of them)")  # fmt: skip
-    p.add_argument("--model-steps", type=int, default=2,
+    p.add_argument("--model-steps", type=bounded(NonNegative), default=2,
                    help="long context: timed steps of each model step (0: no model table)")  # fmt: skip
-    p.add_argument("--start-context", type=int, help="long context: the first context (1024; the search: 512)")
-    p.add_argument("--max-context", type=int, default=65536)
-    p.add_argument("--memory-budget-gb", type=float, default=4.0, help="CPU long-context budget (peak RSS)")
-    p.add_argument("--precision", default="32-true", help="precision of the long-context search")
-    p.add_argument("--timeout", type=float, default=600, help="seconds per measurement before giving up")
+    p.add_argument("--start-context", type=count, help="long context: the first context (1024; the search: 512)")
+    p.add_argument("--max-context", type=count, default=65536)
+    p.add_argument("--memory-budget-gb", type=positive, default=4.0, help="CPU long-context budget (peak RSS)")
+    p.add_argument("--precision", choices=("32-true", "bf16-mixed"), default="32-true",
+                   help="precision of the long-context search")  # fmt: skip
+    p.add_argument("--timeout", type=positive, default=600, help="seconds per measurement before giving up")
     p.add_argument("--nanogpt", metavar="MODEL_PY", help="also time nanoGPT's GPT from this model.py, same step")
     p.add_argument("--seq2seq", action="store_true", help="also time encoder-decoder decoding, with and without cache")
     p.add_argument("--profile", action="store_true", help="profile the default variant's step (torch.profiler)")
     p.add_argument("--end-to-end", action="store_true", help="time whole fit runs on nanoGPT's CPU recipe")
     p.add_argument("--data.path", dest="data_path", help="end to end: Tiny Shakespeare (nanoGPT's input.txt)")
     p.add_argument("--nanogpt-train", metavar="TRAIN_PY", help="end to end: also run nanoGPT's train.py, alternating")
-    p.add_argument("--rounds", type=int, default=1, help="end to end: runs of each")
-    p.add_argument("--max-steps", type=int, default=2000, help="end to end: training steps of each run")
-    p.add_argument("--threads", type=int, help="end to end: OMP_NUM_THREADS of the runs (default: PyTorch's)")
+    p.add_argument("--rounds", type=count, default=1, help="end to end: runs of each")
+    p.add_argument("--max-steps", type=count, default=2000, help="end to end: training steps of each run")
+    p.add_argument("--threads", type=count, help="end to end: OMP_NUM_THREADS of the runs (default: PyTorch's)")
     p.add_argument("--fit-args", default="", help="end to end: more arguments for fit, as one string")
     p.add_argument("--speedrun", action="store_true", help="the best model in --budget seconds (configs/speedrun_cpu)")
-    p.add_argument("--budget", type=float, default=300.0, help="speedrun: wall seconds per run, counted from launch")
+    p.add_argument("--budget", type=positive, default=300.0, help="speedrun: wall seconds per run, counted from launch")
     p.add_argument(
         "--nanogpt-budget",
-        type=float,
+        type=positive,
         help="speedrun: nanoGPT's wall seconds per run (default: --budget); longer states time to a loss",
     )
-    p.add_argument("--seeds", type=int, default=2, help="speedrun: runs of each, alternating")
+    p.add_argument("--seeds", type=count, default=2, help="speedrun: runs of each, alternating")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--job", help=argparse.SUPPRESS)
     return p
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    """The command; a refused flag or setting (argparse's, through :class:`Parser`, or the project's) is one
+    ``error:`` line."""
+    try:
+        bench(build_parser().parse_args(argv))
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
+
+
+def bench(args: argparse.Namespace) -> None:
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: this machine (or this build of torch) has no CUDA device; pass --device cpu")
     if args.job:  # a child process: one measurement
         print(json.dumps(run_job(json.loads(args.job))))
         return
@@ -314,10 +331,6 @@ def main(argv: list[str] | None = None) -> None:
         if not args.data_path:
             raise SystemExit("error: --speedrun needs --data.path, the text to train on and score")
         nanogpt_budget = args.budget if args.nanogpt_budget is None else args.nanogpt_budget
-        if min(args.budget, nanogpt_budget) <= 0 or args.seeds < 1:
-            raise SystemExit(f"error: --budget {args.budget:g} --nanogpt-budget {nanogpt_budget:g} --seeds "
-                             f"{args.seeds}: a budget must be over 0 seconds and --seeds at least 1; pass e.g. "
-                             "--budget 100 --nanogpt-budget 300 --seeds 2")  # fmt: skip
         try:
             report = speedrun(args.data_path, args.budget, args.nanogpt_train, args.seeds, args.threads,
                               args.fit_args.split(), nanogpt_budget=nanogpt_budget)  # fmt: skip
@@ -358,6 +371,9 @@ def main(argv: list[str] | None = None) -> None:
         report["long_context"] = long_context(args, model, device)
     elif args.long_context:
         args.start_context = args.start_context or 1024
+        if args.start_context > args.max_context:
+            raise ValueError(f"--start-context {args.start_context} is past --max-context {args.max_context}; "
+                             "give a first context at most the last")  # fmt: skip
         report["scaling"] = scaling(args, model, device, run_isolated, train_job)
         if args.plot:
             draw_scaling(report["scaling"], args.plot, f"one attention, forward + backward: {hardware}, "

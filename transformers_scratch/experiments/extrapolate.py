@@ -18,8 +18,9 @@ import sys
 import time
 from pathlib import Path
 
+from ..bounds import Count
 from ..training.checkpoints import Checkpoint
-from . import Parser
+from . import Parser, bounded
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = [ROOT / "configs" / "tiny_charlm.yaml", ROOT / "configs" / "extrapolate.yaml"]
@@ -43,8 +44,8 @@ def main(argv: list[str], build) -> int:
     """``build``: the command line's run builder (``cli.build_cli``), which the CLI hands in."""
     parser = Parser(prog=f"{Path(sys.argv[0]).name} extrapolate", description=__doc__.splitlines()[0])
     parser.add_argument("--data.path", dest="path", required=True, help="A text file (e.g. tinyshakespeare.txt).")
-    parser.add_argument("--steps", type=int, default=1000, help="Training steps per position kind.")
-    parser.add_argument("--windows", type=int, nargs="+", default=[256, 512, 1024])
+    parser.add_argument("--steps", type=bounded(Count), default=1000, help="Training steps per position kind.")
+    parser.add_argument("--windows", type=bounded(Count), nargs="+", default=[256, 512, 1024])
     parser.add_argument("--kinds", nargs="+", default=KINDS, choices=KINDS)
     parser.add_argument("--work", default="runs/extrapolate", help="Checkpoints and logs go here.")
     parser.add_argument("--config", action="append", default=[], help="More configs on top (repeatable), "

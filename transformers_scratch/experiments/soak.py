@@ -18,7 +18,8 @@ from pathlib import Path
 
 from lightning.pytorch.callbacks import Callback
 
-from . import Parser
+from ..bounds import Count, NonNegative, NonNegativeFloat
+from . import Parser, bounded
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "tiny_charlm.yaml"
 
@@ -43,11 +44,13 @@ def main(argv: list[str], build) -> int:
     """``build``: the command line's run builder (``cli.build_cli``), which the CLI hands in."""
     parser = Parser(prog=f"{Path(sys.argv[0]).name} soak", description=__doc__.splitlines()[0])
     parser.add_argument("--data.path", dest="path", required=True, help="A text file (e.g. tinyshakespeare.txt).")
-    parser.add_argument("--steps", type=int, default=2000)
-    parser.add_argument("--warmup", type=int, default=300, help="Steps before the reference reading.")
-    parser.add_argument("--bound_mb", type=float, default=20.0, help="Allowed RSS growth after the warm-up.")
+    parser.add_argument("--steps", type=bounded(Count), default=2000)
+    parser.add_argument("--warmup", type=bounded(NonNegative), default=300, help="Steps before the reference reading.")
+    parser.add_argument(
+        "--bound_mb", type=bounded(NonNegativeFloat), default=20.0, help="Allowed RSS growth after the warm-up."
+    )
     args = parser.parse_args(argv)
-    if not 0 <= args.warmup <= args.steps - 100:
+    if args.warmup > args.steps - 100:
         parser.error(f"--steps {args.steps} and --warmup {args.warmup}: RSS is read every 100 steps, and compared "
                      "after the warm-up, so give 0 <= warmup <= steps - 100")  # fmt: skip
     os.environ.setdefault("WANDB_MODE", "offline")
