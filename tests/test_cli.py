@@ -158,6 +158,29 @@ def test_a_cheap_validation_during_fit_is_followed_by_one_over_the_whole_split(t
     assert again.returncode == 0 and "final validation" not in again.stdout + again.stderr, again.stderr[-3000:]
 
 
+def test_a_fit_that_ends_before_its_first_validation_keeps_last_ckpt_without_lightnings_misleading_hint(tmp_path):
+    """A smoke run shorter than the validation interval has no score to rank checkpoints by: last.ckpt holds it,
+    and Lightning's warning, whose hint asks whether the module logs its metric (it does), is not shown."""
+    data = corpus(tmp_path / "text.txt")
+    result = cli(
+        "fit",
+        "--config",
+        TINY_LM,
+        "--data.path",
+        str(data),
+        "--trainer.max_steps",
+        "2",
+        "--final_validation",
+        "false",
+        "--sample.length",
+        "0",
+        cwd=tmp_path,
+    )  # validation: at 250 steps
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "checkpoints" / "tiny_charlm" / "last.ckpt").is_file()
+    assert "could not find the monitored key" not in result.stderr, result.stderr[-3000:]
+
+
 @pytest.mark.parametrize("config", ["tiny_charlm", pytest.param("seq2seq_reverse", marks=pytest.mark.slow)])
 def test_overfit_batches_trains_on_the_same_batches_and_overfits_them(tmp_path, config):
     """Lightning's overfit_batches lists the training set's items in order: the batches drawn by number (a

@@ -23,6 +23,10 @@ SILENCED = [
     # Resume is exact: the data modules save and restore their position themselves (data/progress.py), which
     # Lightning cannot see in a plain DataLoader.
     r".*your dataloader is not resumable.*",
+    # A run that ends before its first validation has no score to rank checkpoints by, and last.ckpt holds it;
+    # the hint asks whether the module logs its metric, which it does (a monitor that validation never logs is
+    # refused after the sanity check, by SafeModelCheckpoint).
+    r"`ModelCheckpoint\(monitor=.*could not find the monitored key",
     # Inside Lightning with this torch; nothing a user can act on.
     r".*isinstance\(treespec, LeafSpec\)` is deprecated.*",
 ]
