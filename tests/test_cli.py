@@ -746,6 +746,8 @@ def test_context_scores_what_test_scores_by_position(trained):
     refused = cli("context", "--ckpt_path", ckpt, "--data_path", str(data), "--csv", "tables", cwd=cwd)
     assert_fails_cleanly(refused, "--csv 'tables' is a folder; pass a file name, e.g. --csv tables/context.csv")
     assert "all\t" not in refused.stdout  # refused before the scoring, not after it
+    refused = cli("context", "--ckpt_path", "[]", "--data_path", str(data), cwd=cwd)
+    assert_fails_cleanly(refused, "--ckpt_path names no checkpoint; pass one, or several: --ckpt_path '[a.ckpt, ")
 
 
 def test_context_leaves_blank_the_positions_past_a_shorter_models_context(trained, tmp_path):

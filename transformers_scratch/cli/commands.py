@@ -368,6 +368,8 @@ def context(
     target, table = out_file(out) if out else None, out_file(csv, "--csv", "context.csv") if csv else None
     memories = [eval_mem_len] if isinstance(eval_mem_len, int) else eval_mem_len
     curves: dict[str, tuple[Tensor, Tensor]] = {}
+    if not ckpt_path:
+        raise ValueError("--ckpt_path names no checkpoint; pass one, or several: --ckpt_path '[a.ckpt, b.ckpt]'")
     for path in [ckpt_path] if isinstance(ckpt_path, str) else ckpt_path:
         module, vocab = Checkpoint(path).trained(LitCharLM, LitXL, command="context")
         if not isinstance(vocab, ByteVocab):
