@@ -316,6 +316,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         bench(build_parser().parse_args(argv))
     except ValueError as e:
+        if os.environ.get("TS_DEBUG"):  # as the command line: the traceback on demand
+            raise
         raise SystemExit(f"error: {e}") from None
 
 
