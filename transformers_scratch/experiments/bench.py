@@ -311,8 +311,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """The command; a refused flag or setting (argparse's, through :class:`Parser`, or the project's) is one
-    ``error:`` line."""
+    """The command; a refused flag or setting (argparse's, through :class:`Parser`, or the project's), or a
+    nanoGPT checkout that cannot serve, is one ``error:`` line, written here only."""
     try:
         bench(build_parser().parse_args(argv))
     except ValueError as e:
@@ -331,13 +331,13 @@ def bench(args: argparse.Namespace) -> None:
         from .endtoend import speedrun
 
         if not args.data_path:
-            raise SystemExit("error: --speedrun needs --data.path, the text to train on and score")
+            raise ValueError("--speedrun needs --data.path, the text to train on and score")
         nanogpt_budget = args.budget if args.nanogpt_budget is None else args.nanogpt_budget
         try:
             report = speedrun(args.data_path, args.budget, args.nanogpt_train, args.seeds, args.threads,
                               args.fit_args.split(), nanogpt_budget=nanogpt_budget)  # fmt: skip
         except (FileNotFoundError, RuntimeError) as e:  # a path or a nanoGPT checkout that cannot serve
-            raise SystemExit(f"error: {e}") from None
+            raise ValueError(str(e)) from None
         report.update(hardware=f"CPU, {os.cpu_count()} cores", torch=torch.__version__, date=time.strftime("%Y-%m-%d"))
         print(json.dumps(report, indent=2))
         if "verdict" in report:
@@ -347,12 +347,12 @@ def bench(args: argparse.Namespace) -> None:
         from .endtoend import end_to_end, format_end_to_end
 
         if not args.data_path:
-            raise SystemExit("error: --end-to-end needs --data.path, the Tiny Shakespeare text (nanoGPT's input.txt)")
+            raise ValueError("--end-to-end needs --data.path, the Tiny Shakespeare text (nanoGPT's input.txt)")
         try:
             report = end_to_end(args.data_path, args.nanogpt_train, args.rounds, args.max_steps, args.threads,
                                 args.fit_args.split())  # fmt: skip
         except (FileNotFoundError, RuntimeError) as e:
-            raise SystemExit(f"error: {e}") from None
+            raise ValueError(str(e)) from None
         report.update(hardware=f"CPU, {os.cpu_count()} cores", torch=torch.__version__, date=time.strftime("%Y-%m-%d"))
         print(json.dumps(report, indent=2) if args.json else "\n".join(format_end_to_end(report)))
         return
