@@ -7,15 +7,5 @@ from .text import OrderedTextDataModule, TextDataModule
 from .transduction import TransductionDataModule
 from .vocab import ByteVocab, WordVocab, checkpoint_vocab
 
-__all__ = [
-    "ByteVocab",
-    "DataError",
-    "IGNORE_INDEX",
-    "IMDbDataModule",
-    "IMDbMLMDataModule",
-    "OrderedTextDataModule",
-    "TextDataModule",
-    "TransductionDataModule",
-    "WordVocab",
-    "checkpoint_vocab",
-]
+__all__ = ["ByteVocab", "DataError", "IGNORE_INDEX", "IMDbDataModule", "IMDbMLMDataModule", "OrderedTextDataModule",
+           "TextDataModule", "TransductionDataModule", "WordVocab", "checkpoint_vocab"]  # fmt: skip

@@ -420,18 +420,19 @@ def save_hf(model: CausalLM | MaskedLM, folder: str | os.PathLike) -> Path:
     folder = Path(folder)
     if folder.exists() and any(folder.iterdir()):
         raise FileExistsError(f"{str(folder)!r} is not empty; pass a new or empty folder")
-    state = model.state_dict()
+    state, cfg = model.state_dict(), model.cfg
+    kv = (cfg.kv_heads or cfg.heads) * (cfg.emb // cfg.heads)  # rows of a key or value projection: g * s
     out = {}
-    for ours, group, conv in _names(family, model.cfg):
+    for ours, group, conv in _names(family, cfg):
         if ours in state:
             tensor = state[ours].t() if conv else state[ours]
         elif ours.endswith(".bias"):  # a bias this model does without: zeros
             tensor = torch.zeros(state[ours.removesuffix(".bias") + ".weight"].shape[0])
         elif ours == "embed.types.weight":  # no token types: one type, adding zeros
-            tensor = torch.zeros(1, model.cfg.emb)
+            tensor = torch.zeros(1, cfg.emb)
         else:
             raise HFError(f"model has no {ours} to write")
-        sizes = [_rows(model.cfg, name) for name in group] if len(group) > 1 else [tensor.shape[0]]
+        sizes = [cfg.emb, kv, kv] if len(group) > 1 else [tensor.shape[0]]  # a joined group: q, k, v
         for name, part in zip(group, tensor.split(sizes), strict=True):
             out[_prefixed(family, name)] = part.detach().float().contiguous().clone()
     folder.mkdir(parents=True, exist_ok=True)
@@ -439,9 +440,3 @@ def save_hf(model: CausalLM | MaskedLM, folder: str | os.PathLike) -> Path:
     (folder / "config.json").write_text(json.dumps(hf, indent=2) + "\n")
     return folder
 
-
-def _rows(cfg, name: str) -> int:
-    """Rows of one of the joined projections: the query's are the width; a key's or value's, g * s."""
-    if any(part in name for part in ("query", "q_proj", ".key.", ".value.")):
-        return cfg.emb
-    return (cfg.kv_heads or cfg.heads) * (cfg.emb // cfg.heads)

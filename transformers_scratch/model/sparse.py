@@ -61,17 +61,9 @@ class SparsePattern(SparseConfig):
             a, b = a & (j <= i), b & (j <= i)
         return a, b
 
-    def part_of(self, layer: int, heads: int) -> list[int]:
-        """Each head's part in ``layer``: 0 for A, 1 for B, 2 for their union."""
-        if self.layout == "union":
-            return [2] * heads
-        if self.layout == "alternate":
-            return [layer % 2] * heads
-        return [0] * (heads // 2) + [1] * (heads - heads // 2)
-
     def of_head(self, a: Tensor, b: Tensor, layer: int, heads: int, head: Tensor) -> Tensor:
-        """The part that head ``head`` (a tensor broadcasting with a and b) of ``layer`` attends through, as
-        :meth:`part_of` assigns them: the one choice behind the masks and FlexAttention's ``mask_mod``."""
+        """The part that head ``head`` (a tensor broadcasting with a and b) of ``layer`` attends through: both
+        (union), A in even layers and B in odd ones (alternate), A in the first half of the heads (split)."""
         if self.layout == "union":
             return a | b
         if self.layout == "alternate":
@@ -93,11 +85,13 @@ class SparsePattern(SparseConfig):
         return self.allowed(layer, heads, i, j, causal)
 
 
-def _blocks(x: Tensor, ell: int) -> Tensor:
-    """(b, h, t, s) -> (b, h, n, l, s), zero-padded at the end to whole blocks."""
+def _grid(x: Tensor, ell: int) -> Tensor:
+    """(b, h, t, s) -> (b h, n, l, s): the blocks of every head of every sequence, zero-padded at the end to whole
+    blocks, a view where it can be. The kernel then sees the rows b h as its batch and the blocks (or, transposed,
+    the columns) as its heads."""
     t = x.size(2)
     n = -(-t // ell)
-    return (x if n * ell == t else F.pad(x, (0, 0, 0, n * ell - t))).unflatten(2, (n, ell))
+    return (x if n * ell == t else F.pad(x, (0, 0, 0, n * ell - t))).unflatten(2, (n, ell)).flatten(0, 1)
 
 
 def _valid(t: int, n: int, ell: int, key_mask: Tensor | None, device: torch.device) -> Tensor:
@@ -116,12 +110,6 @@ def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, 
     has_key = mask.any(dim=-1, keepdim=True)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~has_key, dropout_p=p, enable_gqa=gqa)
     return out.masked_fill(~has_key, 0.0)
-
-
-def _grid(x: Tensor, ell: int) -> Tensor:
-    """(b, h, t, s) -> (b h, n, l, s): the blocks of every head of every sequence, a view where it can be. The
-    kernel then sees the rows b h as its batch and the blocks (or, transposed, the columns) as its heads."""
-    return _blocks(x, ell).flatten(0, 1)
 
 
 def _per_row(mask: Tensor, heads: int) -> Tensor:
@@ -161,38 +149,22 @@ def _local(q: Tensor, k: Tensor, v: Tensor, sp: SparsePattern, causal: bool, key
     return out.reshape(b, h, n * ell, s)[:, :, :t]
 
 
-def _within(q: Tensor, k: Tensor, v: Tensor, valid: Tensor | None, causal: bool, heads: int, p: float) -> Tensor:
-    """An ordinary (causal) attention along dim 2 of (b h, g, m, s) pieces (blocks, or columns), each piece its
-    own; valid (b|1, g, m) marks the real keys, None when all are and the mask is only causal."""
-    if valid is None:
-        return _attend(q, k, v, None, causal, p)
-    m = q.size(2)
-    mask = valid[:, :, None, :]  # (b|1, g, 1, m)
-    if causal:
-        mask = mask & torch.ones(m, m, dtype=torch.bool, device=q.device).tril()
-    return _attend(q, k, v, _per_row(mask, heads), False, p)
-
-
-def _stride(q: Tensor, k: Tensor, v: Tensor, sp: SparsePattern, causal: bool, key_mask: Tensor | None, p: float):
-    """Part B of strided: every l-th position. Written as an (n, l) grid, those are the columns: each column is
-    an ordinary (causal) attention over n positions."""
+def _pieces(q: Tensor, k: Tensor, v: Tensor, sp: SparsePattern, causal: bool, key_mask: Tensor | None, p: float,
+            columns: bool = False) -> Tensor:  # fmt: skip
+    """Part A of fixed, the query's own block; or with ``columns`` part B of strided, every l-th position, which in
+    the (n, l) grid are the columns. Either is an ordinary (causal) attention within each piece."""
     b, h, t, s = q.shape
-    ell = sp.block
-    qc, kc, vc = (_grid(x, ell).transpose(1, 2) for x in (q, k, v))  # (b h, l, n, s): column r, offset r
-    n = qc.size(2)
-    valid = None if causal and key_mask is None else _valid(t, n, ell, key_mask, q.device).transpose(1, 2)
-    out = _within(qc, kc, vc, valid, causal, h, p)  # (b h, l, n, s)
-    return out.transpose(1, 2).reshape(b, h, n * ell, s)[:, :, :t]
-
-
-def _own_block(q: Tensor, k: Tensor, v: Tensor, sp: SparsePattern, causal: bool, key_mask: Tensor | None, p: float):
-    """Part A of fixed: the query's own block, an ordinary (causal) attention within each block."""
-    b, h, t, s = q.shape
-    ell = sp.block
-    qg, kg, vg = (_grid(x, ell) for x in (q, k, v))  # (b h, n, l, s)
-    n = qg.size(1)
-    valid = None if causal and key_mask is None else _valid(t, n, ell, key_mask, q.device)  # (b|1, n, l)
-    return _within(qg, kg, vg, valid, causal, h, p).reshape(b, h, n * ell, s)[:, :, :t]
+    ell, n = sp.block, -(-t // sp.block)
+    turn = (lambda x: x.transpose(1, 2)) if columns else (lambda x: x)  # columns: (b h, l, n, s), offset r each
+    qg, kg, vg = (turn(_grid(x, ell)) for x in (q, k, v))  # (b h, g, m, s): g pieces of m positions
+    if causal and key_mask is None:  # every key real: the mask is only causal
+        out = _attend(qg, kg, vg, None, causal, p)
+    else:
+        mask = turn(_valid(t, n, ell, key_mask, q.device))[:, :, None, :]  # (b|1, g, 1, m): the real keys
+        if causal:
+            mask = mask & torch.ones(qg.size(2), qg.size(2), dtype=torch.bool, device=q.device).tril()
+        out = _attend(qg, kg, vg, _per_row(mask, h), False, p)
+    return turn(out).reshape(b, h, n * ell, s)[:, :, :t]
 
 
 def _summary(q: Tensor, k: Tensor, v: Tensor, sp: SparsePattern, causal: bool, key_mask: Tensor | None, p: float):
@@ -239,7 +211,7 @@ def _spans(n: int, groups: int) -> list[tuple[int, int]]:
     return list(zip(edges[:-1], edges[1:], strict=False))
 
 
-PARTS = {"strided": (_local, _stride), "fixed": (_own_block, _summary)}
+PARTS = {"strided": (_local, partial(_pieces, columns=True)), "fixed": (_pieces, _summary)}
 """The fast path of each pattern's parts A and B."""
 
 
@@ -380,18 +352,17 @@ def sparse_attention(
     Padding or a bidirectional pattern build each block's mask whole ((b, n, l, m): t sqrt(t) booleans), and
     the union layout merges its parts only when causal, unpadded and without dropout on a CPU; elsewhere it runs
     the dense masked kernel."""
-    parts = sp.part_of(layer, q.size(1))
-    if parts[0] == 2 and causal and key_mask is None and not dropout_p and q.device.type == "cpu":
+    heads, fns = q.size(1), PARTS[sp.pattern]
+    if sp.layout == "union" and causal and key_mask is None and not dropout_p and q.device.type == "cpu":
         return _union_blocked(q, k, v, sp)
-    if parts[0] == 2:  # the union elsewhere: one softmax under the pattern's whole mask
-        mask = sp.mask(layer, q.size(1), q.size(2), causal=causal, device=q.device)  # (h, t, t)
+    if sp.layout == "union":  # elsewhere: one softmax under the pattern's whole mask
+        mask = sp.mask(layer, heads, q.size(2), causal=causal, device=q.device)  # (h, t, t)
         mask = mask if key_mask is None else mask & key_mask[:, None, None, :]
         return _attend(q, k, v, mask, False, dropout_p)
-    fns, half = PARTS[sp.pattern], parts.count(0)
-    if half in (0, len(parts)):  # alternate: the whole layer takes one part
-        return fns[parts[0]](q, k, v, sp, causal, key_mask, dropout_p)
+    if sp.layout == "alternate":  # the whole layer takes one part
+        return fns[layer % 2](q, k, v, sp, causal, key_mask, dropout_p)
     # split: one split per tensor, whose gradient is one concatenation (two slices would each build a full one)
-    pieces = zip(*(x.split([half, len(parts) - half], dim=1) for x in (q, k, v)), strict=True)
+    pieces = zip(*(x.split([heads // 2, heads - heads // 2], dim=1) for x in (q, k, v)), strict=True)
     outs = [fn(qq, kk, vv, sp, causal, key_mask, dropout_p) for fn, (qq, kk, vv) in zip(fns, pieces, strict=True)]
     return torch.cat(outs, dim=1)
 
@@ -422,7 +393,7 @@ def flex_sparse_attention(
         allowed = sp.of_head(*sp.parts(i, j, causal), layer, heads, h)
         return allowed if key_mask is None else allowed & key_mask[b, j]
 
-    key = (sp, tuple(sp.part_of(layer, heads)), causal, heads, t, str(q.device))
+    key = (sp, layer % 2 if sp.layout == "alternate" else 0, causal, heads, t, str(q.device))
     block_mask = _FLEX.get(key) if key_mask is None else None
     if block_mask is None:
         batch = None if key_mask is None else q.size(0)
