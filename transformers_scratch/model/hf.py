@@ -439,4 +439,3 @@ def save_hf(model: CausalLM | MaskedLM, folder: str | os.PathLike) -> Path:
     save_file(out, str(folder / "model.safetensors"), metadata={"format": "pt"})
     (folder / "config.json").write_text(json.dumps(hf, indent=2) + "\n")
     return folder
-

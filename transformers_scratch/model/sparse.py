@@ -211,7 +211,8 @@ def _spans(n: int, groups: int) -> list[tuple[int, int]]:
     return list(zip(edges[:-1], edges[1:], strict=False))
 
 
-PARTS = {"strided": (_local, partial(_pieces, columns=True)), "fixed": (_pieces, _summary)}
+PARTS: dict[str, tuple[Callable[..., Tensor], ...]] = {
+    "strided": (_local, partial(_pieces, columns=True)), "fixed": (_pieces, _summary)}  # fmt: skip
 """The fast path of each pattern's parts A and B."""
 
 
