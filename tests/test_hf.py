@@ -235,6 +235,20 @@ def test_hostile_folders_are_refused_in_one_line(tmp_path):
         from_hf(str(tmp_path / "nowhere"))
 
 
+@pytest.mark.parametrize(
+    "make, key, value",
+    [(gpt2, "scale_attn_by_inverse_layer_idx", True), (gpt2, "scale_attn_weights", False),
+     (bert, "position_embedding_type", "relative_key"), (llama, "hidden_act", "gelu"),
+     (lambda: llama("qwen2"), "use_sliding_window", True)],
+)  # fmt: skip
+def test_a_setting_the_family_fixes_is_refused_when_it_says_otherwise(tmp_path, make, key, value):
+    """What a family's table fixes is written on export and checked on import: another value maps to nothing."""
+    folder = saved(make(), tmp_path / "hf")
+    edit_config(folder, **{key: value})
+    with pytest.raises(HFError, match=f"config.json's {key}={str(value)!r} has no counterpart here"):
+        from_hf(folder)
+
+
 def test_this_projects_own_export_is_named_as_such_with_the_reader_to_use(tmp_path):
     from transformers_scratch.model.pretrained import save_pretrained
 

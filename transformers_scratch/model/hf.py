@@ -21,6 +21,7 @@ and every tensor must have its place and shape. This module is the only one that
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Callable
@@ -53,7 +54,8 @@ class Family:
     ``sizes`` pairs config.json's integer keys with the config's fields; ``layout`` is what the family fixes (an
     export of a model that differs is refused, naming the settings); ``eps`` and ``tie`` are config.json's keys of
     the norms' epsilon and the tied head with their defaults; ``activation`` its key of the activation (None: the
-    family's SwiGLU); ``written`` goes into config.json as it is."""
+    family's SwiGLU); ``fixed``, what config.json must say (or leave out) to map, is written too, and so is
+    ``written``, as it is."""
 
     about: str
     sizes: dict[str, str]
@@ -61,6 +63,7 @@ class Family:
     eps: tuple[str, float]
     tie: bool | None
     activation: str | None
+    fixed: dict[str, Any]
     written: dict[str, Any]
 
 
@@ -73,13 +76,14 @@ FAMILIES = {
          "n_inner": "ff_hidden"},
         {"pre_norm": True, "positions": "learned", "norm": "layer", "embed_norm": False, "token_types": 0},
         ("layer_norm_epsilon", 1e-5), True, "activation_function",
+        {"scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False},  # 1 / sqrt(head width)
         {"architectures": ["GPT2LMHeadModel"], "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
          "bos_token_id": None, "eos_token_id": None},
     ),
     "bert": Family(
         "BERT (post-norm LayerNorm, learned positions, a plain MLP, its embeddings norm and MLM head transform)",
         COMMON, {"pre_norm": False, "positions": "learned", "norm": "layer", "embed_norm": True},
-        ("layer_norm_eps", 1e-12), None, "hidden_act",
+        ("layer_norm_eps", 1e-12), None, "hidden_act", {"position_embedding_type": "absolute"},
         {"architectures": ["BertForMaskedLM"], "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0,
          "pad_token_id": 0, "tie_word_embeddings": True},
     ),
@@ -88,11 +92,13 @@ FAMILIES = {
         COMMON,
         {"pre_norm": True, "positions": "rope", "norm": "rms", "activation": "swiglu", "embed_norm": False,
          "token_types": 0},
-        ("rms_norm_eps", 1e-6), False, None,
-        {"hidden_act": "silu", "attention_dropout": 0.0, "bos_token_id": None, "eos_token_id": None},
+        ("rms_norm_eps", 1e-6), False, None, {"hidden_act": "silu"},
+        {"architectures": ["LlamaForCausalLM"], "attention_dropout": 0.0, "bos_token_id": None, "eos_token_id": None},
     ),
 }  # fmt: skip
-FAMILIES["qwen2"] = FAMILIES["llama"]
+FAMILIES["qwen2"] = dataclasses.replace(
+    FAMILIES["llama"], fixed={**FAMILIES["llama"].fixed, "use_sliding_window": False},
+    written={**FAMILIES["llama"].written, "architectures": ["Qwen2ForCausalLM"]})  # fmt: skip
 
 
 def _get(hf: dict, key: str, kind=int):
@@ -136,27 +142,22 @@ def config_from_hf(hf: dict, num_classes: int | None = None):
         cfg["activation"] = ACTIVATIONS[hf[family.activation]]
     if family.tie is not None:
         cfg["tie_weights"] = bool(hf.get("tie_word_embeddings", family.tie))
-    if kind == "gpt2":
-        for key, want in (("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False)):
-            if hf.get(key, want) != want:
-                raise HFError(f"config.json's {key}={hf.get(key)!r} scales attention otherwise than 1/sqrt(head width)")
+    for key, want in family.fixed.items():
+        if hf.get(key, want) != want:
+            raise HFError(f"config.json's {key}={str(hf.get(key))[:40]!r} has no counterpart here; only {want!r} maps")
     if kind == "bert":
-        if hf.get("position_embedding_type", "absolute") != "absolute":
-            raise HFError(f"config.json's position_embedding_type {hf['position_embedding_type']!r} is not absolute")
         cfg["token_types"] = _get(hf, "type_vocab_size")
         if num_classes is not None:
             return ClassifierConfig(**cfg, num_classes=num_classes, pool="mean")
         return MaskedLMConfig(**cfg, head_transform=True)
-    if family is FAMILIES["llama"]:
+    if kind in ("llama", "qwen2"):
         cfg |= _llama_only(hf, kind, cfg["emb"], cfg["heads"])
     return LMConfig(**cfg)
 
 
 def _llama_only(hf: dict, kind: str, emb: int, heads: int) -> dict:
-    """What Llama's and Qwen2's config.json say beyond the table: activation, head width, biases, key/value heads,
-    the RoPE base."""
-    if hf.get("hidden_act") != "silu":
-        raise HFError(f"config.json's hidden_act={str(hf.get('hidden_act'))[:40]!r}: only silu (SwiGLU) maps")
+    """What Llama's and Qwen2's config.json say beyond the table: head width, biases, key/value heads, the RoPE
+    base."""
     if hf.get("head_dim") not in (None, emb // heads):
         raise HFError(f"config.json's head_dim={hf['head_dim']} is not hidden_size / num_attention_heads")
     if kind == "llama":
@@ -165,8 +166,6 @@ def _llama_only(hf: dict, kind: str, emb: int, heads: int) -> dict:
             raise HFError(f"config.json's attention_bias={attention} and mlp_bias={mlp} differ; they map only together")
         qkv_bias, bias = attention, attention
     else:
-        if hf.get("use_sliding_window"):
-            raise HFError("config.json's use_sliding_window=true: sliding-window attention has no counterpart here")
         qkv_bias, bias = True, False
     return {"qkv_bias": qkv_bias, "bias": bias, "kv_heads": hf.get("num_key_value_heads") or heads,
             "rope_base": _rope_base(hf)}  # fmt: skip
@@ -393,7 +392,7 @@ def hf_family(model: CausalLM | MaskedLM) -> tuple[str, dict]:
     differ += ["head_transform false"] if kind == "bert" and not cfg.head_transform else []
     if differ:
         refuse(", ".join(differ), family.about)
-    out = {"model_type": kind, "vocab_size": cfg.vocab_size, "torch_dtype": "float32", **family.written,
+    out = {"model_type": kind, "vocab_size": cfg.vocab_size, "torch_dtype": "float32", **family.fixed, **family.written,
            **{key: cfg.hidden if ours == "ff_hidden" else getattr(cfg, ours) for key, ours in family.sizes.items()},
            family.eps[0]: cfg.norm_eps}  # fmt: skip
     if family.activation is not None:
@@ -402,9 +401,8 @@ def hf_family(model: CausalLM | MaskedLM) -> tuple[str, dict]:
         out["tie_word_embeddings"] = cfg.tie_weights
     if kind == "bert":
         out["type_vocab_size"] = max(cfg.token_types, 1)
-    if family is FAMILIES["llama"]:
-        out |= {"architectures": ["LlamaForCausalLM" if kind == "llama" else "Qwen2ForCausalLM"],
-                "num_key_value_heads": cfg.kv_heads or cfg.heads, "head_dim": cfg.emb // cfg.heads,
+    if kind in ("llama", "qwen2"):
+        out |= {"num_key_value_heads": cfg.kv_heads or cfg.heads, "head_dim": cfg.emb // cfg.heads,
                 "rope_theta": cfg.rope_base, **({"attention_bias": cfg.bias, "mlp_bias": cfg.bias} if kind == "llama"
                                                  else {})}  # fmt: skip
     return kind, out
