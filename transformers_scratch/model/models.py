@@ -44,11 +44,7 @@ def _masked_max(x: Tensor, mask: Tensor) -> Tensor:
     return torch.where(m.any(1), pooled, torch.zeros_like(pooled))
 
 
-def _first(x: Tensor, mask: Tensor) -> Tensor:
-    return x[:, 0]  # (b, k): the output at the [CLS] position
-
-
-POOLS = {"mean": _masked_mean, "max": _masked_max, "cls": _first}
+POOLS = {"mean": _masked_mean, "max": _masked_max, "cls": lambda x, mask: x[:, 0]}  # cls: the output at [CLS]
 
 
 class SequenceClassifier(nn.Module):

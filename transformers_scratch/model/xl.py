@@ -184,17 +184,12 @@ class TransformerXL(nn.Module):
         hidden = []
         for i, block in enumerate(self.blocks):
             hidden.append(x)
-            u, v = self.u, self.v
-            mem = None if memory is None else memory[i]
+            args = (x, None if memory is None else memory[i], r, self.u, self.v, mask)
             if cfg.activation_checkpointing and self.training and torch.is_grad_enabled():
-                x = checkpoint(block, x, mem, r, u, v, mask, use_reentrant=False)
+                x = checkpoint(block, *args, use_reentrant=False)
             else:
-                x = block(x, mem, r, u, v, mask)
+                x = block(*args)
         return self.head(self.drop(x)), remember(memory, hidden, mem_len)
-
-    def empty_memory(self, batch: int, like: Tensor) -> Memory:
-        """A memory of no positions, one per layer: what a stream starts from."""
-        return [like.new_zeros(batch, 0, self.cfg.emb) for _ in self.blocks]
 
     @torch.inference_mode()
     def generate(
