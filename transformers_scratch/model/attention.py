@@ -39,11 +39,8 @@ def basic_self_attention(x: Tensor) -> Tensor:
 
 
 def causal_mask(t: int, u: int, device: torch.device | None = None) -> Tensor:
-    """(t, u) mask letting query i see keys up to its own position, aligned bottom-right.
-
-    With t == u this is the usual lower triangle. With t < u the queries are the *last* t positions of
-    the sequence (new tokens attending to a key/value cache), so query i sits at position u - t + i.
-    """
+    """(t, u) mask letting query i see keys up to its own position, aligned bottom-right: the lower triangle,
+    or with t < u, the *last* t positions (new tokens over a key/value cache), query i at position u - t + i."""
     return torch.ones(t, u, dtype=torch.bool, device=device).tril(diagonal=u - t)
 
 
@@ -56,26 +53,16 @@ def _merge_masks(mask: Tensor | None, causal: bool, t: int, u: int, device: torc
 
 
 def _guard_empty_rows(mask: Tensor) -> tuple[Tensor, Tensor]:
-    """Let rows with no visible key attend everywhere, and say which rows those were.
-
-    A softmax over keys that are all masked is 0/0 = NaN, and the NaN leaks into gradients too. Such a
-    query has nothing to read, so its output is defined as zero: we compute it over all keys (finite,
-    any precision) and zero it afterwards.
-    """
+    """Let rows with no visible key attend everywhere, and say which rows those were. A softmax over no keys is
+    0/0 = NaN, in gradients too; such a query reads nothing, so its output is zero: computed over all keys
+    (finite), then zeroed."""
     has_key = mask.any(dim=-1, keepdim=True)  # (b|1, h|1, t|1, 1)
     return mask | ~has_key, has_key
 
 
-def reference_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    mask: Tensor | None = None,
-    causal: bool = False,
-    dropout_p: float = 0.0,
-    bias: Tensor | None = None,
-    keep: list[Tensor] | None = None,
-) -> Tensor:
+def reference_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False,
+                        dropout_p: float = 0.0, bias: Tensor | None = None,
+                        keep: list[Tensor] | None = None) -> Tensor:  # fmt: skip
     """Scaled dot-product attention written out: scores, scale, bias, mask, softmax, weighted sum.
 
     q: (b, h, t, s); k, v: (b, h, u, s); mask: bool, broadcastable to (b, h, t, u), True = may attend;
@@ -100,21 +87,11 @@ def reference_attention(
     return out if mask is None else out.masked_fill(~has_key, 0.0)
 
 
-def fused_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    mask: Tensor | None = None,
-    causal: bool = False,
-    dropout_p: float = 0.0,
-    bias: Tensor | None = None,
-) -> Tensor:
-    """The same computation through PyTorch's fused kernels (flash / memory-efficient / C++ math).
-
-    Same arguments and result as :func:`reference_attention`. Without a padding mask or bias, a causal
-    square problem goes to the kernel as ``is_causal`` (no mask tensor at all), and a single query against
-    a cache needs no mask. A bias goes in as a float mask, with -inf where the boolean mask forbids.
-    """
+def fused_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False,
+                    dropout_p: float = 0.0, bias: Tensor | None = None) -> Tensor:  # fmt: skip
+    """:func:`reference_attention` through PyTorch's fused kernels (flash, memory-efficient, C++ math). A causal
+    square problem with no padding or bias goes in as ``is_causal`` (no mask tensor), and one query over a cache
+    needs no mask; a bias goes in as a float mask, -inf where the boolean mask forbids."""
     t, u = q.size(-2), k.size(-2)
     if bias is None and mask is None and (not causal or t == 1 or t == u):
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=causal and t > 1)

@@ -163,12 +163,9 @@ class TransformerConfig:
 
     def block_parameters(self) -> int:
         """A block's projections, at least (biases and norms left out): what a file of weights must hold."""
-        kv = (self.kv_heads or self.heads) * (self.emb // self.heads)
-        return (
-            2 * self.emb * self.emb
-            + 2 * self.emb * kv
-            + (3 if self.activation == "swiglu" else 2) * self.emb * self.hidden
-        )
+        kv = (self.kv_heads or self.heads) * (self.emb // self.heads)  # g * s: a key's or value's rows
+        ff = (3 if self.activation == "swiglu" else 2) * self.emb * self.hidden
+        return 2 * self.emb * (self.emb + kv) + ff
 
 
 MAX_HEADS_HINT = 4_096  # the most heads an error message suggests

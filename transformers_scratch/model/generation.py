@@ -48,23 +48,12 @@ def nucleus(logits: Tensor, p: float) -> Tensor:
 
 
 @torch.inference_mode()
-def generate(
-    model,
-    prompt: Tensor,
-    max_new_tokens: int,
-    *,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    use_cache: bool = True,
-    generator: torch.Generator | None = None,
-    top_p: float | None = None,
-    cuda_graph: bool = False,
-    steps: Callable | None = None,
-) -> Tensor:
-    """A causal model continues prompt (b, t) by max_new_tokens; returns (b, t + max_new_tokens). Sampling as in
-    :func:`sample_next`. ``steps(model, tokens, t, use_cache, cuda_graph)`` gives the function that returns the
-    next token's logits (b, v) once ``tokens[:, :end]`` are known: :func:`causal_steps` by default, and
-    Transformer-XL's through its memory (:meth:`~.xl.TransformerXL.generate`)."""
+def generate(model, prompt: Tensor, max_new_tokens: int, *, temperature: float = 1.0, top_k: int | None = None,
+             use_cache: bool = True, generator: torch.Generator | None = None, top_p: float | None = None,
+             cuda_graph: bool = False, steps: Callable | None = None) -> Tensor:  # fmt: skip
+    """A causal model continues prompt (b, t) by max_new_tokens: (b, t + max_new_tokens), sampled as in
+    :func:`sample_next`. ``steps(model, tokens, t, use_cache, cuda_graph)`` makes the function from ``end`` to
+    the logits (b, v) after ``tokens[:, :end]``: :func:`causal_steps`, or Transformer-XL's through its memory."""
     if prompt.numel() == 0:
         raise ValueError("empty prompt; give at least one token to condition on")
     was_training = model.training
@@ -81,16 +70,11 @@ def generate(
 
 
 def causal_steps(model, tokens: Tensor, t: int, use_cache: bool, cuda_graph: bool) -> Callable[[int], Tensor]:
-    """How a causal model (:class:`~.models.CausalLM`) gives the next token's logits. ``cuda_graph`` (GPU, with
-    the cache): each one-token step is one CUDA graph replay (:class:`GraphedStep`).
-
-    The model sees at most ``context`` tokens: the newest window. With ``use_cache`` each step feeds only
-    the newest token and attends over cached keys and values, which gives exactly the tokens of
-    recomputing the window while the sequence fits the context. Once the cache is full, the newest half
-    context is re-encoded and caching goes on from there (positions are absolute, so a cache cannot
-    slide); the model then sees between half and all of the context, where recomputation would always
-    see all of it.
-    """
+    """How a :class:`~.models.CausalLM` gives the next token's logits from the newest ``context`` tokens. With
+    ``use_cache`` each step feeds the newest token alone over the cached keys and values: exactly recomputation's
+    tokens while the sequence fits the context. A full cache re-encodes the newest half context and goes on
+    (positions are absolute: a cache cannot slide), so the model then sees half to all of the context.
+    ``cuda_graph`` (GPU, cached): each one-token step is one replay of a :class:`GraphedStep`."""
     if cuda_graph and (tokens.device.type != "cuda" or not use_cache):
         raise ValueError(
             f"cuda_graph replays the cached one-token step on a GPU; this call has the model on "
@@ -120,15 +104,10 @@ def causal_steps(model, tokens: Tensor, t: int, use_cache: bool, cuda_graph: boo
 
 
 class GraphedStep:
-    """A causal model's one-token decoding step over its caches, captured once as a CUDA graph and then
-    replayed: a step costs the host a few launches instead of one per operation (hundreds), and those
-    launches are what a batch-1 step on a GPU waits on.
-
-    A graph replays fixed kernels on fixed memory, so the step runs with the caches in static mode: the
-    position is a tensor on the device (:attr:`KVCache.at`) and attention reads the whole cache buffer
-    through a mask of the keys written so far. The same buffers stay in use when the model re-encodes its
-    window. ``graph=False`` runs the same static step without capturing it (the tests compare it on a CPU).
-    """
+    """A causal model's one-token step over its caches, captured once as a CUDA graph and replayed: a few host
+    launches instead of hundreds, which a batch-1 step on a GPU waits on. A graph replays fixed kernels on fixed
+    memory, so the caches run in static mode: the position is a device tensor (:attr:`KVCache.at`), and attention
+    reads the whole buffer through a mask of the keys written. ``graph=False``: the same step, not captured."""
 
     def __init__(self, model: nn.Module, caches: list[KVCache], graph: bool = True) -> None:
         self.model, self.caches = model, caches
@@ -176,9 +155,8 @@ class GraphedStep:
 
 @contextmanager
 def decoding_threads(device: torch.device, cached: bool):
-    """Cached decoding on a CPU runs on one thread. A one-token step is a chain of tiny operations: sharing
-    each between threads costs more in synchronisation than it saves, and when the machine is busy every
-    step waits for the slowest thread. Training and recomputation keep all threads."""
+    """Cached decoding on a CPU runs on one thread: a one-token step is a chain of tiny operations, which threads
+    slow down (each waits for the slowest). Training and recomputation keep all threads."""
     if device.type != "cpu" or not cached or torch.get_num_threads() == 1:
         yield
         return
@@ -191,28 +169,13 @@ def decoding_threads(device: torch.device, cached: bool):
 
 
 @torch.inference_mode()
-def generate_seq2seq(
-    model,
-    src: Tensor,
-    *,
-    bos_id: int,
-    max_new_tokens: int,
-    src_mask: Tensor | None = None,
-    eos_id: int | None = None,
-    temperature: float = 0.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    use_cache: bool = True,
-) -> Tensor:
-    """An encoder-decoder (:class:`~.models.EncoderDecoder`) decodes token by token from BOS: greedy by
-    default, sampled with temperature > 0 (top_k, top_p as in :func:`sample_next`).
-
-    The source is encoded once. With ``use_cache`` each step feeds only the newest token: the decoder's
-    self-attention reads its keys and values from a cache, and cross-attention reads keys and values of
-    the memory projected once per source; without it, every step decodes the whole target so far.
-
-    Returns (b, n) generated ids without BOS; n < max_new_tokens when every row has emitted eos_id.
-    """
+def generate_seq2seq(model, src: Tensor, *, bos_id: int, max_new_tokens: int, src_mask: Tensor | None = None,
+                     eos_id: int | None = None, temperature: float = 0.0, top_k: int | None = None,
+                     top_p: float | None = None, use_cache: bool = True) -> Tensor:  # fmt: skip
+    """An :class:`~.models.EncoderDecoder` decodes from BOS, greedy or sampled as in :func:`sample_next`; the
+    source is encoded once. With ``use_cache`` a step feeds the newest token alone: self-attention reads a cache,
+    cross-attention the memory's keys and values projected once; without it, each step decodes the whole target.
+    Returns (b, n) ids without BOS; n < max_new_tokens when every row has emitted eos_id."""
     was_training = model.training
     model.eval()
     memory = model.encode(src, src_mask)  # (b, u, k): encoded once, read at every step
@@ -220,18 +183,14 @@ def generate_seq2seq(
     done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
     caches = model.new_caches(src.size(0), max_new_tokens) if use_cache else None
     kvs = model.memory_kvs(memory) if use_cache else None
-    end = 1  # out[:, :end] is decoded (BOS first); written in place
-    while end <= max_new_tokens:
+    for end in range(1, 1 + max_new_tokens):  # out[:, :end] is decoded (BOS first); written in place
         if use_cache:
             logits = model.decode(out[:, end - 1 : end], None, src_mask, caches=caches, memory_kvs=kvs)[:, -1]
         else:
             logits = model.decode(out[:, :end], memory, src_mask)[:, -1]  # (b, v)
-        nxt = sample_next(logits, temperature, top_k, top_p=top_p)[:, 0]  # (b,)
-        out[:, end] = nxt
-        end += 1
-        if eos_id is not None:
-            done |= nxt == eos_id
-            if done.all():
-                break
+        out[:, end] = sample_next(logits, temperature, top_k, top_p=top_p)[:, 0]
+        if eos_id is not None and (done := done | (out[:, end] == eos_id)).all():
+            out = out[:, : end + 1]  # every row has ended
+            break
     model.train(was_training)
-    return out[:, 1:end]
+    return out[:, 1:]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,12 +51,11 @@ ACTIVATIONS: dict[str, Literal["gelu", "gelu_tanh", "relu"]] = {
 
 @dataclass(frozen=True)
 class Family:
-    """How a Hugging Face family's config.json and this project's config say the same model, in both directions:
-    ``sizes`` pairs config.json's integer keys with the config's fields; ``layout`` is what the family fixes (an
-    export of a model that differs is refused, naming the settings); ``eps`` and ``tie`` are config.json's keys of
-    the norms' epsilon and the tied head with their defaults; ``activation`` its key of the activation (None: the
-    family's SwiGLU); ``fixed``, what config.json must say (or leave out) to map, is written too, and so is
-    ``written``, as it is."""
+    """How a family's config.json and this project's config say the same model, read both ways. ``sizes``: its
+    integer keys -> our fields; ``layout``: our settings the family fixes (an export that differs is refused);
+    ``eps``, ``tie``: its keys of the norms' epsilon and the tied head, with defaults; ``activation``: its key of
+    the activation (None: SwiGLU); ``fixed``: what its config.json must say (or leave out) to map; ``written``:
+    what an export adds."""
 
     about: str
     sizes: dict[str, str]
@@ -122,7 +122,7 @@ def _rope_base(hf: dict) -> float:
 
 def config_from_hf(hf: dict, num_classes: int | None = None):
     """This project's config for a Hugging Face ``config.json`` (a dict): its family's table, then what the
-    table cannot say (GPT-2's scaling, BERT's token types, Llama's and Qwen2's biases and key/value heads)."""
+    table cannot say (BERT's token types, Llama's and Qwen2's biases, key/value heads and RoPE)."""
     kind = hf.get("model_type")
     if kind is None and "format" in hf and "model" in hf:  # pretrained.py's layout
         raise HFError(f"config.json is this project's export of a {str(hf['model'])[:40]}, not a Hugging Face "
@@ -156,8 +156,7 @@ def config_from_hf(hf: dict, num_classes: int | None = None):
 
 
 def _llama_only(hf: dict, kind: str, emb: int, heads: int) -> dict:
-    """What Llama's and Qwen2's config.json say beyond the table: head width, biases, key/value heads, the RoPE
-    base."""
+    """Llama's and Qwen2's head width, biases, key/value heads and RoPE base."""
     if hf.get("head_dim") not in (None, emb // heads):
         raise HFError(f"config.json's head_dim={hf['head_dim']} is not hidden_size / num_attention_heads")
     if kind == "llama":
@@ -173,8 +172,7 @@ def _llama_only(hf: dict, kind: str, emb: int, heads: int) -> dict:
 
 # ---- names ---------------------------------------------------------------------------------------------
 Names = list[tuple[str, list[str], bool]]
-"""(this project's tensor, the Hugging Face tensors it joins (their separate q, k, v), whether they are GPT-2's
-transposed Conv1D weights)."""
+"""(our tensor, the Hugging Face tensors it joins (their separate q, k, v), whether GPT-2's Conv1D transposes)."""
 
 
 def module(ours: str, theirs: str | list[str], params: tuple[str, ...] = ("weight", "bias"), conv=False) -> Names:
@@ -184,8 +182,8 @@ def module(ours: str, theirs: str | list[str], params: tuple[str, ...] = ("weigh
 
 
 def _names(family: str, cfg) -> Names:
-    """Every tensor's name here and in the family's base model (``PREFIX`` left out): the family's table of
-    modules (here, there, their tensors, transposed), then each block's."""
+    """Every tensor's name here and in the family's base model (``PREFIX`` left out): the family's modules (here,
+    there, their tensors, transposed), then each block's."""
     w, wb = ("weight",), ("weight", "bias")
     top: list[tuple[Any, ...]] = [] if getattr(cfg, "tie_weights", True) else [("head", "lm_head", w)]
     block: list[tuple[Any, ...]]
@@ -223,8 +221,7 @@ PREFIX = {"gpt2": "transformer.", "bert": "bert."}  # the base model's prefix in
 
 
 def _prefixed(family: str, name: str) -> str:
-    """The name in the task model's state dict (GPT2LMHeadModel, BertForMaskedLM): the base model's prefix,
-    except on the task head's own tensors."""
+    """The name in the task model's state dict (GPT2LMHeadModel, BertForMaskedLM): prefixed, but for the head's."""
     return name if name.startswith(("cls.", "lm_head.")) else PREFIX.get(family, "") + name
 
 
@@ -243,7 +240,7 @@ def _weight_files(folder: Path) -> list[Path]:
 
 
 def _read_folder(folder: Path) -> tuple[dict, dict[str, tuple], Callable[[str], torch.Tensor]]:
-    """config.json, every tensor's (shape, file) from the safetensors headers, and a reader of one tensor."""
+    """config.json, every tensor's shape from the safetensors headers, and a reader of one tensor."""
     from safetensors import safe_open
 
     path = folder / "config.json"
@@ -255,11 +252,10 @@ def _read_folder(folder: Path) -> tuple[dict, dict[str, tuple], Callable[[str], 
         try:
             handle = safe_open(str(file), "pt")
             for key in handle.keys():
-                shapes[key] = (tuple(handle.get_slice(key).get_shape()), file)
+                shapes[key], handles[key] = tuple(handle.get_slice(key).get_shape()), handle
         except Exception as e:  # safetensors raises its own error types for a broken header
             raise HFError(f"{str(file)!r} is not a readable safetensors file ({str(e)[:120]})") from None
-        handles[file] = handle
-    return hf, shapes, lambda key: handles[shapes[key][1]].get_tensor(key)
+    return hf, shapes, lambda key: handles[key].get_tensor(key)
 
 
 def local_folder(source: str | os.PathLike) -> Path:
@@ -284,7 +280,7 @@ def _source(source) -> tuple[dict, dict[str, tuple], Callable[[str], torch.Tenso
     if isinstance(source, nn.Module):
         state = source.state_dict()
         config: Any = source.config  # a transformers PreTrainedModel's
-        return config.to_dict(), {k: (tuple(v.shape), None) for k, v in state.items()}, state.__getitem__
+        return config.to_dict(), {k: tuple(v.shape) for k, v in state.items()}, state.__getitem__
     folder = local_folder(source)
     if not folder.is_dir():
         raise HFError(f"{str(source)[:80]!r} is not a folder (or a hub name); pass a folder written by save_pretrained")
@@ -312,7 +308,7 @@ def _from_hf(source, num_classes: int | None, device: str | torch.device) -> nn.
     except (TypeError, ValueError) as e:  # the config's own checks: sizes, divisibility
         raise HFError(str(e) if isinstance(e, HFError) else f"config.json: {str(e)[:200]}") from None
     family = hf["model_type"]
-    present = sum(torch.Size(shape).numel() for shape, _ in shapes.values())
+    present = sum(math.prod(shape) for shape in shapes.values())
     if (declared := cfg.parameters_at_least()) > present:
         raise HFError(
             f"config.json declares at least {declared:,} parameters (depth {cfg.depth}, emb {cfg.emb}, vocab "
@@ -322,20 +318,19 @@ def _from_hf(source, num_classes: int | None, device: str | torch.device) -> nn.
         expected = _model_class(cfg)(cfg).state_dict()
     strip = PREFIX.get(family, "")
     original = {k.removeprefix(strip): k for k in shapes}  # a base model's names, or a task model's, stripped
-    shapes = {k.removeprefix(strip): v for k, v in shapes.items()}
     names = _names(family, cfg)
     wanted = {theirs for _, group, _ in names for theirs in group}
-    missing = sorted(wanted - set(shapes))
+    missing = sorted(wanted - set(original))
     # Buffers and tied copies that some saves include (GPT-2's causal mask, a tied head, position ids), BERT's
     # pooler, and for a classifier the MLM head: left out by name, whole name parts only
     suffixes = (".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq", "position_ids")
     prefixes = ("lm_head.", "cls.predictions.decoder.", "pooler.", *(("cls.",) if num_classes is not None else ()))
-    extra = sorted(k for k in shapes if k not in wanted and not k.endswith(suffixes) and not k.startswith(prefixes))
+    extra = sorted(k for k in original if k not in wanted and not k.endswith(suffixes) and not k.startswith(prefixes))
     if missing or extra:
         raise HFError(f"the weights do not fit config.json's {family}: missing {missing[:3]}, unexpected {extra[:3]}")
     state = {}
     for ours, group, conv in names:
-        parts = [shapes[name][0] for name in group]
+        parts = [shapes[original[name]] for name in group]
         shape = (sum(p[0] for p in parts), *parts[0][1:]) if len(parts) > 1 else parts[0]
         shape = tuple(reversed(shape)) if conv else shape
         if torch.Size(shape) != expected[ours].shape:
@@ -346,13 +341,8 @@ def _from_hf(source, num_classes: int | None, device: str | torch.device) -> nn.
         joined = torch.cat(tensors) if len(tensors) > 1 else tensors[0]
         state[ours] = (joined.t() if conv else joined).to(torch.float32).contiguous()
     model = _model_class(cfg)(cfg)
-    missing_here = model.load_state_dict(state, strict=False).missing_keys
-    if isinstance(model, SequenceClassifier):  # a new head; and the encoder complete
-        missing_here = [k for k in missing_here if not k.startswith("head.")]
-    tied = {"head.weight"} if getattr(cfg, "tie_weights", False) or isinstance(model, MaskedLM) else set()
-    left = [k for k in missing_here if k not in tied]
-    if left:
-        raise HFError(f"the weights leave {left[:3]} unset")
+    unset = set(model.load_state_dict(state, strict=False).missing_keys) - {"head.weight", "head.bias"}
+    assert not unset, f"the {family} table leaves {sorted(unset)} unset"  # all but a tied head, or a new one
     return model.to(device).eval()
 
 

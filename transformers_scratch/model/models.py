@@ -182,15 +182,8 @@ class EncoderDecoder(nn.Module):
         """src: (b, u) ids, src_mask: (b, u) True = real token -> memory (b, u, k)."""
         return self.encoder(self.src_embed(src), key_mask=src_mask)
 
-    def decode(
-        self,
-        tgt: Tensor,
-        memory: Tensor | None,
-        src_mask: Tensor | None = None,
-        tgt_mask: Tensor | None = None,
-        caches: list[KVCache] | None = None,
-        memory_kvs: list | None = None,
-    ) -> Tensor:
+    def decode(self, tgt: Tensor, memory: Tensor | None, src_mask: Tensor | None = None, tgt_mask: Tensor | None = None,
+               caches: list[KVCache] | None = None, memory_kvs: list | None = None) -> Tensor:  # fmt: skip
         """tgt: (b, t) target so far -> logits (b, t, v) for the token after each position. With caches, tgt
         continues the cached target; memory_kvs (from :meth:`memory_kvs`) stand in for the memory."""
         x = self.tgt_embed(tgt, caches[0].offset if caches else 0)  # (b, t, k)

@@ -87,11 +87,8 @@ def read_config(folder: str | os.PathLike) -> dict:
     config = read_json(path, "export the model again")
     if not isinstance(config.get("config"), dict):
         raise ValueError(f"{str(path)!r} holds no model config; export the model again")
-    if (
-        not isinstance(config.get("format", FORMAT), int)
-        or config.get("format", FORMAT) > FORMAT
-        or config.get("model") not in MODELS
-    ):
+    version = config.get("format", FORMAT)
+    if not isinstance(version, int) or version > FORMAT or config.get("model") not in MODELS:
         raise ValueError(
             f"{str(path)!r} describes format {config.get('format')} model {config.get('model')!r}; this version "
             f"reads format {FORMAT} of {', '.join(MODELS)}"

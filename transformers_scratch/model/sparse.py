@@ -275,11 +275,10 @@ def _union_parts(sp: SparsePattern, b: int, h: int, t: int) -> list[tuple[list[_
     return [([own], from_grid), ([summaries], from_columns)]
 
 
-def _flash():
-    """PyTorch's CPU flash-attention forward and backward: the forward also returns each row's log-sum-exp,
-    which merging two parts' softmaxes needs (the public function does not return it)."""
-    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu, (
-        torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward)  # fmt: skip
+FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+"""PyTorch's CPU flash attention, whose forward also returns each row's log-sum-exp, which merging two parts'
+softmaxes needs (the public function does not return it); and its backward."""
+FLASH_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
 
 
 class _Union(torch.autograd.Function):
@@ -290,13 +289,12 @@ class _Union(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, parts) -> Tensor:
-        forward, _ = _flash()
         outs, lses = [], []
         for calls, assemble in parts:
             o_parts, l_parts = [], []
             for call in calls:
                 mask = None if call.mask is None else call.mask.to(q.dtype)  # the kernel reads it as q's dtype
-                o, lse = forward(call.queries(q), call.keys(k), call.keys(v), 0.0, call.causal, attn_mask=mask)
+                o, lse = FLASH(call.queries(q), call.keys(k), call.keys(v), 0.0, call.causal, attn_mask=mask)
                 if call.empty is not None:
                     o, lse = o.masked_fill(call.empty, 0.0), lse.masked_fill(call.empty[..., 0], float("-inf"))
                 o_parts.append(o)
@@ -313,7 +311,6 @@ class _Union(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor):
         q, k, v, out, lse = ctx.saved_tensors
-        _, backward = _flash()
         grads = [torch.zeros_like(x) for x in (q, k, v)]
         for calls, _ in ctx.parts:
             for call in calls:
@@ -324,28 +321,16 @@ class _Union(torch.autograd.Function):
                 g = g if call.empty is None else g.masked_fill(call.empty, 0.0)  # rows with no key: no gradient
                 o, m = call.queries(out), call.queries(lse[..., None])[..., 0].contiguous()
                 mask = None if call.mask is None else call.mask.to(q.dtype)
-                d = backward(g.contiguous(), *laid, o.contiguous(), m, 0.0, call.causal, attn_mask=mask)
+                d = FLASH_BACKWARD(g.contiguous(), *laid, o.contiguous(), m, 0.0, call.causal, attn_mask=mask)
                 for total, part in zip(grads, torch.autograd.grad(laid, inputs, d), strict=True):
                     total += part
         return *grads, None
 
 
-def _union_blocked(q: Tensor, k: Tensor, v: Tensor, sp: SparsePattern) -> Tensor:
-    """The union layout, causal, without padding or dropout, on a CPU: see :class:`_Union`."""
-    b, h, t, _ = q.shape
-    return _Union.apply(q, k, v, _union_parts(sp, b, h, t))
-
-
 def sparse_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    sp: SparsePattern,
-    layer: int = 0,
-    causal: bool = True,
-    key_mask: Tensor | None = None,
-    dropout_p: float = 0.0,
-) -> Tensor:
+    q: Tensor, k: Tensor, v: Tensor, sp: SparsePattern, layer: int = 0, causal: bool = True,
+    key_mask: Tensor | None = None, dropout_p: float = 0.0,
+) -> Tensor:  # fmt: skip
     """Self-attention of q, k, v (b, h, t, s) at positions 0..t - 1 under pattern ``sp`` in ``layer``, blocked:
     the same result as the dense masked kernel under :meth:`SparsePattern.mask`, in t sqrt(t) time and linear
     memory. key_mask: (b, t) True for real tokens. Returns (b, h, t, s).
@@ -355,7 +340,7 @@ def sparse_attention(
     the dense masked kernel."""
     heads, fns = q.size(1), PARTS[sp.pattern]
     if sp.layout == "union" and causal and key_mask is None and not dropout_p and q.device.type == "cpu":
-        return _union_blocked(q, k, v, sp)
+        return _Union.apply(q, k, v, _union_parts(sp, *q.shape[:3]))
     if sp.layout == "union":  # elsewhere: one softmax under the pattern's whole mask
         mask = sp.mask(layer, heads, q.size(2), causal=causal, device=q.device)  # (h, t, t)
         mask = mask if key_mask is None else mask & key_mask[:, None, None, :]

@@ -191,21 +191,9 @@ class TransformerXL(nn.Module):
                 x = block(*args)
         return self.head(self.drop(x)), remember(memory, hidden, mem_len)
 
-    @torch.inference_mode()
-    def generate(
-        self,
-        prompt: Tensor,
-        max_new_tokens: int,
-        *,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        use_cache: bool = True,
-        generator: torch.Generator | None = None,
-        window: int | None = None,
-        cuda_graph: bool = False,
-    ) -> Tensor:
-        """Continue prompt (b, t) by max_new_tokens past any window: (b, t + max_new_tokens).
+    def generate(self, prompt: Tensor, max_new_tokens: int, *, window: int | None = None, **options) -> Tensor:
+        """Continue prompt (b, t) by max_new_tokens past any window: :func:`~.generation.generate`, whose keyword
+        options (temperature, top_k, top_p, use_cache, generator) it takes.
 
         Every position sees the ``window`` newest positions at every layer, itself included (default: mem_len +
         context, the most keys a training query sees): ``same_length`` with a memory of ``window``. Then a
@@ -213,14 +201,14 @@ class TransformerXL(nn.Module):
         recomputed way give the same tokens. With ``use_cache`` the prompt is read in segments of ``context``
         and every new token is a segment of one, carrying the memory. Without it, each new token recomputes
         the ``depth x (window - 1)`` positions before it, all that reaches it through the layers."""
-        if cuda_graph:
+        if options.get("cuda_graph"):
             raise ValueError("cuda_graph replays a fixed-shape step; a Transformer-XL's memory grows: leave it off")
         cfg = self.cfg
         window = window or cfg.mem_len + cfg.context
         if window < 1:  # a memory grows with the text, up to the window: no window is too long
             raise ValueError(f"a sampling window of {window:,} positions must be at least 1")
         reach = cfg.depth * (window - 1) + 1  # positions that reach the newest one through every layer
-        options = dict(mem_len=window, same_length=True)
+        windowed = dict(mem_len=window, same_length=True)
 
         def steps(model, tokens: Tensor, t: int, use_cache: bool, cuda_graph: bool):
             memory: Memory | None = None
@@ -228,18 +216,17 @@ class TransformerXL(nn.Module):
             def next_logits(end: int) -> Tensor:
                 nonlocal memory
                 if not use_cache:
-                    return self(tokens[:, max(0, end - reach) : end], **options)[0][:, -1].float()
+                    return self(tokens[:, max(0, end - reach) : end], **windowed)[0][:, -1].float()
                 if end > t:
-                    logits, memory = self(tokens[:, end - 1 : end], memory, **options)  # one new position
+                    logits, memory = self(tokens[:, end - 1 : end], memory, **windowed)  # one new position
                     return logits[:, -1].float()
                 for start in range(max(0, t - reach), t, cfg.context):  # the prompt, segment by segment
-                    logits, memory = self(tokens[:, start : min(t, start + cfg.context)], memory, **options)
+                    logits, memory = self(tokens[:, start : min(t, start + cfg.context)], memory, **windowed)
                 return logits[:, -1].float()
 
             return next_logits
 
-        return generate(self, prompt, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                        use_cache=use_cache, generator=generator, steps=steps)  # fmt: skip
+        return generate(self, prompt, max_new_tokens, steps=steps, **options)
 
 
 def remember(memory: Memory | None, hidden: list[Tensor], mem_len: int) -> Memory | None:
@@ -290,8 +277,8 @@ def from_authors(state: dict, source: str = "the state dict", **settings) -> Tra
     if missing := [k for k in need if k not in state]:
         raise ValueError(f"{source} lacks {missing[0]!r}; {AUTHORS_FIX}")
     vocab, emb = state["word_emb.emb_layers.0.weight"].shape
-    untie_r = "r_w_bias" not in state and "layers.0.dec_attn.r_w_bias" in state
-    bias = state["layers.0.dec_attn.r_w_bias" if untie_r else "r_w_bias"] if ("r_w_bias" in state or untie_r) else None
+    untie_r = "r_w_bias" not in state  # each layer's, then
+    bias = state.get("layers.0.dec_attn.r_w_bias" if untie_r else "r_w_bias")
     if bias is None or bias.dim() != 2:
         raise ValueError(f"{source} lacks the biases r_w_bias (heads, head width); {AUTHORS_FIX}")
     heads, head_width = bias.shape
