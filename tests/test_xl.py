@@ -124,6 +124,14 @@ def test_the_memory_keeps_the_newest_positions_and_a_longer_one_is_read():
     assert model(ids[:, :6], mem_len=0)[1] is None
 
 
+def test_a_stream_started_from_the_empty_memory_reads_as_one_with_no_memory():
+    model, ids = model_of(), torch.randint(0, CFG.vocab_size, (2, 18))
+    logits, memory = model(ids[:, :6], model.empty_memory(2, model.embed.weight))
+    expected, expected_memory = model(ids[:, :6])
+    assert_close(logits, expected)
+    assert all(torch.equal(a, b) for a, b in zip(memory, expected_memory, strict=True))
+
+
 def test_a_full_memory_has_the_same_layout_on_every_segment():
     """A memory is its own tensor, not a view of the concatenation: under torch.compile a change of strides from
     one segment to the next is a recompilation (seen on a GPU: 'memory[0] stride mismatch')."""

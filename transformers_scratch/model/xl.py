@@ -191,6 +191,10 @@ class TransformerXL(nn.Module):
                 x = block(*args)
         return self.head(self.drop(x)), remember(memory, hidden, mem_len)
 
+    def empty_memory(self, batch: int, like: Tensor) -> Memory:
+        """A memory of no positions, one per layer: what a stream starts from."""
+        return [like.new_zeros(batch, 0, self.cfg.emb) for _ in self.blocks]
+
     def generate(self, prompt: Tensor, max_new_tokens: int, *, window: int | None = None, **options) -> Tensor:
         """Continue prompt (b, t) by max_new_tokens past any window: :func:`~.generation.generate`, whose keyword
         options (temperature, top_k, top_p, use_cache, generator) it takes.
