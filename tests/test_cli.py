@@ -761,3 +761,23 @@ def test_context_leaves_blank_the_positions_past_a_shorter_models_context(traine
     rows = [row.split("\t") for row in ran.stdout.splitlines()[1:]]
     past = [row for row in rows if row[0] != "all" and int(row[0].split("-")[0]) > 8]
     assert past and all(row[2] == "-" and row[1] != "-" for row in past)  # no bytes there: not 0.0 bits
+
+
+def test_ctrl_c_outside_a_fit_is_one_line_and_status_130(monkeypatch, capsys):
+    """Ctrl-C in a command other than fit (sample, test, the bench) ends it with one line, not a traceback."""
+    import transformers_scratch.cli as cli
+    from transformers_scratch.experiments import bench
+    from transformers_scratch.training.console import INTERRUPTED
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.delenv("TS_DEBUG", raising=False)
+    monkeypatch.setattr(cli, "run_function", interrupted)
+    monkeypatch.setattr(bench, "bench", interrupted)
+    for command in (lambda: cli.main(["sample", "--ckpt_path", "x.ckpt"]), lambda: bench.main([])):
+        try:
+            command()
+        except BaseException as e:  # without the handler, the KeyboardInterrupt itself: a failure, not pytest's stop
+            ended = e
+        assert isinstance(ended, SystemExit) and ended.code == 130 and capsys.readouterr().err == INTERRUPTED + "\n"

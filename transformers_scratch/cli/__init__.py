@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     if not args or args[0] in ("-h", "--help"):
         print(usage())
         return
-    from ..training.console import clipped, close_bars
+    from ..training.console import INTERRUPTED, clipped, close_bars
     from .errors import error_line, refused
     from .lightning import build_cli
 
@@ -121,3 +121,9 @@ def main(argv: list[str] | None = None) -> None:
         close_bars()
         print(f"error: {clipped(error_line(e, args))}\n(set TS_DEBUG=1 to see the traceback)", file=sys.stderr)
         sys.exit(1)
+    except KeyboardInterrupt:  # Ctrl-C (a fit's first one saves the run and stops by itself): no traceback
+        if os.environ.get("TS_DEBUG"):
+            raise
+        close_bars()
+        print(INTERRUPTED, file=sys.stderr)
+        sys.exit(130)

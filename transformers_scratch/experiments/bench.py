@@ -315,10 +315,13 @@ def main(argv: list[str] | None = None) -> None:
     nanoGPT checkout that cannot serve, is one ``error:`` line, written here only."""
     try:
         bench(build_parser().parse_args(argv))
-    except ValueError as e:
+    except (ValueError, KeyboardInterrupt) as e:
         if os.environ.get("TS_DEBUG"):  # as the command line: the traceback on demand
             raise
-        raise SystemExit(f"error: {e}") from None
+        from ..training.console import INTERRUPTED
+
+        print(INTERRUPTED if isinstance(e, KeyboardInterrupt) else f"error: {e}", file=sys.stderr)
+        raise SystemExit(130 if isinstance(e, KeyboardInterrupt) else 1) from None
 
 
 def bench(args: argparse.Namespace) -> None:

@@ -16,6 +16,9 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from ..data.files import LONGEST, shortened
 
+INTERRUPTED = "interrupted (Ctrl-C); run the command again to redo it"
+"""A command's one line on Ctrl-C, outside a fit (whose first Ctrl-C saves the run and says how to continue)."""
+
 SILENCED = [
     # The run-folder lock (training/run_folder.py) already refuses a fresh fit over another run's checkpoints;
     # the folder is never empty here, since the lock file lives in it.
