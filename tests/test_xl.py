@@ -210,8 +210,10 @@ def authors_state(depth: int = 2) -> dict:
         (lambda s: s.update({"layers.1.pos_ff.CoreNet.3.bias": torch.zeros(5)}), "has shape (5,)"),
         (lambda s: s.update({"crit.out_layers.0.weight": torch.zeros(40, 32)}), "not the embedding"),
         (lambda s: s.update({"r_w_bias": torch.zeros(4, 16)}), "4 heads of 16 in a width of 32"),
+        (lambda s: s.update({"word_emb.emb_layers.0.weight": torch.zeros(40)}), "'word_emb.emb_layers.0.weight' as a"),
+        (lambda s: s.update({"layers.0.pos_ff.CoreNet.0.weight": torch.zeros(())}), "'layers.0.pos_ff.CoreNet.0.w"),
     ],
-    ids=["missing", "extra", "shape", "untied", "head-width"],
+    ids=["missing", "extra", "shape", "untied", "head-width", "vector-embedding", "scalar-feed-forward"],
 )
 def test_an_authors_state_dict_that_does_not_fit_is_refused_naming_the_tensor(change, message):
     state = authors_state()

@@ -278,8 +278,8 @@ def from_authors(state: dict, source: str = "the state dict", **settings) -> Tra
     if not isinstance(state, dict) or not all(isinstance(k, str) and torch.is_tensor(v) for k, v in state.items()):
         raise ValueError(f"{source} is not a state dict of named tensors; {AUTHORS_FIX}")
     need = ("word_emb.emb_layers.0.weight", "layers.0.pos_ff.CoreNet.0.weight")
-    if missing := [k for k in need if k not in state]:
-        raise ValueError(f"{source} lacks {missing[0]!r}; {AUTHORS_FIX}")
+    if missing := [k for k in need if k not in state or state[k].dim() != 2]:  # the sizes are read from them
+        raise ValueError(f"{source} lacks {missing[0]!r} as a matrix; {AUTHORS_FIX}")
     vocab, emb = state["word_emb.emb_layers.0.weight"].shape
     untie_r = "r_w_bias" not in state  # each layer's, then
     bias = state.get("layers.0.dec_attn.r_w_bias" if untie_r else "r_w_bias")
