@@ -137,6 +137,30 @@ def test_the_check_sees_a_reversed_import(tmp_path):
     assert later_imports(copy) == ["attention.py imports sparse.py"]
 
 
+def later_names(root: Path = PACKAGE) -> list[str]:
+    """Where a model file's text names a later file: ``later.py``, a reference ``~.later`` or ```later.name``."""
+    import re
+
+    order, bad = model_order(root), []
+    for i, name in enumerate(order):
+        text = (root / "model" / f"{name}.py").read_text()
+        for later in order[i + 1 :]:
+            if re.search(rf"\b{later}\.py\b|~\.{later}\b|``{later}\.", text):
+                bad.append(f"{name}.py names {later}")
+    return bad
+
+
+def test_a_reader_meets_no_later_files_name():
+    """Read bottom-up, no file's docstrings or comments send the reader ahead to a file not yet read."""
+    assert later_names() == []
+
+
+def test_the_check_sees_a_later_name(tmp_path):
+    copy, blocks = copy_importing(tmp_path, "model/blocks.py", "math import pi")
+    blocks.write_text(blocks.read_text() + "# see ``sparse.layer_kernels``\n")
+    assert later_names(copy) == ["blocks.py names sparse"]
+
+
 @pytest.mark.parametrize("layer", ["model"])
 def test_the_model_imports_no_lightning(layer):
     """model/ is plain PyTorch: no Lightning, torchmetrics or W&B, not even lazily."""

@@ -124,8 +124,8 @@ ATTENTION: dict[str, AttentionFn] = {"reference": reference_attention, "sdpa": f
 class Attend:
     """A layer's attention kernel, chosen once when the layer is built: ``attend(q, k, v, mask, causal,
     dropout_p, bias, offset)`` -> (b, h, t, s), for queries at positions offset.. over keys from 0. This one is
-    dense, through ``fn`` (the written-out reference or the fused kernel); ``sparse.SparseAttend`` computes a
-    sparse pattern."""
+    dense, through ``fn`` (the written-out reference or the fused kernel); a sparse layer's kernel, a subclass,
+    computes a pattern."""
 
     def __init__(self, fn: AttentionFn = fused_attention) -> None:
         self.fn = fn

@@ -150,7 +150,7 @@ class TransformerBlock(nn.Module):
 class Stack(nn.Module):
     """``depth`` blocks applied in turn, then a final layer norm when the blocks are pre-norm (their
     residual stream is otherwise never normalised). ``kernels`` gives layer i's self-attention kernel (a sparse
-    model's, ``sparse.layer_kernels``); None: ``cfg.attention``'s."""
+    model's pattern, layer by layer); None: ``cfg.attention``'s."""
 
     def __init__(self, cfg: TransformerConfig, depth: int, causal: bool = False, cross: bool = False,
                  kernels: Callable[[int], Attend] | None = None) -> None:  # fmt: skip

@@ -13,8 +13,8 @@ from ..bounds import Base, Classes, Count, Depth, Memory, NonNegative, Positive,
 
 @dataclass(frozen=True)
 class SparseConfig:
-    """Sparse attention (Child et al. 2019): each head sees a pattern of about sqrt(t) keys a query. The pattern
-    itself, and the kernels that compute it, are ``sparse.py``'s."""
+    """Sparse attention (Child et al. 2019): each head sees a pattern of about sqrt(t) keys a query. These are its
+    settings; the pattern and its kernels come later, beside the attention they replace."""
 
     pattern: Literal["strided", "fixed"] = "strided"
     """strided (the previous ``block`` positions, and every ``block``-th one before) or fixed (the query's own

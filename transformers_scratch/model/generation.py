@@ -70,7 +70,7 @@ def generate(model, prompt: Tensor, max_new_tokens: int, *, temperature: float =
 
 
 def causal_steps(model, tokens: Tensor, t: int, use_cache: bool, cuda_graph: bool) -> Callable[[int], Tensor]:
-    """How a :class:`~.models.CausalLM` gives the next token's logits from the newest ``context`` tokens. With
+    """How a causal language model gives the next token's logits from the newest ``context`` tokens. With
     ``use_cache`` each step feeds the newest token alone over the cached keys and values: exactly recomputation's
     tokens while the sequence fits the context. A full cache re-encodes the newest half context and goes on
     (positions are absolute: a cache cannot slide), so the model then sees half to all of the context.
@@ -172,7 +172,7 @@ def decoding_threads(device: torch.device, cached: bool):
 def generate_seq2seq(model, src: Tensor, *, bos_id: int, max_new_tokens: int, src_mask: Tensor | None = None,
                      eos_id: int | None = None, temperature: float = 0.0, top_k: int | None = None,
                      top_p: float | None = None, use_cache: bool = True) -> Tensor:  # fmt: skip
-    """An :class:`~.models.EncoderDecoder` decodes from BOS, greedy or sampled as in :func:`sample_next`; the
+    """An encoder-decoder model decodes from BOS, greedy or sampled as in :func:`sample_next`; the
     source is encoded once. With ``use_cache`` a step feeds the newest token alone: self-attention reads a cache,
     cross-attention the memory's keys and values projected once; without it, each step decodes the whole target.
     Returns (b, n) ids without BOS; n < max_new_tokens when every row has emitted eos_id."""

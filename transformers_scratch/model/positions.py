@@ -1,7 +1,7 @@
 """Where a token sits: vectors added to the embeddings (learned, sinusoidal), or a turn of queries and keys
 (RoPE) and a bias on the scores (ALiBi) applied inside self-attention.
 
-Shapes: b batch, h heads, t query length, u key length, k width, s head width (see attention.py).
+Shapes: b batch, h heads, t query length, u key length, k width, s head width.
 """
 
 from __future__ import annotations
