@@ -234,6 +234,26 @@ def test_convert_xl_bounds_its_sizes_by_their_flags(capsys, tmp_path, flag, valu
           flag, value, message=message)  # fmt: skip
 
 
+FIT = ["fit", "--config", TINY_LM, "--data.path", "t.txt"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (FIT + ["--data.path", ""], "data.path: '' is not a path"),
+    (FIT + ["--checkpoint.dirpath", " "], "checkpoint.dirpath: ' ' is not a path"),
+    (FIT + ["--model.init_from", ""], "model.init_from: '' is not a path"),
+    (FIT + ["--ckpt_path", ""], "--ckpt_path '' is empty; pass a checkpoint"),
+    (["export", "--ckpt_path", "a.ckpt", "--out", ""], "out: '' is not a path; pass a file or folder name"),
+    (["sample", "--ckpt_path", "", "--prompt", "a"], "ckpt_path: '' is not a path"),
+    (["plot", ""], "run: '' is not a path"),
+])  # fmt: skip
+def test_an_empty_path_is_refused_not_read_as_the_working_folder(capsys, text, args, message):
+    """An empty path (``--out "$OUT"`` with OUT unset) would name the working folder: export would write into it,
+    a run would keep its checkpoints there, and an empty init_from would train from scratch. Declared once, on the
+    settings' type."""
+    fails(capsys, *args, message=message)
+    assert not list(Path.cwd().glob("*.safetensors")) and not list(Path.cwd().glob("*.ckpt"))
+
+
 # ---- the optimizer is the project's ---------------------------------------------------------------------
 @pytest.mark.parametrize("flag", [["--optimizer", "AdamW"], ["--lr_scheduler=StepLR"], ["--optimizer.lr", "1"]])
 def test_optimizer_flags_are_refused_with_the_settings_to_use(capsys, text, flag):

@@ -1,9 +1,9 @@
 """Bounds declared once, on a value's type: ``emb: Positive = 256``, ``dropout: Rate = 0.0``.
 
-Each type below is an int or float with an interval. The command line registers them with jsonargparse
-(:func:`register`), which checks a flag's or a config's value against its type and names the flag; a dataclass
-config checks its own fields against theirs (:func:`check_fields`), so a checkpoint's settings are bounded too. A
-value stays a plain ``int`` or ``float``. For a type checker each is its base type.
+Each type below is an int or float with an interval, or a path that is not empty. The command line registers
+them with jsonargparse (:func:`register`), which checks a flag's or a config's value against its type and names the
+flag; a dataclass config checks its own fields against theirs (:func:`check_fields`), so a checkpoint's settings are
+bounded too. A value stays a plain ``int``, ``float`` or ``str``. For a type checker each is its base type.
 """
 
 from __future__ import annotations
@@ -61,7 +61,23 @@ def between(base: type, low: float, high: float = math.inf, open_low=False, open
     return cls
 
 
+class _Path(Interval):
+    """A file or folder a setting names: any text but an empty one, which would mean the working folder (as an
+    unset shell variable gives: ``--out "$OUT"``)."""
+
+    @classmethod
+    def check(cls, value):
+        if not isinstance(value, str) or not value.strip():
+            raise ValueError(f"{str(value)[:40]!r} is not a path; pass a file or folder name")
+        return value
+
+
+_Path.__name__ = "a path"
+BOUNDED.append(_Path)
+
+
 if TYPE_CHECKING:
+    PathName: TypeAlias = str
     Positive: TypeAlias = int
     Count: TypeAlias = int
     Classes: TypeAlias = int
@@ -85,6 +101,7 @@ if TYPE_CHECKING:
     Workers: TypeAlias = int
     TopK: TypeAlias = int
 else:
+    PathName = _Path
     Positive = between(int, 1, name="a positive integer")
     Count = between(int, 1, MAX_COUNT)
     Classes = between(int, 2, MAX_COUNT)

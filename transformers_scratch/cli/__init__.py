@@ -86,7 +86,7 @@ def run_function(name: str, argv: list[str]) -> None:
     """One of :data:`FUNCTIONS`, its options parsed from its signature by jsonargparse."""
     from jsonargparse import ArgumentParser
 
-    from ..bounds import register
+    from ..bounds import PathName, register
 
     function = _tables()[0][name]
     register()
@@ -95,7 +95,7 @@ def run_function(name: str, argv: list[str]) -> None:
     positional = ["run"] if name == "plot" else []  # plot RUN: the one argument that reads best bare
     parser.add_function_arguments(function, as_group=False, skip=set(positional))
     for arg in positional:
-        parser.add_argument(arg, type=str, help="A run's log folder (logs/<name>/version_N) or its metrics.csv.")
+        parser.add_argument(arg, type=PathName, help="A run's log folder (logs/<name>/version_N) or its metrics.csv.")
     function(**parser.parse_args(argv).as_dict())
 
 

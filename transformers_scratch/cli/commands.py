@@ -12,7 +12,20 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ..bounds import MAX_SAMPLE, Count, Dpi, Length, Memory, NonNegativeFloat, Pictured, Positive, Samples, Seed, Share
+from ..bounds import (
+    MAX_SAMPLE,
+    Count,
+    Dpi,
+    Length,
+    Memory,
+    NonNegativeFloat,
+    PathName,
+    Pictured,
+    Positive,
+    Samples,
+    Seed,
+    Share,
+)
 from ..data import ByteVocab, WordVocab
 from ..model.hf import save_hf
 from ..model.pretrained import save_pretrained
@@ -70,9 +83,9 @@ def out_file(out: str, flag: str = "--out", example: str = "picture.png") -> Pat
 
 
 def sample(
-    ckpt_path: str,
+    ckpt_path: PathName,
     prompt: str | None = None,
-    prompt_file: str | None = None,
+    prompt_file: PathName | None = None,
     length: Length = 600,
     num_samples: Samples = 1,
     temperature: NonNegativeFloat = 0.5,
@@ -113,7 +126,8 @@ def sample(
     print("\n---\n".join(continue_text(module, vocab, prompt, length, num_samples, seed, **options)))
 
 
-def decode(ckpt_path: str, input: str | None = None, input_file: str | None = None, batch_size: Count = 256) -> None:
+def decode(ckpt_path: PathName, input: str | None = None, input_file: PathName | None = None,
+           batch_size: Count = 256) -> None:  # fmt: skip
     """Decode sources with a trained encoder-decoder (greedy, with the decoder's caches): one output a line.
 
     Args:
@@ -143,7 +157,7 @@ def decode(ckpt_path: str, input: str | None = None, input_file: str | None = No
         print("\n".join(outputs))
 
 
-def export(ckpt_path: str, out: str, format: Literal["project", "hf"] = "project") -> None:
+def export(ckpt_path: PathName, out: PathName, format: Literal["project", "hf"] = "project") -> None:
     """Write a checkpoint's model as model.safetensors + config.json, for transformers_scratch.from_pretrained,
     or in Hugging Face's layout.
 
@@ -165,9 +179,9 @@ def export(ckpt_path: str, out: str, format: Literal["project", "hf"] = "project
 
 
 def convert_xl(
-    state_dict: str,
-    out: str,
-    symbols: str | None = None,
+    state_dict: PathName,
+    out: PathName,
+    symbols: PathName | None = None,
     pre_norm: bool = False,
     context: Count = 512,
     mem_len: Memory = 512,
@@ -243,10 +257,10 @@ def authors_vocab(symbols: str | None, size: int):
 
 
 def attention(
-    ckpt_path: str,
+    ckpt_path: PathName,
     text: str | None = None,
-    text_file: str | None = None,
-    out: str = "attention.png",
+    text_file: PathName | None = None,
+    out: PathName = "attention.png",
     max_tokens: Pictured = 32,
     dpi: Dpi = 100,
 ) -> None:
@@ -302,7 +316,7 @@ def attention(
     print(f"wrote {out}: {weights.size(0)} layers x {weights.size(1)} heads over {len(tokens)} {kind}")
 
 
-def plot(run: str, out: str | None = None, dpi: Dpi = 100) -> None:
+def plot(run: PathName, out: PathName | None = None, dpi: Dpi = 100) -> None:
     """Draw a run's learning curves (training loss, validation metrics, learning rate) from its metrics.csv.
 
     Args:
@@ -327,17 +341,17 @@ def plot(run: str, out: str | None = None, dpi: Dpi = 100) -> None:
 
 
 def context(
-    ckpt_path: list[str] | str,
-    data_path: str | None = None,
+    ckpt_path: list[PathName] | PathName,
+    data_path: PathName | None = None,
     download: Literal["enwik8", "tinyshakespeare", "python-stdlib"] = "enwik8",
-    data_dir: str = "data",
+    data_dir: PathName = "data",
     split: Literal["val", "test"] = "test",
     batch_size: Count = 32,
     eval_mem_len: Memory | list[Memory] | None = None,
     limit_batches: Count | None = None,
     bins: Count = 16,
-    out: str | None = None,
-    csv: str | None = None,
+    out: PathName | None = None,
+    csv: PathName | None = None,
     dpi: Dpi = 100,
 ) -> None:
     """How much of its context a character model uses: bits per byte by position in the window.

@@ -162,7 +162,7 @@ def settle_output(sub: str | None, cfg) -> None:
 def read_run_checkpoint(cfg, name: str) -> Checkpoint | None:
     """The run's ``--ckpt_path``, read once (its shapes, not its weights: Lightning restores them); ``last`` is
     this run's own ``last.ckpt`` (one run, one place)."""
-    if not cfg.get("ckpt_path"):
+    if cfg.get("ckpt_path") is None:
         return None
     if cfg.ckpt_path == "last":
         last = Path(cfg.checkpoint.dirpath or "checkpoints") / "last.ckpt"

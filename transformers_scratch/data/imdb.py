@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from ..bounds import Count, OpenRate, Rate, Seed, Workers, check_args
+from ..bounds import Count, OpenRate, PathName, Rate, Seed, Workers, check_args
 from .files import DataError, predicting, utf8
 from .ids import IGNORE_INDEX
 from .progress import ResumableData
@@ -217,15 +217,15 @@ class IMDbDataModule(ResumableData):
 
     def __init__(
         self,
-        path: str | None = None,
-        data_dir: str = "data",
+        path: PathName | None = None,
+        data_dir: PathName = "data",
         vocab_words: Count = 50_000,
         max_length: Count = 512,
         val_size: Count = 5_000,
         batch_size: Count = 32,
         num_workers: Workers = 0,
         seed: Seed = 1234,
-        predict_path: str | None = None,
+        predict_path: PathName | None = None,
         word_dropout: Rate = 0.0,
         tokenizer: str | None = None,
     ) -> None:
@@ -450,9 +450,9 @@ class IMDbMLMDataModule(IMDbDataModule):
 
     def __init__(
         self,
-        path: str | None = None,
-        unlabeled_path: str | None = None,
-        data_dir: str = "data",
+        path: PathName | None = None,
+        unlabeled_path: PathName | None = None,
+        data_dir: PathName = "data",
         vocab_words: Count = 50_000,
         max_length: Count = 512,
         val_size: Count = 5_000,

@@ -18,7 +18,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from ..bounds import Count, Seed, Workers, check_args
+from ..bounds import Count, PathName, Seed, Workers, check_args
 from .files import DataError, download, predicting, read_bytes
 from .ids import IGNORE_INDEX
 from .progress import ResumableData
@@ -123,8 +123,8 @@ class TextDataModule(ResumableData):
 
     def __init__(
         self,
-        path: str | None = None,
-        data_dir: str = "data",
+        path: PathName | None = None,
+        data_dir: PathName = "data",
         context: Count = 256,
         batch_size: Count = 32,
         batches_per_epoch: Count = 1000,
@@ -135,7 +135,7 @@ class TextDataModule(ResumableData):
         seed: Seed = 1234,
         download: Literal["enwik8", "tinyshakespeare", "python-stdlib"] = "enwik8",
         url: str | None = None,
-        predict_path: str | None = None,
+        predict_path: PathName | None = None,
         tokenizer: str | None = None,
     ) -> None:
         """

@@ -30,7 +30,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from torch import Tensor
 from tqdm import tqdm
 
-from ..bounds import Count, NonNegative, NonNegativeFloat, SampleLength, TopK, check_args
+from ..bounds import Count, NonNegative, NonNegativeFloat, PathName, SampleLength, TopK, check_args
 from .console import note, shown
 from .perf import peak_flops, train_flops_per_token
 
@@ -213,11 +213,11 @@ class SafeModelCheckpoint(ModelCheckpoint):
     arguments below are ``ModelCheckpoint``'s, with their bounds declared (the command line names the flag).
     """
 
-    def __init__(self, *, save_top_k: TopK = 1, mode: Literal["min", "max"] = "min",
+    def __init__(self, *, dirpath: PathName | None = None, save_top_k: TopK = 1, mode: Literal["min", "max"] = "min",
                  every_n_train_steps: NonNegative | None = None, every_n_epochs: NonNegative | None = None,
                  **kwargs) -> None:  # fmt: skip
         try:
-            super().__init__(save_top_k=save_top_k, mode=mode, every_n_train_steps=every_n_train_steps,
+            super().__init__(dirpath=dirpath, save_top_k=save_top_k, mode=mode, every_n_train_steps=every_n_train_steps,
                              every_n_epochs=every_n_epochs, **kwargs)  # fmt: skip
         except MisconfigurationException as e:  # settings that exclude each other: named as the checkpoint key's
             raise ValueError(f"checkpoint: {e}") from None

@@ -25,7 +25,7 @@ RETRAIN = "it predates the package's layout or comes from another version: train
 
 def check_ckpt_path(ckpt_path: str | None) -> None:
     """A ``--ckpt_path`` must name a file, or one of the names Lightning resolves (``last``, ...)."""
-    if ckpt_path and ckpt_path not in CKPT_ALIASES and not Path(ckpt_path).is_file():
+    if ckpt_path is not None and ckpt_path not in CKPT_ALIASES and not Path(ckpt_path).is_file():
         raise FileNotFoundError(
             f"--ckpt_path {ckpt_path!r} {absent(ckpt_path)}; pass a checkpoint file such as "
             "checkpoints/enwik8/last.ckpt, or 'last' to resume the newest run of this config"
@@ -33,9 +33,12 @@ def check_ckpt_path(ckpt_path: str | None) -> None:
 
 
 def absent(path: str) -> str:
-    """Why a path is no file: it does not exist, or it is a folder (an export's, which from_pretrained reads)."""
+    """Why a path is no file: it is empty, does not exist, is a device or a pipe, or is a folder (an export's,
+    which from_pretrained reads)."""
+    if not path.strip() or not Path(path).exists():
+        return "is empty" if not path.strip() else "does not exist"
     if not Path(path).is_dir():
-        return "does not exist"
+        return "is not a regular file"
     export = (Path(path) / "config.json").is_file()
     return "is a folder" + (", an export (transformers_scratch.from_pretrained reads it), not a checkpoint" * export)
 

@@ -20,7 +20,7 @@ import torchmetrics
 from lightning.pytorch.strategies import FSDPStrategy
 from torch import Tensor, nn
 
-from ..bounds import Memory, Positive, Rate, check_args
+from ..bounds import Memory, PathName, Positive, Rate, check_args
 from ..data.ids import IGNORE_INDEX
 from ..data.vocab import Vocab
 from ..model.blocks import TransformerBlock
@@ -253,8 +253,8 @@ class LitClassifier(LitTransformer):
         model: ClassifierConfig | None = None,
         optim: OptimConfig | None = None,
         compile: Compile = False,
-        pretrained: str | None = None,
-        init_from: str | None = None,
+        pretrained: PathName | None = None,
+        init_from: PathName | None = None,
     ) -> None:
         """
         Args:
@@ -416,8 +416,8 @@ class LitCharLM(BitsPerByte, LitTransformer):
         model: LMConfig | None = None,
         optim: OptimConfig | None = None,
         compile: Compile = False,
-        pretrained: str | None = None,
-        init_from: str | None = None,
+        pretrained: PathName | None = None,
+        init_from: PathName | None = None,
     ) -> None:
         """
         Args:
@@ -477,7 +477,7 @@ class LitXL(BitsPerByte, LitTransformer):
         eval_mem_len: Memory | None = None,
         eval_same_length: bool | None = None,
         eval_clamp_len: Positive | None = None,
-        init_from: str | None = None,
+        init_from: PathName | None = None,
     ) -> None:
         """
         Args:
