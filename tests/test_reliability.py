@@ -703,6 +703,33 @@ def test_a_fit_that_fails_after_training_steps_keeps_them_in_last_ckpt(text):
     assert torch.load("checkpoints/tiny_charlm/last.ckpt", weights_only=True)["global_step"] == 3
 
 
+@pytest.mark.parametrize("record", [
+    {"run": {"CSVLogger": "../../escaped"}},
+    {"run": {"WandbLogger": "a/b"}},
+    {"run": ["CSVLogger"]},
+    {"global_step": "x"},
+    {"global_step": -1},
+])  # fmt: skip
+@pytest.mark.parametrize("command", ["fit", "sample"])
+def test_a_checkpoint_whose_run_record_is_no_folder_name_is_refused_before_anything_is_written(
+    capsys, text, tmp_path, record, command
+):
+    """A resume logs where the checkpoint's record of its run says (the CSV version, the W&B id): a version such as
+    '../../escaped' would write the run's config.yaml and metrics.csv outside the log folder."""
+    path = write_checkpoint(tmp_path / "bad.ckpt", LitCharLM(TINY), {"vocab_symbols": None})
+    torch.save({**torch.load(path, weights_only=True), **record}, path)
+    args = ["--prompt", "a"] if command == "sample" else ["--config", TINY_LM, "--data.path", str(text)]
+    fails(capsys, command, "--ckpt_path", str(path), *args, message="holds a damaged record of its run")
+    assert not (tmp_path / "escaped").exists() and not Path("logs").exists()
+
+
+def test_a_checkpoint_with_no_record_of_its_module_says_so(capsys, tmp_path):
+    path = write_checkpoint(tmp_path / "bare.ckpt", LitCharLM(TINY), {"vocab_symbols": None})
+    torch.save({**torch.load(path, weights_only=True), "hyper_parameters": None}, path)
+    message = "holds no record of the module that wrote it (fit writes one); sample takes LitCharLM, LitXL"
+    fails(capsys, "sample", "--ckpt_path", str(path), "--prompt", "a", message=message)
+
+
 @pytest.mark.parametrize("command", ["test", "sample"])
 def test_an_export_folder_given_as_a_checkpoint_is_named_with_its_reader(capsys, text, tmp_path, command):
     save_pretrained(CausalLM(TINY), tmp_path / "exported")

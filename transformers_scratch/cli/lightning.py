@@ -60,7 +60,7 @@ from ..training.console import note, quiet, shown, silence
 from ..training.loggers import CSVLogger, WandbLogger
 from ..training.modules import LitTransformer
 from ..training.optim import OptimConfig
-from ..training.run_folder import claim_run_folder, release_run_folder
+from ..training.run_folder import NAME, claim_run_folder, release_run_folder
 from .config_files import check_config_files, check_values
 from .errors import ALLOWED_IMPORTS, named_as
 
@@ -78,7 +78,7 @@ def run_name(cfg) -> str:
     """``--name`` (or a config's ``name:``), else the first config file's stem, else ``run``."""
     configs = cfg.get("config") or []
     name = cfg.get("name") or (Path(str(configs[0])).stem if configs else "run")
-    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}", str(name)):
+    if not NAME.fullmatch(str(name)):
         raise ValueError(
             f"run name {str(name)[:40]!r}{'...' if len(str(name)) > 40 else ''} ({len(str(name)):,} characters) is "
             "not a folder name: use up to 100 letters, digits, '_', '-' and '.', e.g. --name shakespeare_2"

@@ -18,6 +18,7 @@ import torch
 from ..data import ByteVocab, WordVocab, checkpoint_vocab
 from ..data.files import shortened
 from ..model.config import TransformerConfig, read_settings
+from .run_folder import NAME
 
 CKPT_ALIASES = {"last", "best", "hpc", "registry"}  # names Lightning resolves itself
 RETRAIN = "it predates the package's layout or comes from another version: train it again with this one"
@@ -30,6 +31,10 @@ def check_ckpt_path(ckpt_path: str | None) -> None:
             f"--ckpt_path {ckpt_path!r} {absent(ckpt_path)}; pass a checkpoint file such as "
             "checkpoints/enwik8/last.ckpt, or 'last' to resume the newest run of this config"
         )
+
+
+def count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def absent(path: str) -> str:
@@ -78,8 +83,15 @@ class Checkpoint:
         self.kind = self.class_path.rsplit(".", 1)[-1] or "?"  # the module class that wrote it
         self.hparams = {k: v for k, v in hparams.items() if not str(k).startswith("_")}
         self.vocab = checkpoint_vocab(data)
-        self.run: dict = data.get("run") or {}  # the CSV version and W&B id it logged to
-        self.step = int(data.get("global_step") or 0)
+        step, run = data.get("global_step") or 0, data.get("run") or {}  # run: the CSV version and W&B id it logged to
+        versions = list(run.values()) if isinstance(run, dict) else [None]  # a resume logs there: no path, no ".."
+        if not count(step) or not all(
+            count(v) or v == "" or isinstance(v, str) and NAME.fullmatch(v) for v in versions
+        ):
+            raise ValueError(f"{self.source} holds a damaged record of its run (its step, or a log version that is "
+                             "no folder name); pass another checkpoint")  # fmt: skip
+        self.run: dict = run
+        self.step: int = step
         self.shapes = {str(name): tuple(t.shape) for name, t in state.items()}
         self.state = state if weights else None
 
@@ -101,9 +113,8 @@ class Checkpoint:
         """The one of ``takes`` (module classes) that wrote the file; any other is refused, naming both."""
         cls = next((c for c in takes if c.__name__ == self.kind), None)
         if cls is None:
-            raise ValueError(
-                f"{self.source} holds a {self.kind}; {command} takes {', '.join(c.__name__ for c in takes)}"
-            )
+            held = f"a {self.kind}" if self.class_path else "no record of the module that wrote it (fit writes one)"
+            raise ValueError(f"{self.source} holds {held}; {command} takes {', '.join(c.__name__ for c in takes)}")
         return cls
 
     def check_fits(self, module: torch.nn.Module, fix: str | None = None) -> None:
