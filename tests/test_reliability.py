@@ -3,6 +3,7 @@ runs that diverge, are killed and resumed. Each test fails when its guard is rem
 
 import ast
 import contextlib
+import copy
 import csv
 import gzip
 import hashlib
@@ -1367,3 +1368,40 @@ def test_sigterm_stops_predict_on_a_large_file(tmp_path):
     stopped = run_process("-c", PREDICT_SIGNALLED, *args, cwd=tmp_path, env=quiet)
     assert stopped.returncode == 143, stopped.stderr[-3000:]
     assert "SIGTERM: predict stopped" in stopped.stderr and "went on" not in stopped.stderr
+
+
+def damage_loops(c):
+    c["loops"]["fit_loop"] = 5
+
+
+def damage_optimizer(c):
+    state = c["optimizer_states"][0]["state"]
+    state[0] = {**state[0], "exp_avg": torch.zeros(3)}
+
+
+def damage_position(c):
+    c["TextDataModule"]["progress"]["epoch"] = 10**30
+
+
+def damage_rng(c):
+    c["rng"]["torch"] = c["rng"]["torch"][:3]
+
+
+def test_a_damaged_training_state_is_refused_in_one_line_naming_the_checkpoint(capsys, text):
+    """Lightning restores a resumed run's loops, optimizer and schedule inside fit, and the project its data
+    position and random stream: a damaged entry failed there with any error (an AttributeError, a KeyError, a
+    shape mismatch at the first step, an overflow in the batch order), each a traceback."""
+    args = [*RESUMABLE, "--data.path", str(text), "--trainer.logger", "false"]
+    main(["fit", *args, "--trainer.max_steps", "2"])
+    good = torch.load("checkpoints/tiny_charlm/last.ckpt", weights_only=True)
+    for damage, message in [
+        (damage_loops, "its training state does not restore (AttributeError: "),
+        (damage_optimizer, "its optimizer's exp_avg for a weight of [256, 128] is of another shape"),
+        (damage_position, "the data position it holds ({'epoch': 1000000000000000000000000000000, 'batches': 2})"),
+        (damage_rng, "its training state does not restore (RuntimeError: "),
+    ]:
+        bad = copy.deepcopy(good)
+        damage(bad)
+        torch.save(bad, "bad.ckpt")
+        fails(capsys, "fit", *args, "--trainer.max_steps", "4", "--ckpt_path", "bad.ckpt", "--name", "resumed",
+              message=f"error: --ckpt_path 'bad.ckpt': {message}")  # fmt: skip

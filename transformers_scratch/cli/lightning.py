@@ -55,7 +55,7 @@ from ..training.callbacks import (
     Throughput,
     run_checkpoint,
 )
-from ..training.checkpoints import Checkpoint, check_ckpt_path, check_linked_context
+from ..training.checkpoints import Checkpoint, check_ckpt_path, check_linked_context, restoring
 from ..training.console import note, quiet, shown, silence
 from ..training.loggers import CSVLogger, WandbLogger
 from ..training.modules import LitTransformer
@@ -508,11 +508,27 @@ class CLI(LightningCLI):
         with no checkpoint (nor model.init_from), validate, test and predict score untrained weights: said so."""
         if self.run.ckpt is not None:
             self.run.ckpt.check_fits(self.model)
+            self._guard_restore(self.run.ckpt.source)
             return
         settings = self.config[self.subcommand].model.get("init_args") or {}
         if self.subcommand != "fit" and not settings.get("init_from"):
             note(f"no --ckpt_path: {self.subcommand} scores the model as initialised, untrained; pass --ckpt_path "
                  "checkpoints/NAME/last.ckpt for a trained one")  # fmt: skip
+
+    def _guard_restore(self, source: str) -> None:
+        """Lightning restores the run inside fit (validate, test, predict) with no public hook around it: its
+        restoring steps run under :func:`restoring`, so a damaged entry of the file is one line naming it."""
+
+        def guarded(step):
+            def run(*args, **kwargs):
+                with restoring(source):
+                    return step(*args, **kwargs)
+
+            return run
+
+        connector = self.trainer._checkpoint_connector
+        for name in ("_restore_modules_and_callbacks", "restore_training_state"):
+            setattr(connector, name, guarded(getattr(connector, name)))
 
     def before_fit(self) -> None:
         self.check_weights_fit()

@@ -18,6 +18,8 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from ..bounds import MAX_COUNT
+
 
 @dataclass
 class Progress:
@@ -126,4 +128,10 @@ class ResumableData(L.LightningDataModule):
                 "on are not those the interrupted run would have drawn"
             )
         if "progress" in state:  # in place: a loader already made holds this object
-            self.progress.epoch, self.progress.batches = state["progress"]["epoch"], state["progress"]["batches"]
+            where = state["progress"]
+            epoch, batches = (where.get("epoch"), where.get("batches")) if isinstance(where, dict) else (None, None)
+            if not all(
+                isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= MAX_COUNT for n in (epoch, batches)
+            ):
+                raise ValueError(f"the data position it holds ({str(where)[:60]}) is no epoch and batch count")
+            self.progress.epoch, self.progress.batches = cast(int, epoch), cast(int, batches)

@@ -10,6 +10,7 @@ import dataclasses
 import inspect
 import pickle
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, get_args, get_type_hints
 
@@ -221,6 +222,23 @@ class Checkpoint:
                 f"{flag} {path!r} holds a {type(state).__name__}, not a state dict; save model.state_dict()"
             )
         return state
+
+
+@contextmanager
+def restoring(source: str):
+    """Lightning's restore of a run from a checkpoint (its loops, optimizer, schedule, data position, random
+    stream), where a damaged entry fails with any error, deep in torch: named as the file's (``source``), in one
+    line; a refusal of the project's is prefixed with it."""
+    try:
+        yield
+    except (OSError, MemoryError, torch.OutOfMemoryError):
+        raise
+    except ValueError as e:
+        raise ValueError(str(e) if str(e).startswith(source) else f"{source}: {e}") from e
+    except Exception as e:
+        reason = (str(e).splitlines() or [""])[0][:200]
+        raise ValueError(f"{source}: its training state does not restore ({type(e).__name__}: {reason}); the file "
+                         f"is damaged, or {RETRAIN}") from e  # fmt: skip
 
 
 def check_linked_context(model, data) -> None:

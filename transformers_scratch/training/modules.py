@@ -36,7 +36,7 @@ from ..model.config import (
 from ..model.hf import from_hf
 from ..model.models import CausalLM, EncoderDecoder, MaskedLM, SequenceClassifier, encoder_state
 from ..model.xl import TransformerXL
-from .checkpoints import Checkpoint
+from .checkpoints import Checkpoint, restoring
 from .console import note
 from .optim import OptimConfig, build_optimizer, continue_from, save_resume_state
 
@@ -184,7 +184,8 @@ class LitTransformer(L.LightningModule):
 
     def on_train_start(self) -> None:
         if self.resumed is not None:
-            continue_from(self.resumed, self.optim, self.schedule_steps, self.trainer.lr_scheduler_configs)
+            with restoring(f"--ckpt_path {self.trainer.ckpt_path!r}"):
+                continue_from(self.resumed, self.optim, self.schedule_steps, self.trainer.lr_scheduler_configs)
             self.resumed = None
 
 

@@ -286,6 +286,11 @@ def continue_from(checkpoint: dict, cfg: OptimConfig, schedule_steps: int | None
         changed.append(f"schedule length {schedule_steps} steps (was {was})")
     for config in scheduler_configs:
         schedule, groups = config.scheduler, config.scheduler.optimizer.param_groups
+        for weight, state in config.scheduler.optimizer.state.items():  # a moment of another shape fails a step later
+            moments = [k for k, t in state.items() if torch.is_tensor(t) and t.dim() and t.shape != weight.shape]
+            if moments:
+                raise ValueError(f"its optimizer's {moments[0]} for a weight of {list(weight.shape)} is of another "
+                                 "shape: the file is damaged, or holds another model's optimizer")  # fmt: skip
         for i, group in enumerate(groups):
             role = group.get("role", "decay" if i == 0 else "plain")  # unnamed: written before groups had roles
             if role == "muon":
