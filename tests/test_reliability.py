@@ -1387,6 +1387,7 @@ def damage_rng(c):
     c["rng"]["torch"] = c["rng"]["torch"][:3]
 
 
+@pytest.mark.slow
 def test_a_damaged_training_state_is_refused_in_one_line_naming_the_checkpoint(capsys, text):
     """Lightning restores a resumed run's loops, optimizer and schedule inside fit, and the project its data
     position and random stream: a damaged entry failed there with any error (an AttributeError, a KeyError, a
