@@ -1406,3 +1406,22 @@ def test_a_damaged_training_state_is_refused_in_one_line_naming_the_checkpoint(c
         torch.save(bad, "bad.ckpt")
         fails(capsys, "fit", *args, "--trainer.max_steps", "4", "--ckpt_path", "bad.ckpt", "--name", "resumed",
               message=f"error: --ckpt_path 'bad.ckpt': {message}")  # fmt: skip
+
+
+def test_a_checkpoints_record_of_its_best_files_never_reaches_outside_the_run_folder(tmp_path):
+    """A resumed run deletes the worst of its best checkpoints where Lightning sees the path inside the run's
+    folder; a record of ``FOLDER/../../file`` looked so, and a damaged or hostile checkpoint deleted that file."""
+    folder, victim = tmp_path / "checkpoints" / "run", tmp_path / "victim.txt"
+    folder.mkdir(parents=True)
+    victim.write_text("precious")
+    callback = SafeModelCheckpoint(dirpath=str(folder), monitor="val/bpc")
+    evil = f"{callback.dirpath}/../../victim.txt"
+    score = torch.tensor(9.0)
+    callback.load_state_dict({"dirpath": callback.dirpath, "best_model_score": score, "best_model_path": evil,
+                              "best_k_models": {evil: score}, "kth_best_model_path": evil})  # fmt: skip
+    trainer = SimpleNamespace(ckpt_path=None)
+    for recorded in (callback.kth_best_model_path, callback.best_model_path, *callback.best_k_models):
+        assert not callback._should_remove_checkpoint(trainer, recorded, str(folder / "step4.ckpt"))
+    ours = str(folder / "step2.ckpt")
+    callback.load_state_dict({"dirpath": callback.dirpath, "best_model_score": None, "best_model_path": ours})
+    assert callback._should_remove_checkpoint(trainer, callback.best_model_path, str(folder / "step4.ckpt"))

@@ -258,6 +258,16 @@ class SafeModelCheckpoint(ModelCheckpoint):
         self.io = trainer.strategy.checkpoint_io
         self.first_bad: Tensor | None = None  # on the device: the first step whose loss was not finite, or -1
 
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Lightning's record of the checkpoints written, each path made real: a resumed run deletes the worst of
+        its best ones where the path lies in its folder, and a checkpoint's ``FOLDER/../../file`` looked as if it
+        did (a damaged or hostile file deleted a file anywhere)."""
+        super().load_state_dict(state_dict)
+        real = lambda path: os.path.realpath(path) if path and "://" not in str(path) else path  # noqa: E731
+        self.best_k_models = {real(path): score for path, score in self.best_k_models.items()}
+        self.kth_best_model_path, self.best_model_path = real(self.kth_best_model_path), real(self.best_model_path)
+        self.last_model_path = real(self.last_model_path)
+
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
         """The run's log versions (CSV version, W&B run id), so that a resumed run continues them."""
         checkpoint["run"] = {type(lg).__name__: lg.version for lg in trainer.loggers if lg.version is not None}
