@@ -1425,3 +1425,15 @@ def test_a_checkpoints_record_of_its_best_files_never_reaches_outside_the_run_fo
     ours = str(folder / "step2.ckpt")
     callback.load_state_dict({"dirpath": callback.dirpath, "best_model_score": None, "best_model_path": ours})
     assert callback._should_remove_checkpoint(trainer, callback.best_model_path, str(folder / "step4.ckpt"))
+
+
+def test_a_checkpoint_naming_weights_to_start_from_is_read_with_its_own_weights_alone(capsys, tmp_path):
+    """``init_from`` and ``pretrained`` start a fit; a checkpoint's own weights replace them. sample, export and
+    the other readers build its module without them, so a file naming a folder or hub model reads nothing else."""
+    module = LitCharLM(TINY)
+    path = write_checkpoint(tmp_path / "named.ckpt", module, {"vocab_symbols": None})
+    data = torch.load(path, weights_only=True)
+    data["hyper_parameters"].update(init_from=str(tmp_path / "elsewhere"), pretrained=str(tmp_path / "other.ckpt"))
+    torch.save(data, path)
+    main(["sample", "--ckpt_path", str(path), "--prompt", "ab", "--length", "3"])
+    assert capsys.readouterr().out.startswith("ab")

@@ -148,6 +148,7 @@ class Checkpoint:
         module_class = self.refuse_kind(*takes, command=command)
         settings = self.settings(module_class)  # checked, and in this version's spelling
         hparams = self.hparams if settings is None else {**self.hparams, "model": settings}
+        hparams = {**hparams, "pretrained": None, "init_from": None}  # the weights are the file's own: none read
         takes_args = inspect.signature(module_class).parameters  # settings since dropped (older layouts) left out
         assert self.state is not None, "read with weights=False"
         try:
