@@ -595,6 +595,12 @@ def test_two_fits_never_share_a_folder_and_a_killed_ones_leftovers_are_cleared(t
         other.wait()
     claim_run_folder(folder, resuming=True)  # the kill ended its hold: taken over
     assert (folder / LOCK).read_text() == str(os.getpid()) and not list(folder.glob("*.tmp"))
+    release_run_folder(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / ".notes.tmp").write_text("a file of the user's, in a folder given as --checkpoint.dirpath")
+    claim_run_folder(folder, resuming=True)
+    assert (folder / ".notes.tmp").exists()  # only the project's own temporary checkpoints are cleared
+    (folder / ".notes.tmp").unlink()
     claim_run_folder(folder, resuming=True)  # this process again (a second fit in one Python session): its own
     release_run_folder(folder)
     assert not (folder / LOCK).exists() and not folder.exists()  # nothing written: no folder left behind

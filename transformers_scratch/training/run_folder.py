@@ -60,7 +60,7 @@ def claim_run_folder(folder: Path, resuming: bool) -> None:
             f"{folder}/ already holds a run ({', '.join(found[:3])}{', ...' if len(found) > 3 else ''}); resume it "
             "with --ckpt_path last, start another with --name NAME, or move that folder away"
         )
-    for stale in folder.glob(".*.tmp"):  # an interrupted checkpoint write (the folder is ours now)
+    for stale in folder.glob(".*.ckpt.*.tmp"):  # an interrupted checkpoint write (the folder is ours now)
         stale.unlink(missing_ok=True)
 
 
