@@ -38,6 +38,7 @@ def parser() -> ArgumentParser:
     made = ArgumentParser(exit_on_error=False)
     made.add_argument("--config", action=ActionConfigFile)
     made.add_argument("--model", type=Model | None)  # a class by class_path: jsonargparse's nested union report
+    made.add_argument("--models", type=Model | list[Model] | None)  # each type of the union reports the key again
     made.add_argument("--trainer.max_steps", type=int, default=1)
     made.add_argument("--length", type=Count, default=1)
     return made
@@ -61,6 +62,12 @@ def test_an_interval_type_names_the_flag_the_value_and_the_bound():
 def test_a_nested_union_report_is_cut_to_its_key_and_reason():
     line = refusal(*MODEL, "--model.sizes.dropout", "1.5")
     assert line == "model.sizes.dropout: 1.5 is not a number in [0.0, 1.0)", line
+
+
+def test_a_key_reported_once_for_each_type_of_a_union_is_named_once():
+    """``trainer.logger`` is a logger or a list of them: jsonargparse reports the inner key under each."""
+    line = refusal("--models", "test_errors.Model", "--models.note", "[1]")
+    assert line.startswith("models.note: Expected a <class 'str'>"), line
 
 
 def test_the_value_an_optional_interval_hides_is_put_back():

@@ -243,6 +243,7 @@ FIT = ["fit", "--config", TINY_LM, "--data.path", "t.txt"]
     (FIT + ["--checkpoint.dirpath", " "], "checkpoint.dirpath: ' ' is not a path"),
     (FIT + ["--model.init_from", ""], "model.init_from: '' is not a path"),
     (FIT + ["--ckpt_path", ""], "--ckpt_path '' is empty; pass a checkpoint"),
+    (FIT + ["--predictions.output", ""], "predictions.output: '' is not a path"),
     (["export", "--ckpt_path", "a.ckpt", "--out", ""], "out: '' is not a path; pass a file or folder name"),
     (["sample", "--ckpt_path", "", "--prompt", "a"], "ckpt_path: '' is not a path"),
     (["plot", ""], "run: '' is not a path"),

@@ -119,11 +119,11 @@ def brief(message: str) -> str:
     lines = [line.strip().removeprefix("- ") for line in message.split("\n") if line.strip()]
     if len(lines) <= 1:
         return message
-    keys = [line.split('"')[1] for line in lines if line.startswith('Parser key "')]
-    reasons = [line for line in lines if not line.startswith(SCAFFOLDING)]
-    if not reasons:
+    at = next((i for i, line in enumerate(lines) if not line.startswith(SCAFFOLDING)), None)
+    if at is None:
         return lines[0]
-    reason = reasons[0].split("callable class: ")[-1]
+    keys = [line.split('"')[1] for line in lines[:at] if line.startswith('Parser key "')]  # the first reason's
+    reason = lines[at].split("callable class: ")[-1]
     if reason.startswith("Not of type "):  # an interval type's refusal; in a union's report, without the value
         reason = reason.split(": ", 1)[-1]
         given = [re.sub(r"^NestedArg\(.*val=(.*)\)$", r"\1", line.removeprefix("Given value:").strip()).strip("'")

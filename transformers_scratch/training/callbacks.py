@@ -574,7 +574,7 @@ class PredictionWriter(BasePredictionWriter):
     order, ``label<TAB>probability<TAB>text`` (batches carry their texts); for the character model one
     line, the file's bits per byte (batches carry bits and bytes scored)."""
 
-    def __init__(self, output: str | None = None) -> None:
+    def __init__(self, output: PathName | None = None) -> None:
         """
         Args:
             output: A file to write the predictions to; None: standard output.

@@ -21,6 +21,8 @@ from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_info
 
+from ..bounds import PathName
+
 
 def _has_credentials() -> bool:
     if os.environ.get("WANDB_API_KEY"):
@@ -47,7 +49,7 @@ class WandbLogger(_WandbLogger):
     """
 
     def __init__(
-        self, project: str = "transformers-scratch", save_dir: str = "logs", offline: bool | None = None, **kwargs
+        self, project: str = "transformers-scratch", save_dir: PathName = "logs", offline: bool | None = None, **kwargs
     ) -> None:
         if offline is False and not os.environ.get("WANDB_MODE") and not (_has_credentials() and _reachable()):
             raise ValueError(  # W&B's own refusal would come at the first logged value, as a traceback
