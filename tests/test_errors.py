@@ -34,11 +34,16 @@ class Model:
         self.sizes = sizes
 
 
+class Watcher(Model):
+    def __init__(self, monitor: str, sizes: Sizes | None = None) -> None:
+        super().__init__(sizes)
+
+
 def parser() -> ArgumentParser:
     made = ArgumentParser(exit_on_error=False)
     made.add_argument("--config", action=ActionConfigFile)
     made.add_argument("--model", type=Model | None)  # a class by class_path: jsonargparse's nested union report
-    made.add_argument("--models", type=Model | list[Model] | None)  # each type of the union reports the key again
+    made.add_argument("--trainer.models", type=Model | list[Model] | None)  # each type of a union reports the key
     made.add_argument("--trainer.max_steps", type=int, default=1)
     made.add_argument("--length", type=Count, default=1)
     return made
@@ -66,8 +71,8 @@ def test_a_nested_union_report_is_cut_to_its_key_and_reason():
 
 def test_a_key_reported_once_for_each_type_of_a_union_is_named_once():
     """``trainer.logger`` is a logger or a list of them: jsonargparse reports the inner key under each."""
-    line = refusal("--models", "test_errors.Model", "--models.note", "[1]")
-    assert line.startswith("models.note: Expected a <class 'str'>"), line
+    line = refusal("--trainer.models", "test_errors.Model", "--trainer.models.note", "[1]")
+    assert line.startswith("trainer.models.note: Expected a <class 'str'>"), line
 
 
 def test_the_value_an_optional_interval_hides_is_put_back():
@@ -99,6 +104,17 @@ def test_of_several_configs_the_one_at_fault_is_named(tmp_path, content):
 def test_a_value_set_by_a_flag_names_no_config(tmp_path):
     (tmp_path / "a.yaml").write_text("length: 3\n")
     assert refusal("--config", str(tmp_path / "a.yaml"), "--length", "0").startswith("length: 0 is not")
+
+
+def test_a_flag_that_gives_the_group_or_appends_to_the_list_names_no_config(tmp_path):
+    """``--model.sizes '{emb: 0}'`` sets the group that holds the key at fault; ``--models+=CLASS`` appends to the
+    list the report names: the command line is at fault, not a config that sets other keys of its section."""
+    (tmp_path / "a.yaml").write_text("model:\n  class_path: test_errors.Model\n  init_args: {note: x}\ntrainer:\n  "
+                                     "max_steps: 3\n")  # fmt: skip
+    config = ["--config", str(tmp_path / "a.yaml")]
+    assert refusal(*config, "--model.sizes", "{emb: 0}").startswith("model.sizes.emb: 0 is not an integer")
+    line = refusal(*config, "--trainer.models+=test_errors.Watcher")
+    assert line == "trainer.models: the following arguments are required: monitor", line
 
 
 def test_an_unknown_option_given_by_a_flag_names_no_config_that_sets_its_group(tmp_path):

@@ -164,9 +164,12 @@ def config_at_fault(line: str, argv: list[str]) -> str | None:
     not the file): the one that names the longest such key, the last of equals, as the last one wins; None where
     a flag on the command line sets it, or no file does. A file's keys count with and without ``init_args``."""
     plain = line.replace("init_args.", "")
-    flags = {arg.split("=", 1)[0].removeprefix("--").replace("init_args.", "") for arg in argv if arg[:2] == "--"}
+    flags = {arg.split("=", 1)[0].removeprefix("--").replace("init_args.", "").rstrip("+") for arg in argv
+             if arg[:2] == "--"}  # fmt: skip
     key, option = plain.split(": ", 1)[0], re.search(r"Option '(\w+)' is not accepted", plain)  # an unknown name
     if key in flags or option and f"{key}.{option[1]}" in flags:  # brief's line begins with the key at fault
+        return None
+    if any(key.startswith(f"{flag}.") for flag in flags):  # a flag gave the group that holds it: --model.model '{}'
         return None
     best, found = -1, None
     for path in config_paths(argv):
