@@ -108,6 +108,13 @@ def write_metrics(path):
     return path
 
 
+def test_a_log_saved_by_a_spreadsheet_with_a_byte_order_mark_reads_the_same(tmp_path):
+    path = write_metrics(tmp_path / "metrics.csv")
+    saved = tmp_path / "saved.csv"
+    saved.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    assert learning_curves(saved) == learning_curves(path)
+
+
 def test_learning_curves_have_one_panel_per_metric_against_the_step(tmp_path):
     curves = learning_curves(write_metrics(tmp_path / "metrics.csv"))
     assert curves == {

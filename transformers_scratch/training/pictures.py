@@ -157,7 +157,7 @@ def learning_curves(metrics_csv: str | Path) -> dict[str, tuple[list[int], list[
     if b"\x00" in raw:
         raise ValueError(f"{str(path)!r} is not a CSV log (binary data); pass the metrics.csv that fit wrote")
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")  # a spreadsheet saves a byte-order mark first
     except UnicodeDecodeError:
         raise ValueError(f"{str(path)!r} is not a CSV log (not UTF-8); pass the metrics.csv that fit wrote") from None
     reader = csv.DictReader(io.StringIO(text, newline=""))
