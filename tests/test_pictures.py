@@ -109,10 +109,9 @@ def write_metrics(path):
 
 
 def test_a_log_saved_by_a_spreadsheet_with_a_byte_order_mark_reads_the_same(tmp_path):
-    path = write_metrics(tmp_path / "metrics.csv")
-    saved = tmp_path / "saved.csv"
-    saved.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
-    assert learning_curves(saved) == learning_curves(path)
+    (tmp_path / "metrics.csv").write_text("step,train/loss\n9,0.7\n19,0.6\n")
+    (tmp_path / "saved.csv").write_bytes(b"\xef\xbb\xbf" + (tmp_path / "metrics.csv").read_bytes())
+    assert learning_curves(tmp_path / "saved.csv") == learning_curves(tmp_path / "metrics.csv") != {}
 
 
 def test_learning_curves_have_one_panel_per_metric_against_the_step(tmp_path):
