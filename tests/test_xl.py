@@ -344,6 +344,15 @@ def test_the_memory_goes_into_the_checkpoint_and_comes_back_bit_for_bit():
     with pytest.raises(ValueError, match="of 1 processes and this run has 2"):
         other._trainer = SimpleNamespace(world_size=2, global_rank=0, state=SimpleNamespace(fn="fit"))
         other.on_load_checkpoint(checkpoint)
+    other._trainer = fitting
+    for damaged in (
+        checkpoint["xl_memory"][..., :7],
+        checkpoint["xl_memory"].long(),
+        [1, 2],
+        checkpoint["xl_memory"][0],
+    ):
+        with pytest.raises(ValueError, match=r"the checkpoint's memory is no float tensor of \(processes, 3 layers"):
+            other.on_load_checkpoint({"xl_memory": damaged})  # a width, a dtype or a layout that no step could read
 
 
 @pytest.mark.parametrize(

@@ -574,11 +574,14 @@ class LitXL(BitsPerByte, LitTransformer):
             self.memory = None
             return
         rank, world = (self.trainer.global_rank, self.trainer.world_size) if self._trainer else (0, 1)
-        if memory.dim() != 5 or memory.size(0) != world or memory.size(1) != self.model.cfg.depth:
-            raise ValueError(
-                f"the checkpoint's memory is of {memory.size(0) if memory.dim() == 5 else '?'} processes and this run "
-                f"has {world}: resume with the --trainer.devices it was trained with"
-            )
+        depth, width = self.model.cfg.depth, self.model.cfg.emb
+        shape = list(memory.shape) if torch.is_tensor(memory) and memory.is_floating_point() else None
+        if shape is None or len(shape) != 5 or shape[1] != depth or shape[4] != width:
+            raise ValueError(f"the checkpoint's memory is no float tensor of (processes, {depth} layers, streams, "
+                             f"positions, {width}), but {shape}; the file is damaged: resume from another")  # fmt: skip
+        if shape[0] != world:
+            raise ValueError(f"the checkpoint's memory is of {shape[0]} processes and this run has {world}: resume "
+                             "with the --trainer.devices it was trained with")  # fmt: skip
         self.memory = list(memory[rank].unbind(0))
 
 
