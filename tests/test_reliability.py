@@ -1105,6 +1105,15 @@ def test_a_text_file_that_is_binary_latin1_or_empty_gets_one_line(lm_ckpt, capsy
     assert f"--{flag}_file '{path}'" in err  # names the flag and the file
 
 
+def test_a_text_file_saved_with_a_byte_order_mark_reads_as_its_text(lm_ckpt, capsys, tmp_path):
+    (tmp_path / "prompt.txt").write_bytes(b"\xef\xbb\xbfthe cat")  # as Notepad saves UTF-8
+    outputs = []
+    for given in (["--prompt_file", str(tmp_path / "prompt.txt")], ["--prompt", "the cat"]):
+        main(["sample", "--ckpt_path", str(lm_ckpt), *given, "--length", "4", "--seed", "0"])
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1] and outputs[0].startswith("the cat")
+
+
 @pytest.mark.parametrize("command, flag", [("sample", "prompt"), ("attention", "text")])
 def test_an_empty_text_names_its_own_flag(lm_ckpt, capsys, command, flag):
     fails(capsys, command, "--ckpt_path", str(lm_ckpt), f"--{flag}", "", message=f"--{flag} is empty")

@@ -52,7 +52,7 @@ def text_or_file(text: str | None, path: str | None, flag: str, what: str, kind:
         if b"\x00" in raw:
             raise ValueError(f"--{flag}_file {path!r} holds binary data (a NUL byte); pass {kind}")
         try:
-            text = raw.decode("utf-8")
+            text = raw.decode("utf-8-sig")  # a leading byte-order mark (Notepad) is no text
         except UnicodeDecodeError as e:
             raise ValueError(
                 f"--{flag}_file {path!r} is not UTF-8 text (byte {raw[e.start]:#04x} at {e.start:,}); pass {kind} "
