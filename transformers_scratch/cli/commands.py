@@ -48,11 +48,11 @@ def text_or_file(text: str | None, path: str | None, flag: str, what: str, kind:
             raise FileNotFoundError(f"--{flag}_file {path!r} does not exist or is not a file; pass {kind}")
         if (size := Path(path).stat().st_size) > MAX_TEXT_FILE:
             raise ValueError(f"--{flag}_file {path!r} holds {size:,} bytes, more than {MAX_TEXT_FILE:,}; pass less")
-        raw = Path(path).read_bytes()
+        raw = Path(path).read_bytes().removeprefix(b"\xef\xbb\xbf")  # a byte-order mark (as Notepad saves) is no text
         if b"\x00" in raw:
             raise ValueError(f"--{flag}_file {path!r} holds binary data (a NUL byte); pass {kind}")
         try:
-            text = raw.decode("utf-8-sig")  # a leading byte-order mark (Notepad) is no text
+            text = raw.decode("utf-8")
         except UnicodeDecodeError as e:
             raise ValueError(
                 f"--{flag}_file {path!r} is not UTF-8 text (byte {raw[e.start]:#04x} at {e.start:,}); pass {kind} "
