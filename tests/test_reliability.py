@@ -1126,6 +1126,17 @@ def test_sample_bounds_the_total_and_the_seed(lm_ckpt, capsys):
           message="is not an integer in [0, 9,223,372,036,854,775,807]")  # fmt: skip
 
 
+def test_predictions_never_land_in_a_folder_and_a_file_they_replace_is_named(lm_ckpt, text, capsys, tmp_path):
+    (tmp_path / "out").mkdir()
+    args = ["predict", "--config", TINY_LM, "--data.path", str(text), "--ckpt_path", str(lm_ckpt), "--data.context",
+            "16", "--data.predict_path", str(text), "--trainer.limit_predict_batches", "1"]  # fmt: skip
+    fails(capsys, *args, "--predictions.output", "out", message="predictions.output 'out' is a folder; pass a file")
+    (tmp_path / "kept.txt").write_text("an earlier run's")
+    main([*args, "--predictions.output", "kept.txt"])
+    assert "(it replaced the file of that name)" in capsys.readouterr().err
+    assert "bits per byte" in (tmp_path / "kept.txt").read_text()
+
+
 def test_a_picture_never_lands_in_a_folder_named_as_its_file(lm_ckpt, capsys, tmp_path):
     (tmp_path / "pictures").mkdir()
     fails(capsys, "attention", "--ckpt_path", str(lm_ckpt), "--text", "the cat", "--out", "pictures",

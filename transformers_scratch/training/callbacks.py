@@ -580,6 +580,10 @@ class PredictionWriter(BasePredictionWriter):
             output: A file to write the predictions to; None: standard output.
         """
         super().__init__(write_interval="batch_and_epoch")
+        if output is not None and Path(output).is_dir():  # refused before the predictions are computed
+            raise ValueError(
+                f"predictions.output {output!r} is a folder; pass a file name, e.g. {Path(output) / 'predictions.txt'}"
+            )
         self.output = output
         self.lines: list[str] = []
         self.bits = self.count = 0.0
@@ -610,5 +614,6 @@ class PredictionWriter(BasePredictionWriter):
             sys.stdout.flush()
         else:
             Path(self.output).parent.mkdir(parents=True, exist_ok=True)
+            replaced = Path(self.output).exists()
             Path(self.output).write_text(text)
-            note(f"predictions written to {self.output}")
+            note(f"predictions written to {self.output}" + (" (it replaced the file of that name)" if replaced else ""))
