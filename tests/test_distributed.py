@@ -59,3 +59,22 @@ def test_two_processes_match_one_and_only_rank_0_writes_checkpoints(single, mode
         report = json.loads((out / "fsdp.json").read_text())
         assert report["units"] == ["LitCharLM", "TransformerBlock", "TransformerBlock"]
         assert report["compiled"] == (mode == "fsdp-compile")
+
+
+@pytest.mark.slow
+def test_a_spawned_run_pickles_its_settings_and_resumes_through_the_cli(tmp_path):
+    """``ddp_spawn`` sends the trainer to the processes it starts, pickled: the settings' bound types went by a name
+    the module lacked (a PicklingError), and the main process, which trains nothing, said it wrote no checkpoint."""
+    from inprocess import run_process
+    from test_cli import corpus
+
+    cli = str(Path(__file__).resolve().parents[1] / "cli.py")
+    args = [cli, "fit", "--config", str(Path(cli).with_name("configs") / "tiny_charlm.yaml"), "--data.path",
+            str(corpus(tmp_path / "text.txt")), "--trainer.strategy", "ddp_spawn", "--trainer.devices", "2",
+            "--trainer.logger", "false", "--sample.length", "0", "--trainer.limit_val_batches", "1"]  # fmt: skip
+    env = {"OMP_NUM_THREADS": "1"}
+    first = run_process(*args, "--trainer.max_steps", "2", cwd=tmp_path, env=env)
+    assert first.returncode == 0 and "trained no step" not in first.stderr, first.stderr[-3000:]
+    again = run_process(*args, "--trainer.max_steps", "4", "--ckpt_path", "last", cwd=tmp_path, env=env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert torch.load(tmp_path / "checkpoints" / "tiny_charlm" / "last.ckpt", weights_only=True)["global_step"] == 4

@@ -126,6 +126,11 @@ else:
     Base = between(float, 1.0, open_low=True)  # RoPE's: the longest wavelength grows with it; at 1 or below none does
 
 
+for _name, _type in list(globals().items()):  # pickled by name: ddp_spawn sends the settings to its processes
+    if isinstance(_type, type) and issubclass(_type, Interval):
+        _type.__qualname__ = _name
+
+
 def checked(hint, value, where: str):
     """``value`` against its annotation's interval type (``Positive``, ``Positive | None``) or choices
     (``Literal[...]``): as its base type, or None where the annotation admits None; a refusal names ``where``.

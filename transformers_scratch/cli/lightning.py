@@ -23,13 +23,15 @@ import warnings
 from dataclasses import dataclass, fields
 from pathlib import Path
 from types import UnionType
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, Union, cast, get_args, get_origin, get_type_hints
 
 import torch
 from jsonargparse import ArgumentParser, Namespace, set_parsing_settings
 from lightning import LightningDataModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
+from lightning.pytorch.strategies.launchers import _MultiProcessingLauncher
+from lightning.pytorch.trainer.connectors.checkpoint_connector import _CheckpointConnector
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
@@ -518,17 +520,9 @@ class CLI(LightningCLI):
     def _guard_restore(self, source: str) -> None:
         """Lightning restores the run inside fit (validate, test, predict) with no public hook around it: its
         restoring steps run under :func:`restoring`, so a damaged entry of the file is one line naming it."""
-
-        def guarded(step):
-            def run(*args, **kwargs):
-                with restoring(source):
-                    return step(*args, **kwargs)
-
-            return run
-
         connector = self.trainer._checkpoint_connector
-        for name in ("_restore_modules_and_callbacks", "restore_training_state"):
-            setattr(connector, name, guarded(getattr(connector, name)))
+        connector.__class__ = GuardedRestore  # a class, not closures: ddp_spawn pickles the trainer
+        cast(GuardedRestore, connector).source = source
 
     def before_fit(self) -> None:
         self.check_weights_fit()
@@ -563,7 +557,8 @@ class CLI(LightningCLI):
     def after_fit(self) -> None:
         release_run_folder(Path(self.checkpoint_dir))
         trainer, ckpt = self.trainer, self.run.ckpt
-        if trainer.global_step == (ckpt.step if ckpt else 0):  # no training batch, or a resume already at its end
+        spawned = isinstance(trainer.strategy.launcher, _MultiProcessingLauncher)  # they trained, not this process
+        if trainer.global_step == (ckpt.step if ckpt else 0) and not spawned:  # no batch, or a resume at its end
             where = f"; {ckpt.source} is at step {ckpt.step} already: raise the limit to go on" if ckpt else ""
             note(f"this run trained no step (trainer.max_steps={trainer.max_steps}, trainer.max_epochs="
                  f"{trainer.max_epochs}, trainer.limit_train_batches={trainer.limit_train_batches}), so it wrote no "
@@ -641,6 +636,20 @@ class CLI(LightningCLI):
         self._restore_vocab()
 
     before_validate = before_test = _read_data
+
+
+class GuardedRestore(_CheckpointConnector):
+    """Lightning's restoring steps, under :func:`restoring` for the checkpoint named ``source``."""
+
+    source = "--ckpt_path"
+
+    def _restore_modules_and_callbacks(self, *args, **kwargs) -> None:
+        with restoring(self.source):
+            super()._restore_modules_and_callbacks(*args, **kwargs)
+
+    def restore_training_state(self) -> None:
+        with restoring(self.source):
+            super().restore_training_state()
 
 
 def build_cli(args: list[str] | None = None, run: bool = True) -> CLI:
