@@ -131,6 +131,11 @@ for _name, _type in list(globals().items()):  # pickled by name: ddp_spawn sends
         _type.__qualname__ = _name
 
 
+def is_count(value, high: float = math.inf) -> bool:
+    """A whole number in [0, high], and not a bool: what a count read from a file must be."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= high
+
+
 def checked(hint, value, where: str):
     """``value`` against its annotation's interval type (``Positive``, ``Positive | None``) or choices
     (``Literal[...]``): as its base type, or None where the annotation admits None; a refusal names ``where``.

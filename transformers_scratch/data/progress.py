@@ -18,7 +18,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from ..bounds import MAX_COUNT
+from ..bounds import MAX_COUNT, is_count
 
 
 @dataclass
@@ -130,8 +130,6 @@ class ResumableData(L.LightningDataModule):
         if "progress" in state:  # in place: a loader already made holds this object
             where = state["progress"]
             epoch, batches = (where.get("epoch"), where.get("batches")) if isinstance(where, dict) else (None, None)
-            if not all(
-                isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= MAX_COUNT for n in (epoch, batches)
-            ):
+            if not (is_count(epoch, MAX_COUNT) and is_count(batches, MAX_COUNT)):
                 raise ValueError(f"the data position it holds ({str(where)[:60]}) is no epoch and batch count")
             self.progress.epoch, self.progress.batches = cast(int, epoch), cast(int, batches)

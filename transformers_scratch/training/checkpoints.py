@@ -16,6 +16,7 @@ from typing import Any, get_args, get_type_hints
 
 import torch
 
+from ..bounds import is_count
 from ..data import ByteVocab, WordVocab, checkpoint_vocab
 from ..data.files import shortened
 from ..model.config import TransformerConfig, read_settings
@@ -34,15 +35,13 @@ def check_ckpt_path(ckpt_path: str | None) -> None:
         )
 
 
-def count(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
 def absent(path: str) -> str:
     """Why a path is no file: it is empty, does not exist, is a device or a pipe, or is a folder (an export's,
     which from_pretrained reads)."""
-    if not path.strip() or not Path(path).exists():
-        return "is empty" if not path.strip() else "does not exist"
+    if not path.strip():
+        return "is empty"
+    if not Path(path).exists():
+        return "does not exist"
     if not Path(path).is_dir():
         return "is not a regular file"
     export = (Path(path) / "config.json").is_file()
@@ -86,9 +85,8 @@ class Checkpoint:
         self.vocab = checkpoint_vocab(data)
         step, run = data.get("global_step") or 0, data.get("run") or {}  # run: the CSV version and W&B id it logged to
         versions = list(run.values()) if isinstance(run, dict) else [None]  # a resume logs there: no path, no ".."
-        if not count(step) or not all(
-            count(v) or v == "" or isinstance(v, str) and NAME.fullmatch(v) for v in versions
-        ):
+        if not is_count(step) or not all(is_count(v) or v == "" or isinstance(v, str) and NAME.fullmatch(v)
+                                         for v in versions):  # fmt: skip
             raise ValueError(f"{self.source} holds a damaged record of its run (its step, or a log version that is "
                              "no folder name); pass another checkpoint")  # fmt: skip
         self.run: dict = run
