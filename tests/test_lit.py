@@ -280,6 +280,24 @@ def test_a_deadline_is_not_cut_short_by_a_slow_spell(monkeypatch, pace):
     assert optimizer.param_groups[0]["lr"] < 0.01  # the decay ends as the time does
 
 
+@pytest.mark.parametrize("moment", ["abc", "nan", "inf", "-5", "0"])
+def test_a_deadline_that_is_no_moment_is_refused_before_the_run_starts(monkeypatch, moment):
+    """TS_DEADLINE is read when the callback is built, before the run claims its folders: a value that is no
+    moment (it once raised float()'s message, naming nothing, or trained on to a NaN schedule) names the
+    variable; the callback's own settings are bounded as every setting is."""
+    from transformers_scratch.training.callbacks import Deadline
+
+    monkeypatch.setenv("TS_DEADLINE", moment)
+    with pytest.raises(ValueError, match=r"^TS_DEADLINE=.* is not a positive number"):
+        Deadline()
+    monkeypatch.setenv("TS_DEADLINE", "2000000000.5")
+    assert Deadline().at == 2000000000.5
+    with pytest.raises(ValueError, match=r"Deadline.calibrate_steps=0 is not an integer in \[1,"):
+        Deadline(calibrate_steps=0)
+    with pytest.raises(ValueError, match=r"Deadline.reserve_s=-1 is not a non-negative number"):
+        Deadline(at=1.0, reserve_s=-1)
+
+
 @pytest.mark.parametrize(
     "precision, attention", [("32-true", "sdpa"), ("bf16-mixed", "sdpa"), ("bf16-mixed", "reference")]
 )

@@ -30,7 +30,17 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from torch import Tensor
 from tqdm import tqdm
 
-from ..bounds import Count, NonNegative, NonNegativeFloat, PathName, SampleLength, TopK, check_args
+from ..bounds import (
+    Count,
+    NonNegative,
+    NonNegativeFloat,
+    PathName,
+    PositiveFloat,
+    SampleLength,
+    TopK,
+    check_args,
+    checked,
+)
 from .console import note, shown
 from .perf import peak_flops, train_flops_per_token
 
@@ -97,16 +107,18 @@ class Deadline(Callback):
             are left out of the pace), and the window of the pace.
     """
 
-    def __init__(self, at: float | None = None, reserve_s: float = 3.0, calibrate_steps: int = 30) -> None:
+    def __init__(self, at: PositiveFloat | None = None, reserve_s: NonNegativeFloat = 3.0,
+                 calibrate_steps: Count = 30) -> None:  # fmt: skip
+        check_args(Deadline.__init__, locals(), "Deadline")
+        if at is None:  # read now: a refusal comes before the run has claimed its folders
+            if not os.environ.get("TS_DEADLINE"):
+                raise ValueError("Deadline needs a moment: its `at` setting, or TS_DEADLINE in the environment")
+            at = checked(PositiveFloat, os.environ["TS_DEADLINE"], "TS_DEADLINE")
         self.at, self.reserve_s, self.calibrate_steps = at, reserve_s, calibrate_steps
         self.stamps: list[float] = []
         self.fitted_steps: int | None = None
 
     def on_train_start(self, trainer, pl_module) -> None:
-        if self.at is None:
-            if not os.environ.get("TS_DEADLINE"):
-                raise ValueError("Deadline needs a moment: its `at` setting, or TS_DEADLINE in the environment")
-            self.at = float(os.environ["TS_DEADLINE"])
         self.stamps = [time.time()]
 
     def step_seconds(self) -> float:
