@@ -110,10 +110,15 @@ def text(tmp_path, monkeypatch) -> Path:
             ["--trainer.callbacks+=EarlyStopping", "--trainer.callbacks.monitor", "val/bcp"],
             "trainer.callbacks.monitor 'val/bcp' (EarlyStopping) is no metric that this model's validation logs",
         ),
+        (
+            ["--trainer.logger", "transformers_scratch.training.loggers.CSVLogger",
+             "--trainer.logger.flush_logs_every_n_steps", "0"],
+            "trainer.logger.flush_logs_every_n_steps: 0 is not an integer in [1, 16,777,216]",  # Lightning: modulo 0
+        ),
     ],
     ids=["heads", "depth", "batch-size", "context", "max-steps", "cooldown", "unknown", "workers-null", "seed-null",
          "log-every-0", "val-every-0", "val-interval-0", "accelerator", "rope-base", "clip", "workers", "devices",
-         "nodes", "seed", "top-k", "every-n", "mode", "monitor", "early-stopping"],
+         "nodes", "seed", "top-k", "every-n", "mode", "monitor", "early-stopping", "csv-flush-0"],
 )  # fmt: skip
 def test_out_of_range_settings_get_one_line(capsys, text, args, message):
     err = fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), *args, message=message)

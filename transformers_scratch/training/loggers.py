@@ -21,7 +21,7 @@ from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_info
 
-from ..bounds import PathName
+from ..bounds import Count, PathName
 
 
 def _has_credentials() -> bool:
@@ -98,6 +98,11 @@ class CSVLogger(_CSVLogger):
     """Lightning's ``CSVLogger``, except that a run which continues its version (a resumed ``fit``) keeps the
     rows logged before the interruption. (It replaces the writer Lightning's ``experiment`` makes, through the
     private attributes that property uses; tests/test_reliability.py pins the rows kept.)"""
+
+    def __init__(self, save_dir: PathName = "logs", name: str | None = "lightning_logs",
+                 version: int | str | None = None, prefix: str = "",
+                 flush_logs_every_n_steps: Count = 100) -> None:  # fmt: skip  # Lightning's takes a count of 0
+        super().__init__(save_dir, name, version, prefix, flush_logs_every_n_steps)
 
     @property
     @rank_zero_experiment
