@@ -276,8 +276,27 @@ def test_a_hold_out_that_empties_a_split_is_refused_with_the_sizes_that_fit(tmp_
         dm.prepare_data()
 
 
-@pytest.mark.parametrize("damage", ["truncated", "empty-split", "no-vocab"])
+def _split(cache: dict, **changed) -> dict:
+    return {**cache, "train": {**cache["train"], **changed}}
+
+
+CACHE_DAMAGE = {  # an earlier version's hold-out of every review; a cache without its vocabulary; damaged contents
+    "empty-split": lambda c: _split(c, ids=torch.zeros(0, dtype=torch.int32), lengths=torch.zeros(0, dtype=torch.long)),
+    "no-vocab": lambda c: {k: v for k, v in c.items() if k != "vocab"},
+    "id-past-vocab": lambda c: _split(c, ids=c["train"]["ids"].index_fill(0, torch.tensor([3]), 10**6)),
+    "negative-id": lambda c: _split(c, ids=c["train"]["ids"].index_fill(0, torch.tensor([3]), -4)),
+    "float-ids": lambda c: _split(c, ids=c["train"]["ids"].float()),
+    "label-past-classes": lambda c: _split(c, labels=c["train"]["labels"].index_fill(0, torch.tensor([0]), 7)),
+    "labels-too-few": lambda c: _split(c, labels=c["train"]["labels"][:3]),
+    "words-repeated": lambda c: {**c, "vocab": c["vocab"][:2] * 2},
+    "words-not-text": lambda c: {**c, "vocab": list(range(len(c["vocab"])))},
+}
+
+
+@pytest.mark.parametrize("damage", ["truncated", *CACHE_DAMAGE])
 def test_a_damaged_or_stale_imdb_cache_is_named_to_delete(tmp_path, damage):
+    """The cache is read from disk like any file: ids past the vocabulary, labels past the classes or fewer than
+    the reviews were an IndexError at the first batch."""
     make_aclimdb(tmp_path)
     settings = dict(path=str(tmp_path / "aclImdb"), data_dir=str(tmp_path / "cache"), val_size=4)
     IMDbDataModule(**settings).prepare_data()  # type: ignore[arg-type]
@@ -285,10 +304,8 @@ def test_a_damaged_or_stale_imdb_cache_is_named_to_delete(tmp_path, damage):
     cache = torch.load(cache_file, weights_only=True)
     if damage == "truncated":
         cache_file.write_bytes(cache_file.read_bytes()[:500])
-    else:  # an earlier version's hold-out of every review; a cache without its vocabulary
-        empty = {"ids": torch.zeros(0, dtype=torch.int32), "lengths": torch.zeros(0, dtype=torch.long)}
-        torch.save({**cache, "train": {**cache["train"], **empty}} if damage == "empty-split" else
-                   {k: v for k, v in cache.items() if k != "vocab"}, cache_file)  # fmt: skip
+    else:
+        torch.save(CACHE_DAMAGE[damage](cache), cache_file)
     with pytest.raises(DataError, match="is no cache this version reads; delete it, and it is rebuilt from the data"):
         IMDbDataModule(**settings).setup()  # type: ignore[arg-type]
 

@@ -736,6 +736,26 @@ def test_a_checkpoint_whose_run_record_is_no_folder_name_is_refused_before_anyth
     assert not (tmp_path / "escaped").exists() and not Path("logs").exists()
 
 
+@pytest.mark.parametrize("vocab, message", [
+    ({"vocab_symbols": b"aab"}, "its vocabulary of bytes is no list of distinct byte values"),
+    ({"vocab_symbols": "abc"}, "its vocabulary of bytes is no list of distinct byte values"),
+    ({"vocab_symbols": [1000]}, "its vocabulary of bytes is no list of distinct byte values"),
+    ({"vocab": ["a", "a"]}, "its vocabulary of words is no list of distinct words"),
+    ({"vocab": [1, 2]}, "its vocabulary of words is no list of distinct words"),
+    ({"vocab_symbols": bytes(range(100))}, "holds a vocabulary of 100 ids for a model of 64: ids past its embedding"),
+])  # fmt: skip
+@pytest.mark.parametrize("command", ["sample", "export", "test"])
+def test_a_checkpoint_whose_vocabulary_is_damaged_is_refused_by_every_command(
+    capsys, text, tmp_path, vocab, message, command
+):
+    """A checkpoint's vocabulary is data like its weights: repeated or foreign symbols, or more ids than the
+    model's embedding has rows, were an IndexError at the first lookup (sample, attention, predict)."""
+    path = write_checkpoint(tmp_path / "bad.ckpt", LitCharLM(replace(TINY, vocab_size=64)), vocab)
+    args = {"sample": ["--prompt", "a"], "export": ["--out", str(tmp_path / "out")],
+            "test": ["--config", TINY_LM, "--data.path", str(text)]}[command]  # fmt: skip
+    fails(capsys, command, "--ckpt_path", str(path), *args, message=message)
+
+
 def test_a_checkpoint_with_no_record_of_its_module_says_so(capsys, tmp_path):
     path = write_checkpoint(tmp_path / "bare.ckpt", LitCharLM(TINY), {"vocab_symbols": None})
     torch.save({**torch.load(path, weights_only=True), "hyper_parameters": None}, path)

@@ -22,7 +22,7 @@ from ..bounds import Count, OpenRate, PathName, Rate, Seed, Workers, check_args
 from .files import DataError, predicting, utf8
 from .ids import IGNORE_INDEX
 from .progress import ResumableData
-from .vocab import TokenizerVocab, WordVocab, vocab_from_state, vocab_state
+from .vocab import TokenizerVocab, WordVocab, distinct, vocab_from_state, vocab_state
 
 HF_NAME = "stanfordnlp/imdb"
 ACLIMDB_URL = "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"
@@ -126,21 +126,33 @@ def load_cache(path: Path, *keys: str) -> dict:
         cache = torch.load(path, weights_only=True)
     except Exception:  # torch's reader fails in many ways on a broken file
         cache = None
-    if not isinstance(cache, dict) or not all(key in cache for key in keys):
+    if not isinstance(cache, dict) or not all(key in cache for key in keys) or not distinct(cache.get("vocab", [])):
         raise stale(path)
     return cache
 
 
-def unpacked(cache: dict, path: Path, max_length: int) -> list[Tensor]:
-    """A cache's reviews (their ids in one row, cut by their lengths), each at most ``max_length`` ids; none (a
-    hold-out of every review, written before it was refused) or a damaged cache is named."""
+def unpacked(cache: dict, path: Path, max_length: int, vocab_size: int) -> list[Tensor]:
+    """A cache's reviews (their ids in one row, cut by their lengths), each at most ``max_length`` ids below
+    ``vocab_size``; none (a hold-out of every review, written before it was refused) or a damaged cache is named."""
     try:
-        reviews = [x[:max_length].long() for x in cache["ids"].split(cache["lengths"].tolist())]
-    except (KeyError, TypeError, AttributeError, RuntimeError):
+        ids = cache["ids"]
+        inside = not ids.is_floating_point() and 0 <= int(ids.min()) and int(ids.max()) < vocab_size  # an embedding row
+        reviews = [x[:max_length].long() for x in ids.split(cache["lengths"].tolist())] if inside else []
+    except (KeyError, TypeError, AttributeError, RuntimeError, ValueError):
         reviews = []
     if not reviews:
         raise stale(path)
     return reviews
+
+
+def labels_of(cache: dict, path: Path, count: int) -> Tensor:
+    """A cache's labels: one class id for each of its ``count`` reviews, or the cache is named."""
+    labels = cache.get("labels")
+    if not torch.is_tensor(labels) or labels.is_floating_point() or labels.shape != (count,):
+        raise stale(path)
+    if not 0 <= int(labels.min()) <= int(labels.max()) < len(CLASSES):
+        raise stale(path)
+    return labels
 
 
 class PaddedBatches(Dataset):
@@ -343,7 +355,8 @@ class IMDbDataModule(ResumableData):
                 "data settings it was trained with (data.path, data.vocab_words, data.val_size, data.seed)"
             )
         for name in ("train", "val", "test"):
-            self.splits[name] = (unpacked(cache[name], self.cache_file, self.max_length), cache[name]["labels"])
+            reviews = unpacked(cache[name], self.cache_file, self.max_length, self.vocab.size)
+            self.splits[name] = (reviews, labels_of(cache[name], self.cache_file, len(reviews)))
 
     def _eval_loader(self, split: str) -> DataLoader:
         ids, labels = self.splits[split]
@@ -531,7 +544,9 @@ class IMDbMLMDataModule(IMDbDataModule):
     def setup(self, stage: str | None = None) -> None:
         super().setup(stage)
         if not self.unlabeled:
-            self.unlabeled = unpacked(load_cache(self.unlabeled_cache_file), self.unlabeled_cache_file, self.max_length)
+            cache = load_cache(self.unlabeled_cache_file)
+            assert self.vocab is not None  # set by the classifier's setup
+            self.unlabeled = unpacked(cache, self.unlabeled_cache_file, self.max_length, self.vocab.size)
 
     def _masked(self, ids: list[Tensor], order: Literal["bucketed", "length"]) -> MaskedBatches:
         batches = PaddedBatches(ids, torch.zeros(len(ids), dtype=torch.long), self.batch_size, order, self.seed)

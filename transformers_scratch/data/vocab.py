@@ -88,6 +88,10 @@ class WordVocab:
     def __len__(self) -> int:
         return len(self.itos)
 
+    @property
+    def size(self) -> int:
+        return len(self.itos)
+
 
 class TokenizerVocab:
     """Sub-word ids from a Hugging Face tokenizer (``tokenizer.json``, read by the ``tokenizers`` library, an
@@ -189,11 +193,27 @@ def vocab_state(vocab: Vocab) -> dict:
     return {"vocab": vocab.itos[2:]}  # the words after <pad> and <unk>
 
 
+class DamagedVocab(DataError):
+    """A vocabulary read from a file that is not one: its ids would not mean one symbol each."""
+
+
+def distinct(symbols) -> bool:
+    """Whether ``symbols`` can be a vocabulary: distinct byte values (bytes, at least one), or distinct words."""
+    if isinstance(symbols, bytes):
+        return 0 < len(set(symbols)) == len(symbols)
+    return isinstance(symbols, list) and all(isinstance(w, str) for w in symbols) and len(set(symbols)) == len(symbols)
+
+
 def vocab_from_state(state: dict) -> Vocab | None:
-    """The vocabulary a :func:`vocab_state` dict describes, or None if it describes none."""
+    """The vocabulary a :func:`vocab_state` dict describes, or None if it describes none; a damaged one (symbols
+    repeated, or of another kind) is refused."""
     if "vocab_symbols" in state:
+        if state["vocab_symbols"] is not None and not distinct(state["vocab_symbols"]):
+            raise DamagedVocab("its vocabulary of bytes is no list of distinct byte values")
         return ByteVocab(state["vocab_symbols"])
     if isinstance(state.get("vocab"), list):
+        if not distinct(state["vocab"]):
+            raise DamagedVocab("its vocabulary of words is no list of distinct words")
         return WordVocab(state["vocab"])
     if isinstance(state.get("tokenizer_json"), str):
         return TokenizerVocab(state["tokenizer_json"])

@@ -19,6 +19,7 @@ import torch
 from ..bounds import is_count
 from ..data import ByteVocab, WordVocab, checkpoint_vocab
 from ..data.files import shortened
+from ..data.vocab import DamagedVocab
 from ..model.config import TransformerConfig, read_settings
 from .run_folder import NAME
 
@@ -82,7 +83,10 @@ class Checkpoint:
         self.path, self.class_path = path, str(hparams.get("_class_path") or "")
         self.kind = self.class_path.rsplit(".", 1)[-1] or "?"  # the module class that wrote it
         self.hparams = {k: v for k, v in hparams.items() if not str(k).startswith("_")}
-        self.vocab = checkpoint_vocab(data)
+        try:
+            self.vocab = checkpoint_vocab(data)
+        except DamagedVocab as e:
+            raise ValueError(f"{self.source}: {e}; pass another checkpoint") from None
         step, run = data.get("global_step") or 0, data.get("run") or {}  # run: the CSV version and W&B id it logged to
         versions = list(run.values()) if isinstance(run, dict) else [None]  # a resume logs there: no path, no ".."
         if not is_count(step) or not all(is_count(v) or v == "" or isinstance(v, str) and NAME.fullmatch(v)
@@ -92,6 +96,10 @@ class Checkpoint:
         self.run: dict = run
         self.step: int = step
         self.shapes = {str(name): tuple(t.shape) for name, t in state.items()}
+        size = self.model.get("vocab_size") if isinstance(self.model, dict) else getattr(self.model, "vocab_size", None)
+        if self.vocab is not None and is_count(size) and self.vocab.size > int(size or 0):
+            raise ValueError(f"{self.source} holds a vocabulary of {self.vocab.size:,} ids for a model of {size:,}: "
+                             "ids past its embedding; the file is damaged: pass another checkpoint")  # fmt: skip
         self.state = state if weights else None
 
     @property
