@@ -459,6 +459,24 @@ def test_sample_text_continues_a_validation_seed(tmp_path, capsys):
     assert sample.startswith("[seed]") and len(sample) > len("[seed]")  # the seed, cut to 4, then the model's text
 
 
+@pytest.mark.parametrize(
+    "content", [b"\xff\xfestep\n", b"step," + b"a" * 200_000 + b"\n", b"step\n1\n" + b"x" * 200_000]
+)
+def test_a_resumed_log_that_is_no_csv_is_named_and_kept(tmp_path, content):
+    """A resumed run appends to its metrics.csv: one that is not UTF-8, or holds a field past csv's limit (in any
+    row: Lightning reads them all again when a column is added), was a traceback; it is named, and left as it was."""
+    from transformers_scratch.training.loggers import CSVLogger
+
+    logger = CSVLogger(tmp_path, name="run", version=0)
+    log = Path(logger.log_dir) / "metrics.csv"
+    log.parent.mkdir(parents=True)
+    log.write_bytes(content)
+    with pytest.raises(ValueError, match=r"metrics.csv', the log this resumed run continues, is no CSV log \(.+\); "
+                                         "move it aside, or start another run with --name"):  # fmt: skip
+        _ = logger.experiment
+    assert log.read_bytes() == content
+
+
 def test_throughput_and_mfu_are_logged(tmp_path, monkeypatch):
     """tokens/s on every logging step; MFU where the device's peak is known (here a pretend 1 TFLOP/s)."""
     from lightning.pytorch.loggers import CSVLogger

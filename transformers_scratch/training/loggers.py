@@ -89,9 +89,17 @@ class _AppendingWriter(ExperimentWriter):
     def _check_log_dir_exists(self) -> None:
         # Lightning's writer deletes a metrics.csv it finds; a resumed run appends to it instead, under the same
         # columns (new ones rewrite the header, keeping every row).
+        # A file this cannot read (Lightning reads every row again when a column is added) is named, and kept.
         if self._fs.isfile(self.metrics_file_path):
-            with self._fs.open(self.metrics_file_path, "r", newline="") as f:
-                self.metrics_keys = next(csv.reader(f), [])
+            try:
+                with self._fs.open(self.metrics_file_path, "r", newline="", encoding="utf-8") as f:
+                    rows = csv.reader(f)
+                    self.metrics_keys = next(rows, [])
+                    all(rows)
+            except (UnicodeDecodeError, csv.Error) as e:
+                why = "not UTF-8" if isinstance(e, UnicodeDecodeError) else e
+                raise ValueError(f"{self.metrics_file_path!r}, the log this resumed run continues, is no CSV log "
+                                 f"({why}); move it aside, or start another run with --name") from None  # fmt: skip
 
 
 class CSVLogger(_CSVLogger):
