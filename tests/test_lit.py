@@ -477,6 +477,21 @@ def test_a_resumed_log_that_is_no_csv_is_named_and_kept(tmp_path, content):
     assert log.read_bytes() == content
 
 
+def test_a_resumed_log_folder_holding_links_is_refused_and_the_files_they_name_kept(tmp_path):
+    """A resumed run writes config.yaml, hparams.yaml, metrics.csv and phases.json into its log folder again: a
+    link there (a run folder unpacked from elsewhere) had the file it named overwritten."""
+    from transformers_scratch.training.loggers import CSVLogger
+
+    folder, precious = tmp_path / "run" / "version_0", tmp_path / "notes.txt"
+    folder.mkdir(parents=True)
+    precious.write_text("a file of the user's")
+    (folder / "config.yaml").symlink_to(precious)
+    with pytest.raises(ValueError, match=r"version_0/ holds links \(config.yaml\), which this run's logs would be"):
+        CSVLogger(tmp_path, name="run", version=0)
+    assert precious.read_text() == "a file of the user's"
+    CSVLogger(tmp_path, name="run")  # a new version: a folder of its own
+
+
 def test_throughput_and_mfu_are_logged(tmp_path, monkeypatch):
     """tokens/s on every logging step; MFU where the device's peak is known (here a pretend 1 TFLOP/s)."""
     from lightning.pytorch.loggers import CSVLogger

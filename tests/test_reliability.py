@@ -584,6 +584,18 @@ def test_a_fresh_fit_never_starts_over_another_runs_checkpoints(tmp_path):
     release_run_folder(folder)
 
 
+def test_a_lock_that_is_a_link_is_refused_and_the_file_it_names_kept(tmp_path):
+    """The lock is truncated and written with the process id: through a link in a run folder from elsewhere (an
+    unpacked archive), a fit overwrote the file the link named."""
+    folder, precious = tmp_path / "run", tmp_path / "notes.txt"
+    folder.mkdir()
+    precious.write_text("a file of the user's")
+    (folder / LOCK).symlink_to(precious)
+    with pytest.raises(ValueError, match="is a link, not a fit's lock; remove the link, or give this run its own"):
+        claim_run_folder(folder, resuming=True)
+    assert precious.read_text() == "a file of the user's"
+
+
 @pytest.mark.slow
 def test_two_fits_never_share_a_folder_and_a_killed_ones_leftovers_are_cleared(tmp_path):
     folder = tmp_path / "run"

@@ -111,6 +111,11 @@ class CSVLogger(_CSVLogger):
                  version: int | str | None = None, prefix: str = "",
                  flush_logs_every_n_steps: Count = 100) -> None:  # fmt: skip  # Lightning's takes a count of 0
         super().__init__(save_dir, name, version, prefix, flush_logs_every_n_steps)
+        folder = Path(self.log_dir) if version is not None else None  # a resumed run's: it writes there again
+        if folder and folder.is_dir() and (links := sorted(p.name for p in folder.iterdir() if p.is_symlink())):
+            raise ValueError(f"{folder}/ holds links ({', '.join(links[:3])}), which this run's logs would be "
+                             "written through, over the files they name; remove them, or start another run with "
+                             "--name")  # fmt: skip
 
     @property
     @rank_zero_experiment

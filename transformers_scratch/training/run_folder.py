@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import errno
 import os
 import re
 from pathlib import Path
@@ -31,10 +32,15 @@ def claim_run_folder(folder: Path, resuming: bool) -> None:
     key, lock = folder.resolve(), folder / LOCK
     while key not in _HELD:
         folder.mkdir(parents=True, exist_ok=True)  # again: a holder that ended removes the folder it left empty
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
+        try:  # never through a link: the lock file is truncated and written, and another file would be lost
+            fd = os.open(lock, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o644)
         except FileNotFoundError:
             continue
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise
+            raise ValueError(f"{lock} is a link, not a fit's lock; remove the link, or give this run its own "
+                             "--name") from None  # fmt: skip
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
