@@ -205,3 +205,27 @@ def test_a_language_model_trains_in_stages_from_a_shorter_dense_run(tmp_path, cl
     assert_fails_cleanly(learned, "model.pretrained 'checkpoints/short/last.ckpt' does not fit the LitCharLM")
     assert "for a longer window, positions other than learned" in learned.stderr
     assert not (tmp_path / "checkpoints" / "learned").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", ["tiny_charlm", "shakespeare_xl", "tiny_imdb", "imdb_mlm", "seq2seq_add"])
+def test_each_module_declares_the_metrics_its_validation_logs(tmp_path, monkeypatch, config):
+    """The CLI refuses a monitored metric that the model's validation does not log before anything is written,
+    from the module's ``val_metrics``: here they are what one validation logs."""
+    from test_cli import corpus
+
+    from transformers_scratch.cli import build_cli
+
+    monkeypatch.chdir(tmp_path)
+    if config in ("tiny_charlm", "shakespeare_xl"):
+        data = ["--data.path", str(corpus(tmp_path / "text.txt", 20_000))]
+    elif config != "seq2seq_add":
+        data = ["--data.path", str(unlabeled(make_aclimdb(tmp_path / "imdb"))), "--data.val_size", "4"]
+    else:
+        data = []
+    run = build_cli(["--config", str(CONFIGS / f"{config}.yaml"), *data, "--model.model.emb", "32",
+                     "--model.model.depth", "1", "--model.model.heads", "2", "--trainer.logger", "false",
+                     "--trainer.limit_val_batches", "1"], run=False)  # fmt: skip
+    run.trainer.validate(run.model, datamodule=run.datamodule, verbose=False)
+    logged = {key for key in run.trainer.callback_metrics if key.startswith("val/")}
+    assert logged == set(run.model.val_metrics)

@@ -1330,6 +1330,7 @@ REFUSED = {
     "no-data": ["--data.path", "missing.txt"],
     "bad-size": ["--data.path", "text.txt", "--model.model.heads", "5"],
     "no-run": ["--data.path", "text.txt", "--ckpt_path", "last"],
+    "unlogged-monitor": ["--data.path", "text.txt", "--checkpoint.monitor", "val/bcp"],
 }
 
 

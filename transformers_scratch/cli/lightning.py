@@ -147,6 +147,18 @@ def bound_trainer(trainer) -> None:
                          "no clipping); pass e.g. --trainer.gradient_clip_val 1.0")  # fmt: skip
 
 
+def refuse_unlogged_monitors(cfg, logged: tuple[str, ...] | None) -> None:
+    """A monitored validation metric that the model's validation does not log (the checkpoint's, or a config's
+    EarlyStopping's), refused before anything is written: Lightning would refuse it at the first validation's end."""
+    monitors = [("checkpoint", "SafeModelCheckpoint", cfg.checkpoint.monitor)] + [
+        ("trainer.callbacks", _class_name(c), (getattr(c, "init_args", None) or {}).get("monitor"))
+        for c in cfg.trainer.get("callbacks") or []]  # fmt: skip
+    for key, name, monitor in monitors:
+        if logged and isinstance(monitor, str) and monitor.startswith("val/") and monitor not in logged:
+            raise ValueError(f"{key}.monitor {monitor!r} ({name}) is no metric that this model's validation logs "
+                             f"({', '.join(logged)}); pass one of those")  # fmt: skip
+
+
 def settle_output(sub: str | None, cfg) -> None:
     """What a run leaves out: Lightning's and W&B's messages unless ``--verbose``; for scoring, the warning that
     the checkpoint folder moved (it writes none); for predict, the kept predictions and the loggers (it logs no
@@ -460,6 +472,7 @@ class CLI(LightningCLI):
                                  f"{monitor} --checkpoint.mode {cfg.checkpoint.mode}, or drop the mode")  # fmt: skip
             cfg.checkpoint.monitor, cfg.checkpoint.mode = monitor, mode
             cfg.checkpoint.filename = cfg.checkpoint.filename or pattern
+        refuse_unlogged_monitors(cfg, getattr(model_class, "val_metrics", None))
         if not cfg.get("verbose") and cfg.trainer.get("enable_model_summary") is None:
             cfg.trainer.enable_model_summary = False  # the run's header gives the model's size in one line
         if cfg.trainer.precision == "bf16-mixed" and not (torch.cuda.is_available() and torch.cuda.is_bf16_supported()):

@@ -234,17 +234,6 @@ class SafeModelCheckpoint(ModelCheckpoint):
         except MisconfigurationException as e:  # settings that exclude each other: named as the checkpoint key's
             raise ValueError(f"checkpoint: {e}") from None
 
-    def on_sanity_check_end(self, trainer, pl_module) -> None:
-        """A monitored validation metric that the validation does not log (this checkpoint's, or a config's
-        EarlyStopping's) is refused before the first step, not at the first validation's end with the steps
-        before it lost."""
-        logged = [key for key in trainer.callback_metrics if key.startswith("val/")]
-        for callback in trainer.callbacks:
-            monitor, key = getattr(callback, "monitor", None), "checkpoint" if callback is self else "trainer.callbacks"
-            if isinstance(monitor, str) and monitor.startswith("val/") and monitor not in logged:
-                raise ValueError(f"{key}.monitor {monitor!r} ({type(callback).__name__}) is no metric that this "
-                                 f"model's validation logs ({', '.join(logged)}); pass one of those")  # fmt: skip
-
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         """A fit that fails after training steps (a config's callback at an epoch's end, a logger, the disk) keeps
         them in ``last.ckpt``; a stop on a signal saves its own (:class:`StopOnSignal`), and a divergence or a

@@ -28,7 +28,7 @@ SILENCED = [
     r".*your dataloader is not resumable.*",
     # A run that ends before its first validation has no score to rank checkpoints by, and last.ckpt holds it;
     # the hint asks whether the module logs its metric, which it does (a monitor that validation never logs is
-    # refused after the sanity check, by SafeModelCheckpoint).
+    # refused before the run starts, against the module's val_metrics).
     r"`ModelCheckpoint\(monitor=.*could not find the monitored key",
     # Inside Lightning with this torch; nothing a user can act on.
     r".*isinstance\(treespec, LeafSpec\)` is deprecated.*",

@@ -79,6 +79,7 @@ class LitTransformer(L.LightningModule):
     compile: Compile = False  # type: ignore[assignment]  # the setting, in place of nn.Module.compile
     output_size: int  # width of the model's last matmul, for the FLOP count
     checkpoint_metric: tuple[str, str, str]  # (monitored metric, min or max, checkpoint file name pattern)
+    val_metrics: tuple[str, ...]  # what its validation logs: a callback may monitor these (checked before fit)
     compiled: tuple[Any, ...] = ()  # a tuple, so outside the module tree: checkpoints hold the plain model
     shown: dict[str, float]  # host copies of the last logged training values, for the progress bar
     schedule_steps: int | None = None
@@ -248,6 +249,7 @@ class LitClassifier(LitTransformer):
     """Sequence classification with cross-entropy and accuracy (IMDb sentiment)."""
 
     checkpoint_metric = ("val/acc", "max", "epoch{epoch}-acc{val/acc:.4f}")
+    val_metrics = ("val/loss", "val/acc")
 
     def __init__(
         self,
@@ -320,6 +322,7 @@ class LitMaskedLM(LitTransformer):
     """Masked-token pretraining (BERT): cross-entropy on the chosen positions only, and their accuracy."""
 
     checkpoint_metric = ("val/loss", "min", "step{step}-loss{val/loss:.4f}")
+    val_metrics = ("val/loss", "val/acc")
 
     def __init__(
         self, model: MaskedLMConfig | None = None, optim: OptimConfig | None = None, compile: Compile = False
@@ -371,6 +374,7 @@ class BitsPerByte(LitTransformer):
 
     val_bpc: torchmetrics.MeanMetric
     test_bpc: torchmetrics.MeanMetric
+    val_metrics = ("val/bpc",)
 
     def logits_of(self, batch, training: bool) -> tuple[Tensor, Tensor]:
         """Logits (b, t, v) and targets (b, t) of a batch, for training or for scoring."""
@@ -597,6 +601,7 @@ class LitSeq2Seq(LitTransformer):
     decoder pass per batch; measured by token accuracy (teacher-forced) and exact match of greedy decoding."""
 
     checkpoint_metric = ("val/exact", "max", "step{step}-exact{val/exact:.4f}")
+    val_metrics = ("val/loss", "val/token_acc", "val/exact")
 
     def __init__(
         self,
