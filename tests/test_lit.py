@@ -563,6 +563,17 @@ def test_wandb_mode_disabled_logs_nothing(tmp_path, monkeypatch):
     assert not list((tmp_path / "logs").rglob("*.wandb"))
 
 
+def test_a_wandb_mode_that_wandb_does_not_know_is_named(tmp_path, monkeypatch):
+    """W&B refused WANDB_MODE=foo at its first logged value with "1 validation error for Settings", after the run
+    had started, naming no variable."""
+    from transformers_scratch.training.loggers import WandbLogger
+
+    monkeypatch.setenv("WANDB_MODE", "foo")
+    with pytest.raises(ValueError, match=r"^WANDB_MODE='foo' is none of W&B's modes \(online, offline, dryrun, "):
+        WandbLogger(save_dir=str(tmp_path / "logs"))
+    assert not (tmp_path / "logs").exists()
+
+
 def test_wandb_online_with_no_key_or_network_is_refused_before_anything_is_logged(tmp_path, monkeypatch):
     """offline false asks for W&B online; with no key (no WANDB_API_KEY, no ~/.netrc) W&B itself raised a
     UsageError at the first logged value, a traceback after the run had started."""

@@ -23,6 +23,8 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from ..bounds import Count, PathName
 
+WANDB_MODES = ("online", "offline", "dryrun", "disabled", "shared", "run")  # wandb.Settings' mode
+
 
 def _has_credentials() -> bool:
     if os.environ.get("WANDB_API_KEY"):
@@ -51,6 +53,9 @@ class WandbLogger(_WandbLogger):
     def __init__(
         self, project: str = "transformers-scratch", save_dir: PathName = "logs", offline: bool | None = None, **kwargs
     ) -> None:
+        if (os.environ.get("WANDB_MODE") or "online") not in WANDB_MODES:  # W&B's own refusal names no variable
+            raise ValueError(f"WANDB_MODE={os.environ['WANDB_MODE'][:40]!r} is none of W&B's modes "
+                             f"({', '.join(WANDB_MODES)}); set one of them, or unset it")  # fmt: skip
         if offline is False and not os.environ.get("WANDB_MODE") and not (_has_credentials() and _reachable()):
             raise ValueError(  # W&B's own refusal would come at the first logged value, as a traceback
                 "trainer.logger: WandbLogger offline false logs online, and this machine has no W&B API key (`wandb "
