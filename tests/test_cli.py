@@ -132,6 +132,7 @@ def test_fit_writes_checkpoints_logs_and_an_offline_wandb_run(trained):
     assert "--- sample at step" in result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_a_cheap_validation_during_fit_is_followed_by_one_over_the_whole_split(tmp_path):
     """trainer.limit_val_batches keeps the frequent validations cheap; after fit the model is scored once on the
     whole validation split: the number `validate` gives for last.ckpt. The step keeps its one sample, and
@@ -181,7 +182,8 @@ def test_a_fit_that_ends_before_its_first_validation_keeps_last_ckpt_without_lig
     assert "could not find the monitored key" not in result.stderr, result.stderr[-3000:]
 
 
-@pytest.mark.parametrize("config", ["tiny_charlm", pytest.param("seq2seq_reverse", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("config", ["tiny_charlm", "seq2seq_reverse"])
 def test_overfit_batches_trains_on_the_same_batches_and_overfits_them(tmp_path, config):
     """Lightning's overfit_batches lists the training set's items in order: the batches drawn by number (a
     random window, a generated sum) have an epoch's length for it."""
@@ -337,6 +339,7 @@ def test_a_learned_position_checkpoint_refuses_windows_past_its_context(trained)
                          " was trained at: its learned position embeddings have no vector past 64")  # fmt: skip
 
 
+@pytest.mark.slow
 def test_an_alibi_checkpoint_is_tested_past_its_training_context(tmp_path):
     data = corpus(tmp_path / "text.txt")
     args = ["--config", TINY_LM, "--data.path", str(data), "--model.model.positions", "alibi", "--trainer.logger",
@@ -620,6 +623,7 @@ def test_a_fit_on_the_gpu_clips_samples_tests_and_samples_again(tmp_path):
     assert graphed.returncode == 0 and graphed.stdout == cli(*greedy, cwd=tmp_path).stdout, graphed.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_the_extrapolation_runner_trains_each_kind_and_tests_every_window(tmp_path, capsys, monkeypatch):
     from transformers_scratch.experiments import extrapolate
 
