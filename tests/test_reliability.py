@@ -1163,7 +1163,7 @@ def test_sample_bounds_the_total_and_the_seed(lm_ckpt, capsys):
           message="is not an integer in [0, 9,223,372,036,854,775,807]")  # fmt: skip
 
 
-def test_predictions_never_land_in_a_folder_and_a_file_they_replace_is_named(lm_ckpt, text, capsys, tmp_path):
+def test_predictions_never_land_in_a_folder_or_on_their_input_and_a_replaced_file_is_named(lm_ckpt, text, capsys, tmp_path):
     (tmp_path / "out").mkdir()
     args = ["predict", "--config", TINY_LM, "--data.path", str(text), "--ckpt_path", str(lm_ckpt), "--data.context",
             "16", "--data.predict_path", str(text), "--trainer.limit_predict_batches", "1"]  # fmt: skip
@@ -1172,6 +1172,11 @@ def test_predictions_never_land_in_a_folder_and_a_file_they_replace_is_named(lm_
     main([*args, "--predictions.output", "kept.txt"])
     assert "(it replaced the file of that name)" in capsys.readouterr().err
     assert "bits per byte" in (tmp_path / "kept.txt").read_text()
+    before = text.read_bytes()  # the file predicted on, as the output (or through a link): it would be lost
+    (tmp_path / "link.txt").symlink_to(text)
+    for output in (str(text), "link.txt"):
+        fails(capsys, *args, "--predictions.output", output, message="is the file predicted on (data.predict_path)")
+    assert text.read_bytes() == before
 
 
 def test_a_picture_never_lands_in_a_folder_named_as_its_file(lm_ckpt, capsys, tmp_path):

@@ -589,6 +589,12 @@ class PredictionWriter(BasePredictionWriter):
         self.lines: list[str] = []
         self.bits = self.count = 0.0
 
+    def on_predict_start(self, trainer, pl_module) -> None:
+        source = getattr(trainer.datamodule, "predict_path", None)  # written over, it would be lost
+        if self.output and source and Path(self.output).exists() and os.path.samefile(self.output, source):
+            raise ValueError(f"predictions.output {self.output!r} is the file predicted on (data.predict_path); pass "
+                             "another file name, e.g. --predictions.output predictions.txt")  # fmt: skip
+
     def on_predict_epoch_start(self, trainer, pl_module) -> None:
         self.lines, self.bits, self.count = [], 0.0, 0.0
 
