@@ -1163,7 +1163,9 @@ def test_sample_bounds_the_total_and_the_seed(lm_ckpt, capsys):
           message="is not an integer in [0, 9,223,372,036,854,775,807]")  # fmt: skip
 
 
-def test_predictions_never_land_in_a_folder_or_on_their_input_and_a_replaced_file_is_named(lm_ckpt, text, capsys, tmp_path):
+def test_predictions_never_land_in_a_folder_or_on_their_input_and_a_replaced_file_is_named(
+    lm_ckpt, text, capsys, tmp_path
+):
     (tmp_path / "out").mkdir()
     args = ["predict", "--config", TINY_LM, "--data.path", str(text), "--ckpt_path", str(lm_ckpt), "--data.context",
             "16", "--data.predict_path", str(text), "--trainer.limit_predict_batches", "1"]  # fmt: skip
