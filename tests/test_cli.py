@@ -752,6 +752,10 @@ def test_context_scores_what_test_scores_by_position(trained):
     assert "all\t" not in refused.stdout  # refused before the scoring, not after it
     refused = cli("context", "--ckpt_path", "[]", "--data_path", str(data), cwd=cwd)
     assert_fails_cleanly(refused, "--ckpt_path names no checkpoint; pass one, or several: --ckpt_path '[a.ckpt, ")
+    before = (cwd / ckpt).read_bytes()  # an output named as an input: the checkpoint was replaced by the CSV
+    refused = cli("context", "--ckpt_path", ckpt, "--data_path", str(data), "--csv", ckpt, cwd=cwd)
+    assert_fails_cleanly(refused, f"--csv '{ckpt}' is a file this command reads; pass another name, e.g. --csv ")
+    assert (cwd / ckpt).read_bytes() == before
 
 
 def test_context_leaves_blank_the_positions_past_a_shorter_models_context(trained, tmp_path):
