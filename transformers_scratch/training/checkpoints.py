@@ -96,8 +96,10 @@ class Checkpoint:
         self.run: dict = run
         self.step: int = step
         self.shapes = {str(name): tuple(t.shape) for name, t in state.items()}
-        size = self.model.get("vocab_size") if isinstance(self.model, dict) else getattr(self.model, "vocab_size", None)
-        if self.vocab is not None and is_count(size) and self.vocab.size > int(size or 0):
+        size: Any = (
+            self.model.get("vocab_size") if isinstance(self.model, dict) else getattr(self.model, "vocab_size", 0)
+        )
+        if self.vocab is not None and is_count(size) and 0 < size < self.vocab.size:
             raise ValueError(f"{self.source} holds a vocabulary of {self.vocab.size:,} ids for a model of {size:,}: "
                              "ids past its embedding; the file is damaged: pass another checkpoint")  # fmt: skip
         self.state = state if weights else None

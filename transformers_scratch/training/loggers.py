@@ -100,7 +100,7 @@ class _AppendingWriter(ExperimentWriter):
                 with self._fs.open(self.metrics_file_path, "r", newline="", encoding="utf-8") as f:
                     rows = csv.reader(f)
                     self.metrics_keys = next(rows, [])
-                    all(rows)
+                    sum(1 for _ in rows)  # every row read once
             except (UnicodeDecodeError, csv.Error) as e:
                 why = "not UTF-8" if isinstance(e, UnicodeDecodeError) else e
                 raise ValueError(f"{self.metrics_file_path!r}, the log this resumed run continues, is no CSV log "
