@@ -460,7 +460,7 @@ def test_sample_text_continues_a_validation_seed(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
-    "content", [b"\xff\xfestep\n", b"step," + b"a" * 200_000 + b"\n", b"step\n1\n\n" + b"x" * 200_000]  # a blank row first
+    "content", [b"\xff\xfestep\n", b"step," + b"a" * 200_000 + b"\n", b"step\n1\n\n" + b"x" * 200_000]
 )
 def test_a_resumed_log_that_is_no_csv_is_named_and_kept(tmp_path, content):
     """A resumed run appends to its metrics.csv: one that is not UTF-8, or holds a field past csv's limit (in any
