@@ -768,6 +768,21 @@ def test_a_checkpoint_whose_vocabulary_is_damaged_is_refused_by_every_command(
     fails(capsys, command, "--ckpt_path", str(path), *args, message=message)
 
 
+@pytest.mark.parametrize("command", ["sample", "test", "fit"])
+def test_a_checkpoint_whose_settings_describe_a_model_larger_than_its_weights_is_refused_before_it_is_built(
+    capsys, text, tmp_path, command
+):
+    """Settings of 4 billion parameters beside weights of a few thousand: the model was built (16 GB and a minute
+    here, the OOM killer on a smaller machine) before its weights were found not to fit."""
+    path = write_checkpoint(tmp_path / "big.ckpt", LitCharLM(TINY), {"vocab_symbols": None})
+    data = torch.load(path, weights_only=True)
+    data["hyper_parameters"]["model"] = {**vars(TINY), "emb": 4096, "heads": 32, "depth": 20}
+    torch.save(data, path)
+    args = ["--prompt", "a"] if command == "sample" else ["--config", TINY_LM, "--data.path", str(text)]
+    fails(capsys, command, "--ckpt_path", str(path), *args, message="its settings describe 4,028,"
+          "694,528 parameters or more (depth 20, emb 4096, vocab 256), and its weights hold 42,176")  # fmt: skip
+
+
 def test_a_checkpoint_with_no_record_of_its_module_says_so(capsys, tmp_path):
     path = write_checkpoint(tmp_path / "bare.ckpt", LitCharLM(TINY), {"vocab_symbols": None})
     torch.save({**torch.load(path, weights_only=True), "hyper_parameters": None}, path)

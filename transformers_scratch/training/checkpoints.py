@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import pickle
 import sys
 from contextlib import contextmanager
@@ -24,6 +25,7 @@ from ..model.config import TransformerConfig, read_settings
 from .run_folder import NAME
 
 CKPT_ALIASES = {"last", "best", "hpc", "registry"}  # names Lightning resolves itself
+CHEAP = 2**24  # parameters (64 MB in float32): a model this size is built in a moment, to compare weight by weight
 RETRAIN = "it predates the package's layout or comes from another version: train it again with this one"
 
 
@@ -111,12 +113,20 @@ class Checkpoint:
 
     def settings(self, module_class: Any) -> Any:
         """The model settings, checked against the config class of the module that will take them, before
-        anything is built (:func:`~..model.config.read_settings`); a dict of every setting."""
+        anything is built (:func:`~..model.config.read_settings`): a model larger than its weights, and too large
+        to build cheaply (:data:`CHEAP`), is refused before it is allocated; a smaller one is built, and its first
+        weight that differs named (:meth:`check_fits`). A dict of every setting."""
         hint = get_type_hints(module_class.__init__).get("model")
         cls = next((a for a in get_args(hint) if isinstance(a, type) and dataclasses.is_dataclass(a)), None)
         if cls is None or self.model is None:
             return self.model
-        return dataclasses.asdict(read_settings(cls, self.model, self.source))
+        cfg = read_settings(cls, self.model, self.source)
+        held, needed = sum(math.prod(shape) for shape in self.shapes.values()), cfg.parameters_at_least()
+        if needed > max(held, CHEAP):
+            raise ValueError(f"{self.source}: its settings describe {needed:,} parameters or more (depth {cfg.depth}, "
+                             f"emb {cfg.emb}, vocab {cfg.vocab_size}), and its weights hold {held:,}: the file is "
+                             "damaged; pass another checkpoint")  # fmt: skip
+        return dataclasses.asdict(cfg)
 
     def refuse_kind(self, *takes: type, command: str) -> type:
         """The one of ``takes`` (module classes) that wrote the file; any other is refused, naming both."""
