@@ -141,6 +141,14 @@ def test_bad_config_says_what_to_do():
         LMConfig(emb=2**24, heads=2**10, depth=1000)  # the size is refused before a divisor is looked for
 
 
+def test_a_sinusoidal_table_past_the_machines_memory_is_refused_before_it_is_built(monkeypatch):
+    """The table is a buffer, not a parameter: a checkpoint's context of 2^24 had it built (24 GB here)."""
+    monkeypatch.setattr("transformers_scratch.model.config.memory_bytes", lambda: 8 * 10**9)
+    with pytest.raises(ValueError, match=r"needs 12.9 GB for its float32 weights and sinusoidal table alone"):
+        LMConfig(vocab_size=256, context=2**24, emb=64, heads=4, depth=1, positions="sinusoidal")
+    LMConfig(vocab_size=256, context=2**24, emb=64, heads=4, depth=1, positions="rope")  # computed as it is used
+
+
 @pytest.mark.parametrize("attention", ["reference", "sdpa"])
 @pytest.mark.parametrize("positions", ["learned", "sinusoidal"])
 def test_cached_greedy_generation_equals_recomputation(attention, positions):

@@ -121,11 +121,13 @@ class TransformerConfig:
             self.sparse = SparseConfig(**self.sparse)
         check_fields(self)
         # before any check that reads the sizes digit by digit: a width may have 40 digits
-        if (weights := 4 * self.parameters_at_least()) > memory_bytes():
+        table = 3 * self.context * self.emb if self.positions == "sinusoidal" else 0  # a buffer: 3 copies to build
+        if (weights := 4 * self.parameters_at_least()) + 4 * table > memory_bytes():
+            needed = (weights + 4 * table) / 1e9
             raise ValueError(
-                f"model of at least {_count(weights // 4)} parameters needs {_count(weights / 1e9)} GB for its float32 "
-                f"weights alone, more than this machine's {memory_bytes() / 1e9:,.1f} GB of memory; make it smaller "
-                "(emb, depth, vocab_size, context)"
+                f"model of at least {_count(weights // 4)} parameters needs {_count(needed)} GB for its float32 "
+                f"weights{' and sinusoidal table' if table else ''} alone, more than this machine's "
+                f"{memory_bytes() / 1e9:,.1f} GB of memory; make it smaller (emb, depth, vocab_size, context)"
             )
         if self.emb % self.heads:
             raise ValueError(
