@@ -542,6 +542,7 @@ def logged_rows(path: Path, after: int) -> list[dict]:
 
 
 # ---- resume with changed settings: applied, with one line saying so ----------------------------------
+@pytest.mark.slow
 def test_a_resumed_run_applies_a_changed_learning_rate_schedule_and_batch_size(tmp_path):
     args = ["--config", TINY_LM, "--data.path", str(corpus(tmp_path / "text.txt")), "--data.batches_per_epoch", "4",
             "--trainer.limit_val_batches", "1", "--sample.length", "0", "--trainer.log_every_n_steps", "1",
@@ -998,6 +999,7 @@ RESUMABLE = ["--config", TINY_LM, "--data.batches_per_epoch", "4", "--trainer.li
              "--sample.length", "0", "--trainer.enable_progress_bar", "false"]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_resumed_run_writes_its_own_last_ckpt_from_a_moved_folder_and_a_new_cadence(tmp_path):
     """A resumed run's newest state goes to its own last.ckpt, never to last-v1.ckpt beside an older one: here
     from a project folder moved elsewhere, and with a checkpoint cadence changed from 2 steps to 1."""
@@ -1020,6 +1022,7 @@ def test_a_resumed_run_writes_its_own_last_ckpt_from_a_moved_folder_and_a_new_ca
     assert data.exists() is False  # the folder really moved
 
 
+@pytest.mark.slow
 def test_a_single_logger_resumes_like_a_list(tmp_path):
     """``trainer.logger`` as one logger, not a list: the resume that continues its log version works too."""
     config = tmp_path / "one_logger.yaml"

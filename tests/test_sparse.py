@@ -260,6 +260,7 @@ def test_the_attention_picture_shows_each_heads_pattern(tmp_path):
     assert attention_patterns(dense, 40) is None
 
 
+@pytest.mark.slow
 def test_a_sparse_character_model_trains_samples_and_draws_its_patterns_through_the_cli(tmp_path, cli):
     from test_cli import FAST, TINY_LM, corpus
 

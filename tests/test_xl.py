@@ -380,6 +380,7 @@ def test_an_xl_module_from_a_checkpoints_settings_meets_the_bounds_of_its_types(
         LitXL(**{"model": XLConfig(vocab_size=8, context=8, emb=16, heads=2, depth=1), **settings})
 
 
+@pytest.mark.slow
 def test_resuming_an_xl_run_needs_its_memory_and_its_kind_of_config(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     data = text_file(tmp_path / "text.txt")
