@@ -329,6 +329,24 @@ def test_a_review_or_a_predict_file_that_is_not_utf8_is_named(tmp_path):
         read_aclimdb(tmp_path / "aclImdb_v1.tar.gz")
 
 
+def test_a_predict_file_past_what_predict_reads_at_once_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    """The reviews are read and tokenised whole, about ten times their size in memory: 107 MB took 1.2 GB, so a
+    file of gigabytes met the machine's limit, with no line to say why."""
+    from transformers_scratch.data import imdb
+
+    root = make_aclimdb(tmp_path)
+    dm = IMDbDataModule(path=str(root), data_dir=str(tmp_path / "cache"), val_size=4, batch_size=3,
+                        predict_path=str(tmp_path / "reviews.txt"))  # fmt: skip
+    dm.prepare_data()
+    dm.setup()
+    (tmp_path / "reviews.txt").write_text("a fine film\n" * 10)
+    monkeypatch.setattr(imdb, "MAX_PREDICT", 100)
+    with pytest.raises(DataError, match="reviews.txt. holds 120 bytes, more than 100 that predict reads at once"):
+        dm.predict_dataloader()
+    monkeypatch.setattr(imdb, "MAX_PREDICT", 120)
+    assert len(dm.predict_dataloader().dataset) == 4  # 10 reviews in batches of 3
+
+
 def test_word_dropout_replaces_real_training_tokens_by_unk_the_same_way_each_time(tmp_path):
     for i, review in enumerate(sorted((make_aclimdb(tmp_path) / "train").glob("*/*.txt"))):
         review.write_text(review.read_text() + " so" * i)  # lengths differ, so batches have padding

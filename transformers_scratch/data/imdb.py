@@ -29,6 +29,7 @@ ACLIMDB_URL = "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"
 CLASSES = ("neg", "pos")  # label 0, label 1 (as in the Hugging Face dataset)
 TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?|[^\sa-z0-9]")  # words (with "don't"-style endings) and symbols
 TOKENIZER_VERSION = 1  # bump when tokenize() changes, so caches are rebuilt
+MAX_PREDICT = 100_000_000  # bytes of reviews predict reads at once (about 1 GB in memory; IMDb's test split: 33 MB)
 Split = tuple[list[str], list[int]]  # texts, labels
 
 
@@ -387,6 +388,9 @@ class IMDbDataModule(ResumableData):
             raise DataError(
                 f"data.predict_path {self.predict_path!r} is not a file; give a text file with one review a line"
             )
+        if (size := path.stat().st_size) > MAX_PREDICT:
+            raise DataError(f"data.predict_path {self.predict_path!r} holds {size:,} bytes, more than {MAX_PREDICT:,} "
+                            "that predict reads at once; split it, e.g. `split -C 50M FILE part-`")  # fmt: skip
         text = utf8(path.read_bytes(), f"data.predict_path {self.predict_path!r}")
         texts = [line for line in text.splitlines() if line.strip()]
         if not texts:
