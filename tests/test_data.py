@@ -249,6 +249,18 @@ def test_imdb_reads_directory_and_tarball_alike(tmp_path):
     assert len(from_dir["test"][0]) == 12 and sum(from_dir["test"][1]) == 6
 
 
+def test_an_imdb_archive_or_folder_holding_a_review_past_any_of_imdbs_is_refused_before_it_is_read(tmp_path):
+    """A review's size is known before it is read: a 4 MB tarball holding a gigabyte of one letter took 2.4 GB to
+    read (a bomb); one in a folder too."""
+    root = make_aclimdb(tmp_path)
+    (root / "train" / "pos" / "9_7.txt").write_bytes(b"a" * 1_000_001)
+    with tarfile.open(tmp_path / "aclImdb_v1.tar.gz", "w:gz") as tar:
+        tar.add(root, arcname="aclImdb")
+    for path, name in ((root, "9_7.txt'"), (tmp_path / "aclImdb_v1.tar.gz", "aclImdb_v1.tar.gz''s aclImdb/train/pos/")):
+        with pytest.raises(DataError, match=f"{name}.* is a review of 1,000,001 bytes, of .* so far \\(IMDb's are at"):
+            read_aclimdb(path)
+
+
 def test_imdb_tokens_vocabulary_and_batches(tmp_path):
     make_aclimdb(tmp_path)
     dm = IMDbDataModule(

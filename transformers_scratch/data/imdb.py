@@ -29,6 +29,7 @@ ACLIMDB_URL = "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"
 CLASSES = ("neg", "pos")  # label 0, label 1 (as in the Hugging Face dataset)
 TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?|[^\sa-z0-9]")  # words (with "don't"-style endings) and symbols
 TOKENIZER_VERSION = 1  # bump when tokenize() changes, so caches are rebuilt
+MAX_REVIEW, MAX_REVIEWS = 1_000_000, 1_000_000_000  # bytes of a review (IMDb's longest: 14 KB), of all (0.13 GB)
 MAX_PREDICT = 100_000_000  # bytes of reviews predict reads at once (about 1 GB in memory; IMDb's test split: 33 MB)
 Split = tuple[list[str], list[int]]  # texts, labels
 
@@ -40,7 +41,15 @@ def tokenize(text: str) -> list[str]:
 def _reviews(path: Path, pattern: re.Pattern) -> list[tuple[re.Match, str]]:
     """(name match, text) of every review file whose path inside the aclImdb/ folder matches ``pattern``, from a
     tarball or an extracted folder."""
-    found = []
+    found, total = [], 0
+
+    def sized(size: int, name: str) -> None:  # sizes are known before a byte is read: an archive may be a bomb
+        nonlocal total
+        total += size
+        if size > MAX_REVIEW or total > MAX_REVIEWS:
+            raise DataError(f"{name} is a review of {size:,} bytes, of {total:,} so far (IMDb's are at most "
+                            f"{MAX_REVIEW:,}, of {MAX_REVIEWS:,} in all); pass {ACLIMDB_URL}")  # fmt: skip
+
     try:
         if path.is_dir():
             root = path if path.name == "aclImdb" else path / "aclImdb"
@@ -48,12 +57,14 @@ def _reviews(path: Path, pattern: re.Pattern) -> list[tuple[re.Match, str]]:
                 if f.is_symlink() or not f.resolve().is_relative_to(root.resolve()):
                     continue  # a link could point anywhere: only the folder's own files are read
                 if m := pattern.search(f.relative_to(root.parent).as_posix()):
+                    sized(f.stat().st_size, repr(str(f)))
                     found.append((m, utf8(f.read_bytes(), repr(str(f)))))
         else:
             with tarfile.open(path) as archive:
                 for member in archive:  # regular files only (no links), named inside the archive's folder
                     parts = member.name.split("/")
                     if member.isfile() and ".." not in parts and parts[0] and (m := pattern.search(member.name)):
+                        sized(member.size, f"{str(path)!r}'s {member.name}")
                         body = archive.extractfile(member)  # a regular file's: never None
                         text = utf8(body.read(), f"{str(path)!r}'s {member.name}") if body is not None else ""
                         found.append((m, text))
