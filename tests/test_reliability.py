@@ -784,6 +784,20 @@ def test_a_checkpoint_whose_settings_describe_a_model_larger_than_its_weights_is
           "694,528 parameters or more (depth 20, emb 4096, vocab 256), and its weights hold 42,176")  # fmt: skip
 
 
+def test_a_checkpoint_whose_entries_are_compressed_is_refused_before_they_are_inflated(capsys, tmp_path):
+    """torch.save stores its entries; torch.load also reads deflated ones, so 10 MB of file became 400 MB of
+    zeros in memory before anything was checked (a bomb's ratio is a thousand)."""
+    plain = write_checkpoint(tmp_path / "plain.ckpt", LitCharLM(TINY), {"vocab_symbols": None})
+    data = torch.load(plain, weights_only=True)
+    data["state_dict"]["model.pad"] = torch.zeros(5_000_000)
+    torch.save(data, plain)
+    with zipfile.ZipFile(plain) as source, zipfile.ZipFile(tmp_path / "bomb.ckpt", "w", zipfile.ZIP_DEFLATED) as bomb:
+        for entry in source.infolist():
+            bomb.writestr(entry.filename, source.read(entry.filename))
+    fails(capsys, "sample", "--ckpt_path", str(tmp_path / "bomb.ckpt"), "--prompt", "a",
+          message="bomb.ckpt' inflates to 20,")  # fmt: skip
+
+
 def test_a_checkpoint_with_no_record_of_its_module_says_so(capsys, tmp_path):
     path = write_checkpoint(tmp_path / "bare.ckpt", LitCharLM(TINY), {"vocab_symbols": None})
     torch.save({**torch.load(path, weights_only=True), "hyper_parameters": None}, path)
