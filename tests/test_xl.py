@@ -249,6 +249,16 @@ def test_convert_xl_writes_a_checkpoint_that_samples_validates_and_draws(tmp_pat
     exported, ids = from_pretrained("exported"), torch.randint(40, (1, 18))
     assert segments(exported, ids, 6).equal(segments(from_authors(state, context=6, mem_len=7, clamp_len=9), ids, 6))
     fails(capsys, "convert_xl", "--state_dict", "model.pt", "--out", "xl.ckpt", message="already exists")
+
+    def dies(obj, path) -> None:  # a write that stops part-way: a full disk, or a kill
+        Path(path).write_bytes(b"half a checkpoint")
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as failing:
+        failing.setattr(torch, "save", dies)
+        fails(capsys, "convert_xl", "--state_dict", "model.pt", "--out", "d.ckpt", "--symbols", "symbols.txt",
+              message="No space left on device")  # fmt: skip
+    assert not list(tmp_path.glob("*d.ckpt*"))  # no half-written file under its name, nor beside it
     fails(capsys, "convert_xl", "--state_dict", "model.pt", "--out", "b.ckpt", message="pass --symbols FILE")
     torch.save(torch.nn.Linear(2, 2), tmp_path / "pickled.pt")  # a whole model: code to run, refused
     fails(capsys, "convert_xl", "--state_dict", "pickled.pt", "--out", "c.ckpt", message="not a file of tensors")

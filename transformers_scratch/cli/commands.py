@@ -231,7 +231,12 @@ def convert_xl(
         "global_step": 0,
     }
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    torch.save(checkpoint, out)
+    tmp = Path(out).with_name(f".{Path(out).name}.tmp")
+    try:
+        torch.save(checkpoint, tmp)
+        os.replace(tmp, out)  # a killed conversion leaves no half-written checkpoint under its name
+    finally:
+        tmp.unlink(missing_ok=True)
     cfg = model.cfg
     print(f"converted {state_dict} to {out}: a LitXL of {cfg.depth} blocks x {cfg.emb}, {cfg.heads} heads, "
           f"{cfg.vocab_size} symbols, segment {cfg.context}, memory {cfg.mem_len}")  # fmt: skip
