@@ -796,6 +796,17 @@ def test_a_checkpoint_whose_entries_are_compressed_is_refused_before_they_are_in
             bomb.writestr(entry.filename, source.read(entry.filename))
     fails(capsys, "sample", "--ckpt_path", str(tmp_path / "bomb.ckpt"), "--prompt", "a",
           message="bomb.ckpt' inflates to 20,")  # fmt: skip
+    data = bytearray(write_checkpoint(tmp_path / "small.ckpt", LitCharLM(TINY), {"vocab_symbols": None}).read_bytes())
+    entry = data.index(b"PK\x01\x02")  # the first entry of the zip's directory, damaged two ways zipfile fails
+    version, utf8_name = data.copy(), data.copy()  # no BadZipFile: a version past zipfile's, a name no UTF-8
+    version[entry + 6 : entry + 8] = (229).to_bytes(2, "little")
+    utf8_name[entry + 8 : entry + 10] = (0x800).to_bytes(2, "little")
+    utf8_name[entry + 46] = 0xFF
+    (tmp_path / "damaged.ckpt").write_bytes(utf8_name)  # was "a --config is not UTF-8 text"
+    fails(capsys, "sample", "--ckpt_path", str(tmp_path / "damaged.ckpt"), "--prompt", "a",
+          message="damaged.ckpt' is not a readable checkpoint")  # fmt: skip
+    (tmp_path / "damaged.ckpt").write_bytes(version)  # was a NotImplementedError traceback; torch reads it
+    main(["sample", "--ckpt_path", str(tmp_path / "damaged.ckpt"), "--prompt", "a", "--length", "2"])
 
 
 def test_a_checkpoint_with_no_record_of_its_module_says_so(capsys, tmp_path):

@@ -6,7 +6,6 @@ tensors with :meth:`Checkpoint.tensors`. A file is untrusted: each refusal is on
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import inspect
 import math
@@ -58,12 +57,14 @@ def _load(path: str, flag: str, example: str, what: str, fix: str) -> Any:
     and is refused in one line."""
     if not Path(path).is_file():
         raise FileNotFoundError(f"{flag} {path!r} {absent(path)}; pass {example}")
-    with contextlib.suppress(zipfile.BadZipFile, OSError):  # torch's reader names a broken file below
-        with zipfile.ZipFile(path) as archive:  # torch.save stores its entries: compressed ones can be a bomb
-            inflated, size = sum(entry.file_size for entry in archive.infolist()), Path(path).stat().st_size
-        if inflated > 2 * size + 2**20:
-            raise ValueError(f"{flag} {path!r} inflates to {inflated:,} bytes from {size:,}: torch.save compresses "
-                             f"nothing, so it is not {what}; {fix}")  # fmt: skip
+    try:  # torch.save stores its entries: compressed ones can be a bomb
+        with zipfile.ZipFile(path) as archive:
+            inflated = sum(entry.file_size for entry in archive.infolist())
+    except Exception:  # no zip, or a broken one (zipfile fails in several ways): torch's reader names it below
+        inflated = 0
+    if inflated > 2 * (size := Path(path).stat().st_size) + 2**20:
+        raise ValueError(f"{flag} {path!r} inflates to {inflated:,} bytes from {size:,}: torch.save compresses "
+                         f"nothing, so it is not {what}; {fix}")  # fmt: skip
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
