@@ -33,6 +33,7 @@ from transformers_scratch.data import DataError, IMDbDataModule, TextDataModule,
 from transformers_scratch.data.imdb import read_aclimdb
 from transformers_scratch.data.vocab import ByteVocab
 from transformers_scratch.model.pretrained import save_pretrained
+from transformers_scratch.training.pictures import learning_curves
 from transformers_scratch.training.callbacks import SafeModelCheckpoint, SampleText, TrainingDiverged
 from transformers_scratch.training.modules import LitCharLM, LitClassifier, as_config
 from transformers_scratch.training.optim import OptimConfig, lr_factor
@@ -1236,7 +1237,9 @@ def test_a_picture_never_lands_in_a_folder_named_as_its_file(lm_ckpt, capsys, tm
 @pytest.mark.parametrize("content, message", [
     (b"\x00\x01binary", "is not a CSV log (binary data)"),
     (b"epoch,train/loss\n0,2.5\n", "has no step column"),
-    (b"step,train/loss\n0,2.5\nfour,2.4\n", "line 3: step 'four' is not a number"),
+    (b"step,train/loss\n0,2.5\nfour,2.4\n", "line 3: step 'four' is not a step (an integer in [0, 9,007"),
+    (b"step,train/loss\n0,2.5\n-1,2.4\n", "line 3: step '-1' is not a step"),
+    pytest.param(b"step,train/loss\n0,2.5\n" + b"9" * 400 + b",2.4\n", "line 3: step '9999", id="step-past-a-float"),
     (b"step,train/loss\n0,2.5\n1,nan?\n", "line 3: train/loss 'nan?' is not a number"),
     (b"step,train/loss\n0,2.5,9\n", "line 2 has 2 columns in its header and not in this row"),
     ("step,train/loss\n0,caf\xe9\n".encode("latin-1"), "is not a CSV log (not UTF-8)"),
@@ -1244,6 +1247,13 @@ def test_a_picture_never_lands_in_a_folder_named_as_its_file(lm_ckpt, capsys, tm
 def test_plot_refuses_a_log_that_is_not_one_in_one_line(tmp_path, capsys, content, message):
     (tmp_path / "metrics.csv").write_bytes(content)
     fails(capsys, "plot", str(tmp_path), message=message)
+
+
+def test_plot_leaves_out_a_diverged_runs_values_past_a_float32(tmp_path, capsys):
+    (tmp_path / "metrics.csv").write_text("step,train/loss\n0,2.5\n1,nan\n2,1e308\n3,-inf\n4,2.25\n")
+    assert learning_curves(tmp_path / "metrics.csv") == {"train/loss": ([0, 4], [2.5, 2.25])}
+    main(["plot", str(tmp_path)])  # 1e308 drawn was matplotlib's OverflowError
+    assert (tmp_path / "curves.png").stat().st_size > 0
 
 
 LAUGHS = "a: &l0 [x, x, x, x, x, x, x, x, x]\n" + "".join(

@@ -174,22 +174,26 @@ def learning_curves(metrics_csv: str | Path) -> dict[str, tuple[list[int], list[
     for name in chosen:
         points = [(_number(r["step"], path, line, "step", int), _number(r[name], path, line, name, float))
                   for line, r in enumerate(rows, start=2) if r.get(name) not in (None, "")]  # fmt: skip
-        points = [(s, v) for s, v in points if math.isfinite(v)]
+        points = [(s, v) for s, v in points if abs(v) <= FLOAT32_MAX]  # not a diverged run's inf, nan or overflow
         if points:
             curves[name] = ([s for s, _ in points], [v for _, v in points])
     return curves
 
 
 MAX_METRICS = 200_000_000  # bytes: a log far longer than any run here writes
+MAX_STEP = 2**53  # a step a float (the axes') holds exactly; no run takes that many
+FLOAT32_MAX = 3.4028234663852886e38  # the largest value a float32 metric has; past it, an overflow, as inf is
 
 
 def _number(value: str, path: Path, line: int, column: str, kind: type):
     try:
-        return kind(value)
+        number = kind(value)
     except ValueError:
-        raise ValueError(
-            f"{str(path)!r} line {line}: {column} {value[:40]!r} is not a number; pass the metrics.csv that fit wrote"
-        ) from None
+        number = None
+    if number is None or kind is int and not 0 <= number <= MAX_STEP:
+        raise ValueError(f"{str(path)!r} line {line}: {column} {value[:40]!r} is not a "
+                         f"{f'step (an integer in [0, {MAX_STEP:,}])' if kind is int else 'number'}; pass the metrics.csv that fit wrote")  # fmt: skip
+    return number
 
 
 def draw_curves(curves: dict[str, tuple[list[int], list[float]]], out: str | Path, title: str = "", dpi: int = 100):
