@@ -305,10 +305,10 @@ CACHE_DAMAGE = {  # an earlier version's hold-out of every review; a cache witho
 }
 
 
-@pytest.mark.parametrize("damage", ["truncated", *CACHE_DAMAGE])
+@pytest.mark.parametrize("damage", ["truncated", "compressed", *CACHE_DAMAGE])
 def test_a_damaged_or_stale_imdb_cache_is_named_to_delete(tmp_path, damage):
     """The cache is read from disk like any file: ids past the vocabulary, labels past the classes or fewer than
-    the reviews were an IndexError at the first batch."""
+    the reviews were an IndexError at the first batch; compressed entries were inflated whole (a bomb)."""
     make_aclimdb(tmp_path)
     settings = dict(path=str(tmp_path / "aclImdb"), data_dir=str(tmp_path / "cache"), val_size=4)
     IMDbDataModule(**settings).prepare_data()  # type: ignore[arg-type]
@@ -316,6 +316,11 @@ def test_a_damaged_or_stale_imdb_cache_is_named_to_delete(tmp_path, damage):
     cache = torch.load(cache_file, weights_only=True)
     if damage == "truncated":
         cache_file.write_bytes(cache_file.read_bytes()[:500])
+    elif damage == "compressed":  # a cache torch reads, its 8 MB of zeros deflated to kilobytes
+        torch.save({**cache, "pad": torch.zeros(2_000_000)}, tmp_path / "plain.pt")
+        with zipfile.ZipFile(tmp_path / "plain.pt") as plain, zipfile.ZipFile(cache_file, "w", zipfile.ZIP_DEFLATED) as z:
+            for entry in plain.infolist():
+                z.writestr(entry.filename, plain.read(entry.filename))
     else:
         torch.save(CACHE_DAMAGE[damage](cache), cache_file)
     with pytest.raises(DataError, match="is no cache this version reads; delete it, and it is rebuilt from the data"):

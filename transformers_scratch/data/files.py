@@ -31,6 +31,18 @@ def predicting(datamodule) -> bool:
     return trainer is not None and trainer.state.fn == "predict"
 
 
+def inflates_past(path: str | os.PathLike) -> int | None:
+    """What a file of torch.save's inflates to, where that is far past its size; else None (and for no readable
+    zip: torch's reader names that). torch.save stores its entries and torch.load inflates compressed ones too,
+    so a small file could be a bomb."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            inflated = sum(entry.file_size for entry in archive.infolist())
+    except Exception:  # no zip, or a broken one (zipfile fails in several ways)
+        return None
+    return inflated if inflated > 2 * Path(path).stat().st_size + 2**20 else None
+
+
 MAX_INFLATED = 500_000_000  # 5x enwik8: an archive that inflates to more is refused (a zip bomb)
 
 

@@ -19,7 +19,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from ..bounds import Count, OpenRate, PathName, Rate, Seed, Workers, check_args
-from .files import DataError, predicting, utf8
+from .files import DataError, inflates_past, predicting, utf8
 from .ids import IGNORE_INDEX
 from .progress import ResumableData
 from .vocab import TokenizerVocab, WordVocab, distinct, vocab_from_state, vocab_state
@@ -135,7 +135,7 @@ def load_cache(path: Path, *keys: str) -> dict:
     """A cache this module wrote (``imdb-*.pt`` under data_dir), read as data, holding ``keys``; a damaged one, or
     one an earlier version wrote, is named, to delete."""
     try:
-        cache = torch.load(path, weights_only=True)
+        cache = None if inflates_past(path) else torch.load(path, weights_only=True)
     except Exception:  # torch's reader fails in many ways on a broken file
         cache = None
     if not isinstance(cache, dict) or not all(key in cache for key in keys) or not distinct(cache.get("vocab", [])):

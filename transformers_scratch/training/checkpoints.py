@@ -11,7 +11,6 @@ import inspect
 import math
 import pickle
 import sys
-import zipfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, get_args, get_type_hints
@@ -20,7 +19,7 @@ import torch
 
 from ..bounds import is_count
 from ..data import ByteVocab, WordVocab, checkpoint_vocab
-from ..data.files import shortened
+from ..data.files import inflates_past, shortened
 from ..data.vocab import DamagedVocab
 from ..model.config import TransformerConfig, read_settings
 from .run_folder import NAME
@@ -57,14 +56,9 @@ def _load(path: str, flag: str, example: str, what: str, fix: str) -> Any:
     and is refused in one line."""
     if not Path(path).is_file():
         raise FileNotFoundError(f"{flag} {path!r} {absent(path)}; pass {example}")
-    try:  # torch.save stores its entries: compressed ones can be a bomb
-        with zipfile.ZipFile(path) as archive:
-            inflated = sum(entry.file_size for entry in archive.infolist())
-    except Exception:  # no zip, or a broken one (zipfile fails in several ways): torch's reader names it below
-        inflated = 0
-    if inflated > 2 * (size := Path(path).stat().st_size) + 2**20:
-        raise ValueError(f"{flag} {path!r} inflates to {inflated:,} bytes from {size:,}: torch.save compresses "
-                         f"nothing, so it is not {what}; {fix}")  # fmt: skip
+    if inflated := inflates_past(path):
+        raise ValueError(f"{flag} {path!r} inflates to {inflated:,} bytes from {Path(path).stat().st_size:,}: "
+                         f"torch.save compresses nothing, so it is not {what}; {fix}")  # fmt: skip
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
