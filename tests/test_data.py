@@ -318,9 +318,10 @@ def test_a_damaged_or_stale_imdb_cache_is_named_to_delete(tmp_path, damage):
         cache_file.write_bytes(cache_file.read_bytes()[:500])
     elif damage == "compressed":  # a cache torch reads, its 8 MB of zeros deflated to kilobytes
         torch.save({**cache, "pad": torch.zeros(2_000_000)}, tmp_path / "plain.pt")
-        with zipfile.ZipFile(tmp_path / "plain.pt") as plain, zipfile.ZipFile(cache_file, "w", zipfile.ZIP_DEFLATED) as z:
+        deflating = zipfile.ZipFile(cache_file, "w", zipfile.ZIP_DEFLATED)
+        with zipfile.ZipFile(tmp_path / "plain.pt") as plain, deflating as deflated:
             for entry in plain.infolist():
-                z.writestr(entry.filename, plain.read(entry.filename))
+                deflated.writestr(entry.filename, plain.read(entry.filename))
     else:
         torch.save(CACHE_DAMAGE[damage](cache), cache_file)
     with pytest.raises(DataError, match="is no cache this version reads; delete it, and it is rebuilt from the data"):

@@ -33,10 +33,10 @@ from transformers_scratch.data import DataError, IMDbDataModule, TextDataModule,
 from transformers_scratch.data.imdb import read_aclimdb
 from transformers_scratch.data.vocab import ByteVocab
 from transformers_scratch.model.pretrained import save_pretrained
-from transformers_scratch.training.pictures import learning_curves
 from transformers_scratch.training.callbacks import SafeModelCheckpoint, SampleText, TrainingDiverged
 from transformers_scratch.training.modules import LitCharLM, LitClassifier, as_config
 from transformers_scratch.training.optim import OptimConfig, lr_factor
+from transformers_scratch.training.pictures import learning_curves
 from transformers_scratch.training.run_folder import LOCK, claim_run_folder, release_run_folder
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -191,8 +191,10 @@ def _number(value: str, path: Path, line: int, column: str, kind: type):
     except ValueError:
         number = None
     if number is None or kind is int and not 0 <= number <= MAX_STEP:
-        raise ValueError(f"{str(path)!r} line {line}: {column} {value[:40]!r} is not a "
-                         f"{f'step (an integer in [0, {MAX_STEP:,}])' if kind is int else 'number'}; pass the metrics.csv that fit wrote")  # fmt: skip
+        what = f"step (an integer in [0, {MAX_STEP:,}])" if kind is int else "number"
+        raise ValueError(
+            f"{str(path)!r} line {line}: {column} {value[:40]!r} is not a {what}; pass the metrics.csv that fit wrote"
+        )
     return number
 
 
