@@ -379,7 +379,7 @@ def test_checkpoints_are_written_under_a_temporary_name_then_renamed(tmp_path, m
     monkeypatch.setattr(os, "replace", lambda src, dst: renames.append((src, dst)) or os.rename(src, dst))
     t.save_checkpoint(tmp_path / "ckpt" / "a.ckpt")
     [(src, dst)] = renames
-    assert Path(src).parent == Path(dst).parent and Path(src).name.startswith(".a.ckpt.") and src.endswith(".tmp")
+    assert Path(src).parent == Path(dst).parent and Path(src).name.startswith(".a.ckpt.") and str(src).endswith(".tmp")
     assert not Path(src).exists() and Path(dst).is_file()
 
 

@@ -29,7 +29,7 @@ from ..bounds import (
 )
 from ..data import ByteVocab, WordVocab
 from ..model.hf import save_hf
-from ..model.pretrained import save_pretrained
+from ..model.pretrained import save_pretrained, written_whole
 from ..training.checkpoints import Checkpoint
 from ..training.console import shown
 from ..training.inference import continue_text, decode_sources, export_vocab
@@ -231,12 +231,8 @@ def convert_xl(
         "global_step": 0,
     }
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(out).with_name(f".{Path(out).name}.tmp")
-    try:
+    with written_whole(Path(out)) as tmp:
         torch.save(checkpoint, tmp)
-        os.replace(tmp, out)  # a killed conversion leaves no half-written checkpoint under its name
-    finally:
-        tmp.unlink(missing_ok=True)
     cfg = model.cfg
     print(f"converted {state_dict} to {out}: a LitXL of {cfg.depth} blocks x {cfg.emb}, {cfg.heads} heads, "
           f"{cfg.vocab_size} symbols, segment {cfg.context}, memory {cfg.mem_len}")  # fmt: skip

@@ -15,6 +15,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
@@ -48,17 +51,23 @@ def save_pretrained(model: nn.Module, folder: str | os.PathLike, extra: dict | N
         raise FileExistsError(f"{str(folder)!r} already holds {' and '.join(taken)}; pass another folder")
     folder.mkdir(parents=True, exist_ok=True)
     config = {"format": FORMAT, "model": name, "config": dataclasses.asdict(cast(Any, model).cfg), **(extra or {})}
-    for target, write in (
-        (WEIGHTS, lambda tmp: save_model(model, str(tmp))),  # shared tensors (tied weights) once
-        (CONFIG, lambda tmp: tmp.write_text(json.dumps(config, indent=2) + "\n")),
-    ):
-        tmp = folder / f".{target}.tmp"
-        try:
-            write(tmp)
-            os.replace(tmp, folder / target)  # a killed export leaves no half-written file under the real name
-        finally:
-            tmp.unlink(missing_ok=True)
+    with written_whole(folder / WEIGHTS) as tmp:
+        save_model(model, str(tmp))  # shared tensors (tied weights) once
+    with written_whole(folder / CONFIG) as tmp:
+        tmp.write_text(json.dumps(config, indent=2) + "\n")
     return folder
+
+
+@contextmanager
+def written_whole(path: Path) -> Iterator[Path]:
+    """A temporary name beside ``path`` to write to, of this writer's own, renamed to ``path`` once the block
+    ends (atomic on POSIX): a killed or failed write leaves the old file, or none, never half of the new."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 MAX_CONFIG_BYTES = 1_000_000  # config.json with a vocabulary of words is well under this

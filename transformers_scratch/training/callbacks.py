@@ -16,7 +16,6 @@ import os
 import signal
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -41,6 +40,7 @@ from ..bounds import (
     check_args,
     checked,
 )
+from ..model.pretrained import written_whole
 from .console import note, shown
 from .perf import peak_flops, train_flops_per_token
 
@@ -67,13 +67,8 @@ class SafeCheckpointIO(CheckpointIO):
             )
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        os.close(fd)
-        try:
+        with written_whole(path) as tmp:  # the old file until the new one is complete
             self.inner.save_checkpoint(checkpoint, tmp, storage_options)
-            os.replace(tmp, path)  # the old file until the new one is complete
-        finally:
-            Path(tmp).unlink(missing_ok=True)
         self.last_written = str(path)
 
     def load_checkpoint(self, path, map_location=None, weights_only=None) -> dict:
