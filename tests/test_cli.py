@@ -662,6 +662,17 @@ def test_the_first_run_trains_validates_saves_and_samples_with_only_the_sample_o
     assert "this run: checkpoints in checkpoints/first_run/" in result.stderr
 
 
+def test_a_run_built_from_args_says_nothing_of_the_command_line_beside_them(monkeypatch, recwarn):
+    """extrapolate and soak build their runs from args while sys.argv holds their own command: Lightning warned of
+    the two at every run. sys.argv is set aside while the run is built, and put back."""
+    command_line = ["cli.py", "extrapolate", "--data.path", "a.txt"]
+    monkeypatch.setattr(sys, "argv", list(command_line))
+    build_cli(["--config", str(ROOT / "configs" / "seq2seq_reverse.yaml")], run=False)
+    said = [str(w.message)[:80] for w in recwarn if not issubclass(w.category, DeprecationWarning)]
+    assert not said, said  # DeprecationWarnings (Lightning's calls into jsonargparse): Python shows them no user
+    assert sys.argv == command_line
+
+
 def test_fit_help_names_the_models_sizes(capsys):
     with pytest.raises(SystemExit):
         build_cli(["fit", "--help"])

@@ -671,4 +671,10 @@ def build_cli(args: list[str] | None = None, run: bool = True) -> CLI:
     # The typed configs' attribute docstrings are their help, read from their sources: only a run that shows help
     # reads them (seconds of start-up otherwise spent on text no one sees).
     set_parsing_settings(docstring_parse_attribute_docstrings=any("help" in a or a == "-h" for a in argv))
-    return CLI(args=args, run=run)
+    command_line = sys.argv
+    if args is not None:  # a run of an experiment's (or a test's): Lightning warns of the command line beside it
+        sys.argv = sys.argv[:1]
+    try:
+        return CLI(args=args, run=run)
+    finally:
+        sys.argv = command_line
