@@ -192,3 +192,22 @@ def test_a_file_where_a_folder_is_to_be_made_is_named_with_its_flag_given_relati
             os.makedirs(tmp_path / path)
         line = error_line(caught.value, ["fit", "--checkpoint.dirpath", path])
         assert line.startswith(f"--checkpoint.dirpath '{tmp_path / path}': ") and f"; {fix}; pass another path" in line
+
+
+def test_text_that_is_not_utf8_is_blamed_on_a_piped_config_only_where_one_was_given(tmp_path):
+    """jsonargparse decodes a piped config itself (a regular file is read, and named, before it parses):
+    its UnicodeDecodeError names that pipe, and no --config where none was piped."""
+    read, write = os.pipe()
+    os.write(write, "name: caf\xe9\n".encode("latin-1"))
+    os.close(write)
+    piped = ["fit", "--config", f"/dev/fd/{read}"]
+    with pytest.raises(UnicodeDecodeError) as caught:
+        with open(piped[2], encoding="utf-8") as f:
+            f.read()
+    os.close(read)
+    assert error_line(caught.value, piped) == (
+        f"--config '/dev/fd/{read}' is not UTF-8 text (byte 9); pass a config such as configs/first_run.yaml"
+    )
+    (tmp_path / "a.yaml").write_text("name: a\n")
+    line = error_line(caught.value, ["fit", "--config", str(tmp_path / "a.yaml")])
+    assert line == "a file this command read is not UTF-8 text (byte 9); pass it in UTF-8"

@@ -65,7 +65,13 @@ def _line(e: BaseException, argv: list[str]) -> str:
         fix = FILE_IN_THE_WAY.get(e.errno, "pass a path that exists and this user may read and write, or create it")
         return f"{flag + ' ' if flag else ''}{shortened(path)!r}: {e.strerror or type(e).__name__}; {fix}"
     if isinstance(e, UnicodeDecodeError):  # a piped config: regular files are read, and named, before parsing
-        return f"a --config is not UTF-8 text (byte {e.start:,}); pass a config such as configs/first_run.yaml"
+        piped = [repr(path) for path in config_paths(argv) if not os.path.isfile(path)]
+        if not piped:  # every file the project reads is named where it is read: this one was not
+            return f"a file this command read is not UTF-8 text (byte {e.start:,}); pass it in UTF-8"
+        return (
+            f"--config {' or '.join(piped)} is not UTF-8 text (byte {e.start:,}); pass a config such as "
+            "configs/first_run.yaml"
+        )
     message = str(e)
     if type(e).__name__ != "ArgumentError":  # jsonargparse's parse errors; its checks at instantiation are ValueErrors
         return brief(message)
