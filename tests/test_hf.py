@@ -3,6 +3,7 @@ parameter redrawn, saved with save_pretrained, loaded with from_hf and compared;
 ``transformers`` loads with the same logits. No network: local folders only."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -289,6 +290,18 @@ def test_export_format_hf_through_the_cli_and_its_refusal(tmp_path, capsys, monk
     err = capsys.readouterr().err
     assert err.count("error:") == 1 and "model positions sinusoidal has no counterpart in GPT-2" in err
     assert not (tmp_path / "hf2").exists()
+
+    def dies(tensors, path, metadata=None) -> None:  # a write that stops part-way: a full disk, or a kill
+        Path(path).write_bytes(b"half the weights")
+        raise OSError(28, "No space left on device")
+
+    import safetensors.torch
+
+    monkeypatch.setattr(safetensors.torch, "save_file", dies)
+    with pytest.raises(SystemExit):
+        main(["export", "--ckpt_path", str(ckpt), "--out", "hf3", "--format", "hf"])
+    assert "No space left on device" in capsys.readouterr().err
+    assert list((tmp_path / "hf3").iterdir()) == []  # no half-written file under its name, nor beside it
 
 
 def trained_tokenizer(text: str, folder, size: int = 300):

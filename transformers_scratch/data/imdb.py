@@ -19,6 +19,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from ..bounds import Count, OpenRate, PathName, Rate, Seed, Workers, check_args
+from ..model.pretrained import written_whole
 from .files import DataError, inflates_past, predicting, utf8
 from .ids import IGNORE_INDEX
 from .progress import ResumableData
@@ -336,9 +337,8 @@ class IMDbDataModule(ResumableData):
                 "labels": torch.tensor(ys),
             }
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.cache_file.with_suffix(".tmp")
-        torch.save(cache, tmp)
-        tmp.replace(self.cache_file)
+        with written_whole(self.cache_file) as tmp:
+            torch.save(cache, tmp)
 
     def setup(self, stage: str | None = None) -> None:
         if self.splits or stage == "predict":  # predict reads predict_path with the checkpoint's vocabulary
@@ -552,9 +552,8 @@ class IMDbMLMDataModule(IMDbDataModule):
             "ids": torch.tensor([i for e in encoded for i in e], dtype=torch.int32),
             "lengths": torch.tensor([len(e) for e in encoded]),
         }
-        tmp = self.unlabeled_cache_file.with_suffix(".tmp")
-        torch.save(cache, tmp)
-        tmp.replace(self.unlabeled_cache_file)
+        with written_whole(self.unlabeled_cache_file) as tmp:
+            torch.save(cache, tmp)
 
     def setup(self, stage: str | None = None) -> None:
         super().setup(stage)

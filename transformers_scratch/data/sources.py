@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import platform
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..model.pretrained import written_whole
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,6 @@ def assemble_python_stdlib(dest: Path) -> dict:
               "sha256": hashlib.sha256(text).hexdigest()}  # fmt: skip
     dest.parent.mkdir(parents=True, exist_ok=True)
     for path, data in ((dest.with_suffix(".json"), json.dumps(record, indent=1).encode()), (dest, text)):
-        part = path.with_name(f".{path.name}.part")
-        part.write_bytes(data)
-        os.replace(part, path)
+        with written_whole(path) as part:
+            part.write_bytes(data)
     return record

@@ -35,7 +35,7 @@ from torch import nn
 
 from .config import ClassifierConfig, LMConfig, MaskedLMConfig
 from .models import CausalLM, MaskedLM, SequenceClassifier
-from .pretrained import read_json
+from .pretrained import read_json, written_whole
 
 
 class HFError(ValueError):
@@ -424,6 +424,8 @@ def save_hf(model: CausalLM | MaskedLM, folder: str | os.PathLike) -> Path:
         for name, part in zip(group, tensor.split(sizes), strict=True):
             out[_prefixed(family, name)] = part.detach().float().contiguous().clone()
     folder.mkdir(parents=True, exist_ok=True)
-    save_file(out, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    (folder / "config.json").write_text(json.dumps(hf, indent=2) + "\n")
+    with written_whole(folder / "model.safetensors") as tmp:
+        save_file(out, str(tmp), metadata={"format": "pt"})
+    with written_whole(folder / "config.json") as tmp:
+        tmp.write_text(json.dumps(hf, indent=2) + "\n")
     return folder
