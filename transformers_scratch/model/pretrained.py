@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -46,8 +45,7 @@ def save_pretrained(model: nn.Module, folder: str | os.PathLike, extra: dict | N
     if name not in MODELS:
         raise ValueError(f"cannot export a {name}; exportable models: {', '.join(MODELS)}")
     folder = Path(folder)
-    taken = [f for f in (WEIGHTS, CONFIG) if (folder / f).exists()]
-    if taken:
+    if taken := [f for f in (WEIGHTS, CONFIG) if (folder / f).exists()]:
         raise FileExistsError(f"{str(folder)!r} already holds {' and '.join(taken)}; pass another folder")
     folder.mkdir(parents=True, exist_ok=True)
     config = {"format": FORMAT, "model": name, "config": dataclasses.asdict(cast(Any, model).cfg), **(extra or {})}
@@ -62,7 +60,7 @@ def save_pretrained(model: nn.Module, folder: str | os.PathLike, extra: dict | N
 def written_whole(path: Path) -> Iterator[Path]:
     """A temporary name beside ``path`` to write to, of this writer's own, renamed to ``path`` once the block
     ends (atomic on POSIX): a killed or failed write leaves the old file, or none, never half of the new."""
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.urandom(4).hex()}.tmp")
     try:
         yield tmp
         os.replace(tmp, path)
