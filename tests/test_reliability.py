@@ -1193,6 +1193,9 @@ def test_a_text_file_saved_with_a_byte_order_mark_reads_as_its_text(lm_ckpt, cap
         main(["sample", "--ckpt_path", str(lm_ckpt), *given, "--length", "4", "--seed", "0"])
         outputs.append(capsys.readouterr().out)
     assert outputs[0] == outputs[1] and outputs[0].startswith("the cat")
+    (tmp_path / "prompt.txt").write_bytes(b"\xef\xbb\xbfthe caf\xe9")  # its offset is the file's, mark and all
+    fails(capsys, "sample", "--ckpt_path", str(lm_ckpt), "--prompt_file", str(tmp_path / "prompt.txt"),
+          message="is not UTF-8 text (byte 0xe9 at 10)")  # fmt: skip
 
 
 @pytest.mark.parametrize("command, flag", [("sample", "prompt"), ("attention", "text")])

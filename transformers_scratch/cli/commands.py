@@ -49,15 +49,17 @@ def text_or_file(text: str | None, path: str | None, flag: str, what: str, kind:
             raise FileNotFoundError(f"--{flag}_file {path!r} does not exist or is not a file; pass {kind}")
         if (size := Path(path).stat().st_size) > MAX_TEXT_FILE:
             raise ValueError(f"--{flag}_file {path!r} holds {size:,} bytes, more than {MAX_TEXT_FILE:,}; pass less")
-        raw = Path(path).read_bytes().removeprefix(b"\xef\xbb\xbf")  # a byte-order mark (as Notepad saves) is no text
+        raw = Path(path).read_bytes()
         if b"\x00" in raw:
             raise ValueError(f"--{flag}_file {path!r} holds binary data (a NUL byte); pass {kind}")
+        mark = 3 if raw.startswith(b"\xef\xbb\xbf") else 0  # a byte-order mark (as Notepad saves) is no text
         try:
-            text = raw.decode("utf-8")
+            text = raw[mark:].decode("utf-8")
         except UnicodeDecodeError as e:
+            at = mark + e.start  # in the file
             raise ValueError(
-                f"--{flag}_file {path!r} is not UTF-8 text (byte {raw[e.start]:#04x} at {e.start:,}); pass {kind} "
-                "in UTF-8, e.g. converted with `iconv -f latin1 -t utf-8`"
+                f"--{flag}_file {path!r} is not UTF-8 text (byte {raw[at]:#04x} at {at:,}); pass {kind} in UTF-8, "
+                "e.g. converted with `iconv -f latin1 -t utf-8`"
             ) from None
     if not text:
         where = f"--{flag}_file {path!r}" if path is not None else f"--{flag}"
