@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import tarfile
+import threading
 import tracemalloc
 import zipfile
 from dataclasses import replace
@@ -718,6 +719,29 @@ def test_a_checkpoint_that_runs_code_or_is_broken_is_refused_by_every_command(ca
                 "--data.predict_path", str(text)]  # fmt: skip
     err = fails(capsys, *args, message="is not a readable checkpoint")
     assert not trace.exists() and "weights_only" not in err  # never the advice to load it with code on
+
+
+def test_predict_reads_a_pipe_once(lm_ckpt, text, capsys, tmp_path):
+    """``--data.predict_path <(zcat a.gz)``: a pipe gives its bytes once. Lightning's description of a data module
+    (which jsonargparse writes into a message) built every loader, and read the pipe to its end before predict."""
+    pipe, done = tmp_path / "pipe", threading.Event()
+    os.mkfifo(pipe)
+
+    def write() -> None:
+        with open(pipe, "wb") as f:
+            f.write(text.read_bytes()[:3000])
+        while not done.is_set():  # a later reader gets an end at once (the defect: "holds 0 bytes"), not a wait
+            with open(pipe, "wb"):
+                pass
+
+    threading.Thread(target=write, daemon=True).start()
+    try:
+        main(["predict", "--config", TINY_LM, "--data.path", str(text), "--ckpt_path", str(lm_ckpt),
+              "--data.context", "16", "--data.predict_path", str(pipe)])  # fmt: skip
+    finally:
+        done.set()
+        os.close(os.open(pipe, os.O_RDONLY | os.O_NONBLOCK))  # meets the writer's last open: its thread ends
+    assert "bits per byte over 2,999 bytes" in capsys.readouterr().out
 
 
 def test_a_fit_that_fails_after_training_steps_keeps_them_in_last_ckpt(text):

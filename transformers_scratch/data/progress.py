@@ -96,6 +96,11 @@ class ResumableData(L.LightningDataModule):
         super().__init__()
         self.progress = Progress()
 
+    def __str__(self) -> str:
+        """Its class. Lightning's description builds every loader (jsonargparse writes it into a message), which
+        read a predict file once more, and a pipe (``--data.predict_path <(zcat a.gz)``) to its end, first."""
+        return type(self).__name__
+
     def ranks(self) -> tuple[int, int]:
         """This process's rank and the number of processes (0 and 1 outside a trainer)."""
         return (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
