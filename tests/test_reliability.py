@@ -1535,6 +1535,10 @@ def damage_position(c):
     c["TextDataModule"]["progress"]["epoch"] = 10**30
 
 
+def damage_version(c):  # packaging's ValueError was passed on as the project's own refusal, with no fix
+    c["pytorch-lightning_version"] = "abc"
+
+
 def damage_rng(c):
     c["rng"]["torch"] = c["rng"]["torch"][:3]
 
@@ -1552,6 +1556,7 @@ def test_a_damaged_training_state_is_refused_in_one_line_naming_the_checkpoint(c
         (damage_optimizer, "its optimizer's exp_avg for a weight of [256, 128] is of another shape"),
         (damage_position, "the data position it holds ({'epoch': 1000000000000000000000000000000, 'batches': 2})"),
         (damage_rng, "its training state does not restore (RuntimeError: "),
+        (damage_version, "its training state does not restore (InvalidVersion: Invalid version: 'abc'); the"),
     ]:
         bad = copy.deepcopy(good)
         damage(bad)
