@@ -574,6 +574,24 @@ def test_a_wandb_mode_that_wandb_does_not_know_is_named(tmp_path, monkeypatch):
     assert not (tmp_path / "logs").exists()
 
 
+def test_wandb_refusing_to_start_a_run_is_one_line(tmp_path, monkeypatch):
+    """WANDB_MODE=online with no API key: W&B's UsageError was a traceback when the run's logging began."""
+    from transformers_scratch.training.loggers import WandbLogger
+
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("WANDB_MODE", "online")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("NETRC", str(tmp_path / ".netrc"))
+    import wandb
+
+    wandb.finish()  # an earlier test's run, still current in this process, would be reused
+    wandb.teardown()
+    logger = WandbLogger(save_dir=str(tmp_path / "logs"))
+    with pytest.raises(ValueError, match=r"^W&B did not start the run \(No API key .*\); log in, or set WANDB_MODE="):
+        assert logger.experiment is None  # never reached
+    wandb.teardown()
+
+
 def test_wandb_online_with_no_key_or_network_is_refused_before_anything_is_logged(tmp_path, monkeypatch):
     """offline false asks for W&B online; with no key (no WANDB_API_KEY, no ~/.netrc) W&B itself raised a
     UsageError at the first logged value, a traceback after the run had started."""

@@ -85,9 +85,16 @@ class WandbLogger(_WandbLogger):
     def experiment(self):
         """W&B's run, started the first time it is needed: a command refused before then leaves no run and no
         folder behind."""
+        from wandb.errors import UsageError  # here: W&B is imported once a run is started
+
         if self.save_dir:
             Path(self.save_dir).mkdir(parents=True, exist_ok=True)  # wandb wants its folder to exist
-        return super().experiment
+        try:
+            return super().experiment
+        except UsageError as e:  # W&B's refusal to start one (WANDB_MODE=online with no API key): its traceback
+            reason = (str(e).splitlines() or ["no reason given"])[0][:200]
+            raise ValueError(f"W&B did not start the run ({reason}); log in, or set WANDB_MODE=offline to log offline "
+                             "and sync later") from None  # fmt: skip
 
 
 class _AppendingWriter(ExperimentWriter):
