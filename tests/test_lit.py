@@ -575,7 +575,8 @@ def test_a_wandb_mode_that_wandb_does_not_know_is_named(tmp_path, monkeypatch):
 
 
 def test_wandb_refusing_to_start_a_run_is_one_line(tmp_path, monkeypatch):
-    """WANDB_MODE=online with no API key: W&B's UsageError was a traceback when the run's logging began."""
+    """WANDB_MODE=online with no API key, or a project name W&B refuses: W&B's UsageError was a traceback when the
+    run's logging began."""
     from transformers_scratch.training.loggers import WandbLogger
 
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
@@ -587,8 +588,13 @@ def test_wandb_refusing_to_start_a_run_is_one_line(tmp_path, monkeypatch):
     wandb.finish()  # an earlier test's run, still current in this process, would be reused
     wandb.teardown()
     logger = WandbLogger(save_dir=str(tmp_path / "logs"))
-    with pytest.raises(ValueError, match=r"^W&B did not start the run \(No API key .*\); log in, or set WANDB_MODE="):
+    with pytest.raises(ValueError, match=r"^W&B did not start the run \(No API key .*\); correct the setting it "):
         assert logger.experiment is None  # never reached
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_PROJECT", "a/b")  # a project name W&B refuses, offline too
+    wandb.teardown()
+    with pytest.raises(ValueError, match=r"^W&B did not start the run \(Invalid project name 'a/b'"):
+        assert WandbLogger(save_dir=str(tmp_path / "logs")).experiment is None
     wandb.teardown()
 
 

@@ -91,10 +91,11 @@ class WandbLogger(_WandbLogger):
             Path(self.save_dir).mkdir(parents=True, exist_ok=True)  # wandb wants its folder to exist
         try:
             return super().experiment
-        except UsageError as e:  # W&B's refusal to start one (WANDB_MODE=online with no API key): its traceback
+        except UsageError as e:  # W&B's refusal (online with no API key, a project name it refuses): its traceback
             reason = (str(e).splitlines() or ["no reason given"])[0][:200]
-            raise ValueError(f"W&B did not start the run ({reason}); log in, or set WANDB_MODE=offline to log offline "
-                             "and sync later") from None  # fmt: skip
+            raise ValueError(f"W&B did not start the run ({reason}); correct the setting it names (a WANDB_* variable "
+                             "or the WandbLogger's; `wandb login` gives a key), or set WANDB_MODE=offline (no key "
+                             "needed) or disabled") from None  # fmt: skip
 
 
 class _AppendingWriter(ExperimentWriter):
