@@ -316,6 +316,9 @@ def test_lightnings_own_callbacks_still_load(text, tmp_path):
     # the project's own survive a config's list, as the checkpoint callback does
     assert {"ProgressBar", "LearningRateMonitor", "PhaseTimes", "Throughput", "StopOnSignal"} <= set(names), names
     assert names.count("SafeModelCheckpoint") == 1
+    # Timer's default interval is an Enum, which jsonargparse could not check again: "cannot represent an object"
+    run = build_cli(["--config", TINY_LM, "--data.path", str(text), "--trainer.callbacks+=Timer"], run=False)
+    assert "Timer" in [type(c).__name__ for c in run.trainer.callbacks]
 
 
 def test_a_configs_checkpoint_callback_runs_beside_the_runs_own_and_the_closing_line_names_both(capsys, text):
