@@ -4,11 +4,12 @@ that refuses more than :data:`MAX_CHARS` characters, nesting deeper than :data:`
 
 from __future__ import annotations
 
+import enum
 import os
 import stat
 
 import yaml
-from jsonargparse import set_loader
+from jsonargparse import set_dumper, set_loader
 
 from ..model.config import OLD_SPARSE, nested_sparse
 
@@ -163,3 +164,13 @@ def not_utf8(path: str, e: UnicodeDecodeError) -> str:
 
 
 set_loader("yaml", load, exceptions=(yaml.YAMLError,))
+
+
+class PlainDumper(yaml.SafeDumper):
+    """PyYAML's safe dumper, writing an Enum as its value: a default of Lightning's, such as Timer's interval, is
+    one, and jsonargparse's dump of the settings (``--print_config``, a check of a callback list) refused it."""
+
+
+PlainDumper.add_multi_representer(enum.Enum, lambda dumper, value: dumper.represent_data(value.value))
+set_dumper("yaml", lambda data: yaml.dump(data, Dumper=PlainDumper, default_flow_style=False, allow_unicode=True,
+                                          sort_keys=False))  # jsonargparse's own settings for a dump  # fmt: skip

@@ -13,7 +13,6 @@ Hand-written pieces, and why Lightning's own do not do:
 
 from __future__ import annotations
 
-import enum
 import importlib
 import inspect
 import math
@@ -480,10 +479,6 @@ class CLI(LightningCLI):
             print("note: no GPU with bf16 here, so trainer.precision bf16-mixed runs as 32-true", file=sys.stderr)
             cfg.trainer.precision = "32-true"
         callbacks = self.with_project_callbacks(cfg.trainer.get("callbacks") or [])
-        for init in [getattr(c, "init_args", None) or {} for c in callbacks]:  # an Enum default, such as Timer's
-            for key, value in init.items():  # interval, is refused when jsonargparse checks the list again
-                if isinstance(value, enum.Enum):
-                    init[key] = value.value
         if cfg.trainer.get("logger") is False and any(_class_name(c) == "LearningRateMonitor" for c in callbacks):
             # Lightning refuses a LearningRateMonitor without a logger; with logging off it has nothing to do.
             if self.subcommand != "predict":  # predict runs without loggers whatever it is given
