@@ -303,7 +303,7 @@ def test_a_config_naming_code_outside_the_project_is_refused_before_import(capsy
     assert not (tmp_path / "pwned").exists()
 
 
-def test_lightnings_own_callbacks_still_load(text, tmp_path):
+def test_lightnings_own_callbacks_still_load(text, tmp_path, capsys):
     config = tmp_path / "ok.yaml"
     config.write_text(
         "trainer:\n  callbacks:\n  - class_path: lightning.pytorch.callbacks.EarlyStopping\n"
@@ -319,6 +319,9 @@ def test_lightnings_own_callbacks_still_load(text, tmp_path):
     # Timer's default interval is an Enum, which jsonargparse could not check again: "cannot represent an object"
     run = build_cli(["--config", TINY_LM, "--data.path", str(text), "--trainer.callbacks+=Timer"], run=False)
     assert "Timer" in [type(c).__name__ for c in run.trainer.callbacks]
+    with pytest.raises(SystemExit) as done:
+        main(["fit", "--config", TINY_LM, "--data.path", str(text), "--trainer.callbacks+=Timer", "--print_config"])
+    assert done.value.code == 0 and "interval: step" in capsys.readouterr().out
 
 
 def test_a_configs_checkpoint_callback_runs_beside_the_runs_own_and_the_closing_line_names_both(capsys, text):
