@@ -100,6 +100,8 @@ def text(tmp_path, monkeypatch) -> Path:
         (["--data.num_workers", "100000"], "data.num_workers: 100000 is not an integer in [0, 64]"),
         (["--trainer.devices", "1000"], "trainer.devices=1000: on a CPU each device is a process of its own"),
         (["--trainer.num_nodes", "2"], "trainer.num_nodes=2 with no cluster to join"),
+        (["--trainer.barebones", "true"], "trainer.barebones true turns off logging and checkpoints, which every"),
+        (["--trainer.enable_checkpointing", "false"], "trainer.enable_checkpointing false: every run here keeps"),
         (["--data.seed", str(10**30)], "data.seed: 1000000000000000000000000000000 is not an integer in [0, 9,223"),
         (["--checkpoint.save_top_k", "-5"], "checkpoint.save_top_k: -5 is not an integer in [-1, 16,777,216]"),
         (
@@ -120,7 +122,8 @@ def text(tmp_path, monkeypatch) -> Path:
     ],
     ids=["heads", "depth", "batch-size", "context", "max-steps", "cooldown", "unknown", "workers-null", "seed-null",
          "log-every-0", "val-every-0", "val-interval-0", "accelerator", "rope-base", "clip", "workers", "devices",
-         "nodes", "seed", "top-k", "every-n", "mode", "monitor", "early-stopping", "csv-flush-0"],
+         "nodes", "barebones", "no-checkpointing", "seed", "top-k", "every-n", "mode", "monitor", "early-stopping",
+         "csv-flush-0"],
 )  # fmt: skip
 def test_out_of_range_settings_get_one_line(capsys, text, args, message):
     err = fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), *args, message=message)

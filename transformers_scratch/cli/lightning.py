@@ -141,6 +141,16 @@ def bound_trainer(trainer) -> None:
         raise ValueError(f"trainer.num_nodes={shortened(str(nodes))} with no cluster to join: this process would wait "
                          "for the other nodes without end; launch the command on every node under SLURM or torchrun, "
                          "or with MASTER_ADDR, MASTER_PORT and NODE_RANK set (.readme/going-big.md)")  # fmt: skip
+    if trainer.get("barebones"):  # Lightning refuses it beside the loggers and the checkpoint that every run has
+        raise ValueError(
+            "trainer.barebones true turns off logging and checkpoints, which every run here keeps; leave it out, and "
+            "time training steps with `python -m transformers_scratch.experiments.bench`"
+        )
+    if trainer.get("enable_checkpointing") is False:  # Lightning refuses it beside the run's checkpoint callback
+        raise ValueError(
+            "trainer.enable_checkpointing false: every run here keeps checkpoints/NAME/last.ckpt, to resume, sample "
+            "and export; leave it out (--checkpoint.save_top_k 0 keeps last.ckpt alone)"
+        )
     clip = trainer.get("gradient_clip_val")
     if clip is not None and not 0 <= clip < math.inf:
         raise ValueError(f"trainer.gradient_clip_val={shortened(str(clip))} must be a non-negative number (0 or null: "
