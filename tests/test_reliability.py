@@ -130,6 +130,13 @@ def test_out_of_range_settings_get_one_line(capsys, text, args, message):
     assert "Does not validate" not in err and "usage:" not in err
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine with a GPU takes the setting")
+def test_a_gpu_asked_for_where_there_is_none_is_refused_with_the_fix(capsys, text):
+    """Lightning's "No supported gpu backend found!" named the trainer but no fix."""
+    message = "trainer.accelerator gpu: this machine has no GPU that torch can use; pass --trainer.accelerator cpu"
+    fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), "--trainer.accelerator", "gpu", message=message)
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

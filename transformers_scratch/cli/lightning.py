@@ -136,6 +136,9 @@ def bound_trainer(trainer) -> None:
     if devices.isdigit() and int(devices) > cores and not torch.cuda.is_available():
         raise ValueError(f"trainer.devices={shortened(devices)}: on a CPU each device is a process of its own, and "
                          f"this machine has {cores} cores; pass at most --trainer.devices {cores}")  # fmt: skip
+    if str(trainer.get("accelerator")) in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise ValueError(f"trainer.accelerator {trainer.get('accelerator')}: this machine has no GPU that torch can "
+                         "use; pass --trainer.accelerator cpu, or auto")  # fmt: skip
     nodes = trainer.get("num_nodes")
     if isinstance(nodes, int) and nodes > 1 and not any(env in os.environ for env in CLUSTER_ENV):
         raise ValueError(f"trainer.num_nodes={shortened(str(nodes))} with no cluster to join: this process would wait "
