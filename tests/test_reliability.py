@@ -966,7 +966,7 @@ def test_long_samples_show_progress(capsys, tmp_path):
 # ---- downloads and archives ------------------------------------------------------------------------------
 def test_partial_downloads_of_a_killed_run_are_cleared(tmp_path):
     (tmp_path / "data").mkdir()
-    (tmp_path / "data" / ".enwik8.zip.k1ll3d.part").write_bytes(b"half")
+    (tmp_path / "data" / ".enwik8.zip.k1ll3d.tmp").write_bytes(b"half")
     data = TextDataModule(data_dir=str(tmp_path / "data"), url=(tmp_path / "gone.zip").as_uri())
     with pytest.raises(DataError, match="could not download enwik8"):
         data.prepare_data()

@@ -6,11 +6,12 @@ import gzip
 import hashlib
 import os
 import sys
-import tempfile
 import urllib.request
 import zipfile
 import zlib
 from pathlib import Path
+
+from ..model.pretrained import written_whole
 
 
 class DataError(ValueError):
@@ -114,29 +115,26 @@ def download(url: str, dest: Path, what: str, manual_hint: str, sha256: str | No
     left empty by a failure is removed too."""
     made = not dest.parent.exists()
     dest.parent.mkdir(parents=True, exist_ok=True)
-    for stale in dest.parent.glob(f".{dest.name}.*.part"):
+    for stale in dest.parent.glob(f".{dest.name}.*.tmp"):
         stale.unlink(missing_ok=True)
     shown_url = shortened(url)
     print(f"downloading {what} from {shown_url} to {dest}", file=sys.stderr, flush=True)  # stdout: output only
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
     digest = hashlib.sha256()
     try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as response:
+        with written_whole(dest) as tmp, open(tmp, "wb") as out, urllib.request.urlopen(url, timeout=60) as response:
             while chunk := response.read(1 << 20):
                 digest.update(chunk)
                 out.write(chunk)
-        if sha256 is not None and digest.hexdigest() != sha256:
-            raise DataError(
-                f"the download from {shown_url} is not {what}: its SHA-256 is {digest.hexdigest()}, not {sha256}; "
-                f"removed it. {manual_hint}"
-            )
-        os.replace(tmp, dest)
+            if sha256 is not None and digest.hexdigest() != sha256:
+                raise DataError(
+                    f"the download from {shown_url} is not {what}: its SHA-256 is {digest.hexdigest()}, not "
+                    f"{sha256}; removed it. {manual_hint}"
+                )
     except DataError:
         raise
     except (OSError, ValueError) as e:  # ValueError: an address urllib cannot parse (unknown scheme, bad host)
         raise DataError(f"could not download {what} from {shown_url} ({e}). {manual_hint}") from e
     finally:
-        Path(tmp).unlink(missing_ok=True)
         if made and not dest.exists() and not any(dest.parent.iterdir()):
             dest.parent.rmdir()
     return dest
