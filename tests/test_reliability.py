@@ -1202,6 +1202,15 @@ def lm_ckpt(tmp_path, monkeypatch) -> Path:
     return write_checkpoint(tmp_path / "lm.ckpt", LitCharLM(TINY), {"vocab_symbols": None})
 
 
+@pytest.mark.parametrize("command, limit", [("validate", "limit_val_batches"), ("test", "limit_test_batches"),
+                                            ("predict", "limit_predict_batches")])  # fmt: skip
+def test_scoring_no_batch_at_all_is_refused(lm_ckpt, text, capsys, command, limit):
+    """A limit of 0 batches: validate and test printed nothing and exited 0."""
+    fails(capsys, command, "--config", TINY_LM, "--data.path", str(text), "--data.predict_path", str(text),
+          "--ckpt_path", str(lm_ckpt), "--data.context", "16", f"--trainer.{limit}", "0",
+          message=f"trainer.{limit} 0: {command} would read no batch; leave it out, or pass a count")  # fmt: skip
+
+
 def test_scoring_at_another_window_than_learned_positions_were_trained_at_names_the_data_setting(lm_ckpt, text, capsys):
     """A shorter data.context gave "does not fit ...: the file is damaged", though only the window differed."""
     fails(capsys, "test", "--config", TINY_LM, "--data.path", str(text), "--ckpt_path", str(lm_ckpt),

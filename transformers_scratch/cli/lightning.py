@@ -123,10 +123,10 @@ def refuse_nulls(cfg) -> None:
         raise ValueError(f"seed_everything={seed} must lie in [0, {2**32 - 1:,}] (numpy's seeds), or be true/false")
 
 
-def bound_trainer(trainer) -> None:
+def bound_trainer(trainer, sub: str | None = None) -> None:
     """Lightning's Trainer takes these unchecked: it takes a step modulo its counts or divides by them, clips by a
-    negative norm, starts a process for every CPU device asked for, and waits without end for nodes that no
-    launcher starts."""
+    negative norm, starts a process for every CPU device asked for, waits without end for nodes that no
+    launcher starts, and scores no batch at all in ``sub`` (validate, test, predict) with a limit of 0."""
     for key, example in TRAINER_COUNTS.items():
         value = trainer.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and not 1 <= value <= MAX_COUNT:
@@ -154,6 +154,9 @@ def bound_trainer(trainer) -> None:
             "trainer.enable_checkpointing false: every run here keeps checkpoints/NAME/last.ckpt, to resume, sample "
             "and export; leave it out (--checkpoint.save_top_k 0 keeps last.ckpt alone)"
         )
+    if (limit := LIMITS.get(sub or "")) and trainer.get(limit) == 0:  # it printed nothing, and exited 0
+        raise ValueError(f"trainer.{limit} 0: {sub} would read no batch; leave it out, or pass a count of batches or "
+                         "a fraction of the split")  # fmt: skip
     clip = trainer.get("gradient_clip_val")
     if clip is not None and not 0 <= clip < math.inf:
         raise ValueError(f"trainer.gradient_clip_val={shortened(str(clip))} must be a non-negative number (0 or null: "
@@ -308,6 +311,9 @@ CALLBACK_GROUPS: dict[str, type] = {"checkpoint": SafeModelCheckpoint, "sample":
 CLUSTER_ENV = ("MASTER_ADDR", "SLURM_NTASKS", "LSB_JOBID", "OMPI_COMM_WORLD_SIZE")
 """What a launcher of several nodes sets (torchrun, a manual launch, SLURM, LSF, MPI): Lightning's environments."""
 
+LIMITS = {"validate": "limit_val_batches", "test": "limit_test_batches", "predict": "limit_predict_batches"}
+"""The trainer's limit of the batches each scoring command reads."""
+
 # The trainer's counts that Lightning takes a step modulo, or divides by, without checking them (0 is a
 # ZeroDivisionError deep in a loop), with a value to suggest
 TRAINER_COUNTS = {"accumulate_grad_batches": 4, "log_every_n_steps": 50, "check_val_every_n_epoch": 1,
@@ -428,7 +434,7 @@ class CLI(LightningCLI):
         sub = self.config.get("subcommand")
         cfg = self.config[sub] if sub else self.config
         refuse_nulls(cfg)
-        bound_trainer(cfg.get("trainer") or {})
+        bound_trainer(cfg.get("trainer") or {}, sub)
         settle_output(sub, cfg)
         self.run = Run(name_run(cfg), read_run_checkpoint(cfg, run_name(cfg)) if sub else None)
 
