@@ -11,7 +11,7 @@ import zipfile
 import zlib
 from pathlib import Path
 
-from ..model.pretrained import written_whole
+from ..model.pretrained import unfinished, written_whole
 
 
 class DataError(ValueError):
@@ -115,7 +115,7 @@ def download(url: str, dest: Path, what: str, manual_hint: str, sha256: str | No
     left empty by a failure is removed too."""
     made = not dest.parent.exists()
     dest.parent.mkdir(parents=True, exist_ok=True)
-    for stale in dest.parent.glob(f".{dest.name}.*.tmp"):
+    for stale in unfinished(dest.parent, dest.name):
         stale.unlink(missing_ok=True)
     shown_url = shortened(url)
     print(f"downloading {what} from {shown_url} to {dest}", file=sys.stderr, flush=True)  # stdout: output only

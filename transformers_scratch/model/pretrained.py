@@ -68,6 +68,12 @@ def written_whole(path: Path) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
+def unfinished(folder: Path, name: str = "*") -> Iterator[Path]:
+    """The temporary files of :func:`written_whole` in ``folder`` for files named ``name`` (a glob pattern) that a
+    killed writer left behind."""
+    return folder.glob(f".{name}.*.tmp")
+
+
 MAX_CONFIG_BYTES = 1_000_000  # config.json with a vocabulary of words is well under this
 MAX_CONTEXT = 2**20  # positions: a sinusoidal table is computed for the whole context
 

@@ -8,6 +8,8 @@ import os
 import re
 from pathlib import Path
 
+from ..model.pretrained import unfinished
+
 LOCK = ".fit.lock"
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")  # a run's name, or a log version: one folder, never a path
 _HELD: dict[Path, int] = {}  # the run folders this process holds: the open descriptor of each one's lock
@@ -66,7 +68,7 @@ def claim_run_folder(folder: Path, resuming: bool) -> None:
             f"{folder}/ already holds a run ({', '.join(found[:3])}{', ...' if len(found) > 3 else ''}); resume it "
             "with --ckpt_path last, start another with --name NAME, or move that folder away"
         )
-    for stale in folder.glob(".*.ckpt.*.tmp"):  # an interrupted checkpoint write (the folder is ours now)
+    for stale in unfinished(folder, "*.ckpt"):  # an interrupted checkpoint write (the folder is ours now)
         stale.unlink(missing_ok=True)
 
 
