@@ -595,6 +595,12 @@ def test_wandb_refusing_to_start_a_run_is_one_line(tmp_path, monkeypatch):
     wandb.teardown()
     with pytest.raises(ValueError, match=r"^W&B did not start the run \(Invalid project name 'a/b'"):
         assert WandbLogger(save_dir=str(tmp_path / "logs")).experiment is None
+    monkeypatch.delenv("WANDB_PROJECT")
+    monkeypatch.setenv("WANDB_CONSOLE", "zzz")  # a value W&B's settings type refuses: pydantic's report was many lines
+    wandb.teardown()
+    with pytest.raises(ValueError, match=r"^W&B refuses its setting console='zzz' \(Input should be .*\); correct "
+                                         r"WANDB_CONSOLE, or unset it$"):  # fmt: skip
+        assert WandbLogger(save_dir=str(tmp_path / "logs")).experiment is None
     wandb.teardown()
 
 

@@ -85,6 +85,7 @@ class WandbLogger(_WandbLogger):
     def experiment(self):
         """W&B's run, started the first time it is needed: a command refused before then leaves no run and no
         folder behind."""
+        from pydantic import ValidationError  # W&B's settings are checked by pydantic
         from wandb.errors import UsageError  # here: W&B is imported once a run is started
 
         if self.save_dir:
@@ -96,6 +97,12 @@ class WandbLogger(_WandbLogger):
             raise ValueError(f"W&B did not start the run ({reason}); correct the setting it names (a WANDB_* variable "
                              "or the WandbLogger's; `wandb login` gives a key), or set WANDB_MODE=offline (no key "
                              "needed) or disabled") from None  # fmt: skip
+        except ValidationError as e:  # a setting W&B's types refuse, such as WANDB_CONSOLE=zzz: named by its variable
+            first = e.errors()[0]
+            name, given = ".".join(map(str, first["loc"])) or "a setting", str(first.get("input"))[:40]
+            where = [key for key, value in os.environ.items() if key.startswith("WANDB_") and value[:40] == given]
+            raise ValueError(f"W&B refuses its setting {name}={given!r} ({first['msg'][:200]}); correct "
+                             f"{where[0] if where else f'the WandbLogger setting {name}'}, or unset it") from None
 
 
 class _AppendingWriter(ExperimentWriter):
