@@ -95,6 +95,7 @@ def text(tmp_path, monkeypatch) -> Path:
         (["--trainer.check_val_every_n_epoch", "0"], "trainer.check_val_every_n_epoch=0 must lie in [1, 16,777,216]"),
         (["--trainer.val_check_interval", "0"], "trainer.val_check_interval=0 must lie in [1, 16,777,216]"),
         (["--trainer.accelerator", "c"], "trainer: You selected an invalid accelerator name: `accelerator='c'`"),
+        (["--trainer.precision", "transformer-engine"], "trainer: Requirement 'transformer_engine"),  # not installed
         (["--model.model.rope_base", "1e-320"], "model.model.rope_base: 1e-320 is not a number in (1.0, inf)"),
         (["--trainer.gradient_clip_val", "-1"], "trainer.gradient_clip_val=-1 must be a non-negative number"),
         (["--data.num_workers", "100000"], "data.num_workers: 100000 is not an integer in [0, 64]"),
@@ -121,7 +122,7 @@ def text(tmp_path, monkeypatch) -> Path:
         ),
     ],
     ids=["heads", "depth", "batch-size", "context", "max-steps", "cooldown", "unknown", "workers-null", "seed-null",
-         "log-every-0", "val-every-0", "val-interval-0", "accelerator", "rope-base", "clip", "workers", "devices",
+         "log-every-0", "val-every-0", "val-interval-0", "accelerator", "missing-package", "rope-base", "clip", "workers", "devices",
          "nodes", "barebones", "no-checkpointing", "seed", "top-k", "every-n", "mode", "monitor", "early-stopping",
          "csv-flush-0"],
 )  # fmt: skip
