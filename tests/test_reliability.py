@@ -122,9 +122,9 @@ def text(tmp_path, monkeypatch) -> Path:
         ),
     ],
     ids=["heads", "depth", "batch-size", "context", "max-steps", "cooldown", "unknown", "workers-null", "seed-null",
-         "log-every-0", "val-every-0", "val-interval-0", "accelerator", "missing-package", "rope-base", "clip", "workers", "devices",
-         "nodes", "barebones", "no-checkpointing", "seed", "top-k", "every-n", "mode", "monitor", "early-stopping",
-         "csv-flush-0"],
+         "log-every-0", "val-every-0", "val-interval-0", "accelerator", "missing-package", "rope-base", "clip",
+         "workers", "devices", "nodes", "barebones", "no-checkpointing", "seed", "top-k", "every-n", "mode", "monitor",
+         "early-stopping", "csv-flush-0"],
 )  # fmt: skip
 def test_out_of_range_settings_get_one_line(capsys, text, args, message):
     err = fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), *args, message=message)

@@ -101,8 +101,10 @@ class WandbLogger(_WandbLogger):
             first = e.errors()[0]
             name, given = ".".join(map(str, first["loc"])) or "a setting", str(first.get("input"))[:40]
             where = [key for key, value in os.environ.items() if key.startswith("WANDB_") and value[:40] == given]
-            raise ValueError(f"W&B refuses its setting {name}={given!r} ({first['msg'][:200]}); correct "
-                             f"{where[0] if where else f'the WandbLogger setting {name}'}, or unset it") from None
+            raise ValueError(
+                f"W&B refuses its setting {name}={given!r} ({first['msg'][:200]}); correct "
+                f"{where[0] if where else f'the WandbLogger setting {name}'}, or unset it"
+            ) from None
 
 
 class _AppendingWriter(ExperimentWriter):
