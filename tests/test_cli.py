@@ -306,6 +306,8 @@ def test_export_writes_a_model_that_loads_without_the_project_cli(trained):
     assert config["model"] == "CausalLM" and bytes(config["vocab"]["bytes"]) == vocab.symbols  # a file vocabulary
     again = cli("export", "--ckpt_path", ckpt, "--out", "exported", cwd=cwd)
     assert_fails_cleanly(again, "'exported' already holds model.safetensors and config.json; pass another folder")
+    onto = cli("export", "--ckpt_path", ckpt, "--out", ckpt, cwd=cwd)  # the flag at fault, not the checkpoint's
+    assert_fails_cleanly(onto, f"--out {ckpt!r} is a file, and export writes a folder; pass a folder")
 
 
 def test_attention_draws_every_layer_and_head_of_a_character_model(trained):

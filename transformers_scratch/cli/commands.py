@@ -169,11 +169,13 @@ def export(ckpt_path: PathName, out: PathName, format: Literal["project", "hf"] 
     Args:
         ckpt_path: A LitCharLM, LitClassifier, LitSeq2Seq or LitXL checkpoint written by fit (LitMaskedLM too,
             for hf; a LitXL's memory is no Hugging Face model's).
-        out: A new or empty folder.
+        out: A folder, made if new, that holds no model.safetensors or config.json yet.
         format: project (this project's from_pretrained reads it, with the vocabulary), or hf: a GPT-2, Llama,
             Qwen2 or BERT folder that transformers' AutoModelForCausalLM / AutoModelForMaskedLM loads, for a
             model that one of those families expresses (the refusal names the option that none has).
     """
+    if Path(out).exists() and not Path(out).is_dir():  # checked before the checkpoint is read
+        raise ValueError(f"--out {out!r} is a file, and export writes a folder; pass a folder, e.g. exported/NAME")
     if format == "hf":
         module, _ = Checkpoint(ckpt_path).trained(LitCharLM, LitMaskedLM, command="export --format hf")
         folder = save_hf(module.model, out)
