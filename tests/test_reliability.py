@@ -1328,6 +1328,7 @@ CALLBACK_LAUGHS = f"trainer:\n  callbacks:\n    - &c {TIMER}\n" + "    - *c\n" *
         (LAUGHS, "more than 64 YAML aliases"),
         (CALLBACK_LAUGHS, "more than 64 YAML aliases"),
         (b"a: " + b"[" * 10_000 + b"]" * 10_000 + b"\n", "nests deeper than 64 levels"),
+        (b"trainer:\n  max_steps: 2\n  max_steps: 3\n", "'max_steps' is set twice in one mapping (lines 2 and 3)"),
         (b"name: " + b"x" * 2_000_000 + b"\n", "is longer than 1,000,000 characters (the longest value is at name)"),
         (
             b"trainer:\n  max_steps: 3\nmodel:\n  init_args:\n    note: " + b"x" * 2_000_000 + b"\n",
@@ -1345,6 +1346,7 @@ CALLBACK_LAUGHS = f"trainer:\n  callbacks:\n    - &c {TIMER}\n" + "    - *c\n" *
         "laughs",
         "laughs-in-callbacks",
         "deep",
+        "key-twice",
         "huge",
         "huge-nested",
         "many-lines",
@@ -1359,6 +1361,39 @@ def test_a_hostile_config_file_gets_one_line(tmp_path, capsys, monkeypatch, cont
     err = fails(capsys, "fit", "--config", "a.yaml", "--config", "b.yaml", "--config", "bad.yaml", message=message)
     assert "'bad.yaml'" in err and "'a.yaml'" not in err  # which of the files, of several
     assert len(err) < 1000  # nothing long echoed back
+
+
+def test_yaml_that_the_loader_refuses_names_the_flag_or_the_piped_config_it_came_in(capsys, text):
+    """A flag's YAML value, or a piped config, that the loader's limits refuse: the report names a group
+    (``model``), and was blamed on a config file given beside it, or on nothing."""
+    fails(
+        capsys,
+        "fit",
+        "--config",
+        TINY_LM,
+        "--data.path",
+        str(text),
+        "--model.model",
+        "{depth: 2, depth: 3}",
+        message="error: --model.model '{depth: 2, depth: 3}': 'depth' is set twice in one mapping; keep one",
+    )
+    read, write = os.pipe()
+    os.write(write, b"trainer:\n  max_steps: 2\n  max_steps: 3\n")
+    os.close(write)
+    try:
+        fails(
+            capsys,
+            "fit",
+            "--config",
+            TINY_LM,
+            "--config",
+            f"/dev/fd/{read}",
+            "--data.path",
+            str(text),
+            message=f"error: --config '/dev/fd/{read}': 'max_steps' is set twice in one mapping (lines 2 and 3)",
+        )
+    finally:
+        os.close(read)
 
 
 @pytest.mark.parametrize(

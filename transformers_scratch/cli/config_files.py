@@ -19,7 +19,9 @@ MAX_ALIASES = 64
 
 
 class ConfigError(ValueError):
-    pass
+    """A config or value that :func:`load` refuses; ``text``: what it was reading (the error path finds its flag)."""
+
+    text = ""
 
 
 class GuardedLoader(yaml.SafeLoader):
@@ -40,6 +42,17 @@ class GuardedLoader(yaml.SafeLoader):
         finally:
             self.depth -= 1
 
+    def construct_mapping(self, node, deep=False):
+        """A key set twice in one mapping is refused: PyYAML keeps the last, and the first looks as if it held."""
+        lines: dict = {}
+        for key, _ in node.value:
+            name, line = self.construct_object(key, deep=True), key.start_mark.line + 1
+            if isinstance(name, str | int | float | bool) and name in lines:
+                at = f" (lines {lines[name]} and {line})" if lines[name] < line else ""  # a one-line value: none
+                raise ConfigError(f"{str(name)[:40]!r} is set twice in one mapping{at}; keep one")
+            lines[name] = line
+        return super().construct_mapping(node, deep)
+
 
 def load(text: str):
     """One config file's text, or one command-line value, as Python data."""
@@ -48,6 +61,9 @@ def load(text: str):
     loader = GuardedLoader(text)
     try:
         return loader.get_single_data()
+    except ConfigError as e:
+        e.text = text
+        raise
     finally:
         loader.dispose()
 

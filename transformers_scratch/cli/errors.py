@@ -20,7 +20,7 @@ from ..data import DataError
 from ..data.files import shortened
 from ..model.config import memory_bytes
 from ..training.callbacks import TrainingDiverged
-from .config_files import config_paths, load, no_mapping, not_yaml
+from .config_files import ConfigError, config_paths, load, no_mapping, not_yaml
 
 REFUSALS = (ValueError, OSError, TrainingDiverged, DataError, ArgumentError, MisconfigurationException)
 """What the user's input, files or machine refuse: one line each (an out-of-memory error too, :func:`refused`)."""
@@ -64,14 +64,16 @@ def _line(e: BaseException, argv: list[str]) -> str:
         path, flag = str(e.filename), flag_of(str(e.filename), argv)
         fix = FILE_IN_THE_WAY.get(e.errno, "pass a path that exists and this user may read and write, or create it")
         return f"{flag + ' ' if flag else ''}{shortened(path)!r}: {e.strerror or type(e).__name__}; {fix}"
-    if isinstance(e, UnicodeDecodeError):  # a piped config: regular files are read, and named, before parsing
-        piped = [repr(path) for path in config_paths(argv) if not os.path.isfile(path)]
+    # a piped config (regular files are read, and named, before parsing), or a flag's YAML, that the loader refused
+    piped = " or ".join(repr(path) for path in config_paths(argv) if not os.path.isfile(path))
+    if isinstance(e, UnicodeDecodeError):
         if not piped:  # every file the project reads is named where it is read: this one was not
             return f"a file this command read is not UTF-8 text (byte {e.start:,}); pass it in UTF-8"
-        return (
-            f"--config {' or '.join(piped)} is not UTF-8 text (byte {e.start:,}); pass a config such as "
-            "configs/first_run.yaml"
-        )
+        return f"--config {piped} is not UTF-8 text (byte {e.start:,}); pass a config such as configs/first_run.yaml"
+    if loaded := next((c for c in causes(e) if isinstance(c, ConfigError) and c.text), None):
+        flag = flag_of(loaded.text, argv)
+        where = f"{flag} {shortened(loaded.text)!r}" if flag else f"--config {piped}" if piped else "a value"
+        return f"{where}: {loaded}"
     message = str(e)
     if type(e).__name__ != "ArgumentError":  # jsonargparse's parse errors; its checks at instantiation are ValueErrors
         return brief(message)
@@ -81,6 +83,15 @@ def _line(e: BaseException, argv: list[str]) -> str:
         culprit = config_at_fault(line, argv)
         line = f"--config {culprit!r}: {line}" if culprit else line
     return line
+
+
+def causes(e: BaseException | None):
+    """``e`` and the exceptions it was raised from (as a traceback shows them), innermost last."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        yield e
+        e = e.__cause__ if e.__cause__ is not None or e.__suppress_context__ else e.__context__
 
 
 FILE_IN_THE_WAY = {  # a folder was to be made or entered where a file is
