@@ -767,7 +767,7 @@ def test_context_scores_what_test_scores_by_position(trained):
     assert_fails_cleanly(refused, "--ckpt_path names no checkpoint; pass one, or several: --ckpt_path '[a.ckpt, ")
     before = (cwd / ckpt).read_bytes()  # an output named as an input: the checkpoint was replaced by the CSV
     refused = cli("context", "--ckpt_path", ckpt, "--data_path", str(data), "--csv", ckpt, cwd=cwd)
-    assert_fails_cleanly(refused, f"--csv '{ckpt}' is a file this command reads; pass another name, e.g. --csv ")
+    assert_fails_cleanly(refused, f"--csv '{ckpt}' is a file this command reads (--ckpt_path); pass another name")
     assert (cwd / ckpt).read_bytes() == before
 
 

@@ -1274,8 +1274,13 @@ def test_predictions_never_land_in_a_folder_or_on_their_input_and_a_replaced_fil
     before = text.read_bytes()  # the file predicted on, as the output (or through a link): it would be lost
     (tmp_path / "link.txt").symlink_to(text)
     for output in (str(text), "link.txt"):
-        fails(capsys, *args, "--predictions.output", output, message="is the file predicted on (data.predict_path)")
+        fails(capsys, *args, "--predictions.output", output, message="is a file this command reads (data.predict_path)")
     assert text.read_bytes() == before
+    ckpt = tmp_path / "copy.ckpt"  # the checkpoint read, as the output: it was written over with the predictions
+    ckpt.write_bytes(lm_ckpt.read_bytes())
+    args[args.index(str(lm_ckpt))] = str(ckpt)
+    fails(capsys, *args, "--predictions.output", str(ckpt), message="is a file this command reads (--ckpt_path)")
+    assert ckpt.read_bytes() == lm_ckpt.read_bytes()
 
 
 def test_a_picture_never_lands_in_a_folder_named_as_its_file(lm_ckpt, capsys, tmp_path):

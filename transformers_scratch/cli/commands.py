@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import sys
 from pathlib import Path
 from typing import Literal
@@ -28,6 +27,7 @@ from ..bounds import (
     Share,
 )
 from ..data import ByteVocab, WordVocab
+from ..data.files import read_by
 from ..model.hf import save_hf
 from ..model.pretrained import save_pretrained, written_whole
 from ..training.checkpoints import Checkpoint
@@ -69,12 +69,13 @@ def text_or_file(text: str | None, path: str | None, flag: str, what: str, kind:
 
 def out_file(out: str, flag: str = "--out", example: str = "picture.png", inputs: tuple = ()) -> Path:
     """A file a command writes (a picture unless ``example`` says otherwise), checked before any work: never a
-    folder nor one of the command's ``inputs``, its folder made, and a file it replaces named."""
+    folder nor one of the command's ``inputs`` ((flag, path) pairs), its folder made, and a file it replaces named."""
     target = Path(out)
     if target.is_dir():
         raise ValueError(f"{flag} {out!r} is a folder; pass a file name, e.g. {flag} {target / example}")
-    if target.exists() and any(path and Path(path).exists() and os.path.samefile(out, path) for path in inputs):
-        raise ValueError(f"{flag} {out!r} is a file this command reads; pass another name, e.g. {flag} {example}")
+    if read := read_by(out, inputs):
+        raise ValueError(f"{flag} {out!r} is a file this command reads ({read}); pass another name, e.g. {flag} "
+                         f"{example}")  # fmt: skip
     from matplotlib.backend_bases import FigureCanvasBase
 
     picture = example.endswith(".png") and target.suffix
@@ -320,7 +321,8 @@ def attention(
         if allowed is not None:
             sp = model.cfg.sparse
             title += f"; {sp.pattern} pattern, l={sp.block}, {sp.layout} heads (grey: outside the pattern)"
-    draw_attention(weights, tokens, out_file(out, inputs=(ckpt_path, text_file)), title, dpi, allowed)
+    target = out_file(out, inputs=(("--ckpt_path", ckpt_path), ("--text_file", text_file)))
+    draw_attention(weights, tokens, target, title, dpi, allowed)
     print(f"wrote {out}: {weights.size(0)} layers x {weights.size(1)} heads over {len(tokens)} {kind}")
 
 
@@ -343,7 +345,7 @@ def plot(run: PathName, out: PathName | None = None, dpi: Dpi = 100) -> None:
     curves = learning_curves(metrics)
     if not curves:
         raise ValueError(f"{str(metrics)!r} holds no training loss, validation metric or learning rate to draw yet")
-    target = out_file(out, inputs=(metrics,)) if out else metrics.parent / "curves.png"
+    target = out_file(out, inputs=(("run", metrics),)) if out else metrics.parent / "curves.png"
     draw_curves(curves, target, shown(str(metrics.parent)), dpi)
     print(f"wrote {target}: {', '.join(curves)}")
 
@@ -390,7 +392,7 @@ def context(
     if not ckpt_path:
         raise ValueError("--ckpt_path names no checkpoint; pass one, or several: --ckpt_path '[a.ckpt, b.ckpt]'")
     paths = [ckpt_path] if isinstance(ckpt_path, str) else ckpt_path
-    read = (*paths, data_path)
+    read = (("--data_path", data_path), *(("--ckpt_path", path) for path in paths))
     target = out_file(out, inputs=read) if out else None
     table = out_file(csv, "--csv", "context.csv", read) if csv else None
     memories = [eval_mem_len] if isinstance(eval_mem_len, int) else eval_mem_len

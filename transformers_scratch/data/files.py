@@ -104,6 +104,14 @@ def read_bytes(path: str | os.PathLike, flag: str = "data.path") -> bytes:
 LONGEST = 120  # characters of one value quoted in a message: a longer one shows its start and its length
 
 
+def read_by(out: str | os.PathLike, inputs) -> str | None:
+    """The flag of the input (of ``(flag, path)`` pairs, a None path skipped) that the file ``out`` is, or None: a
+    command that wrote its output over one of its inputs would lose it."""
+    same = [flag for flag, path in inputs if path and os.path.exists(path) and os.path.exists(out)
+            and os.path.samefile(out, path)]  # fmt: skip
+    return same[0] if same else None
+
+
 def shortened(value: str) -> str:
     """A value as a message quotes it: whole up to :data:`LONGEST` characters, else its first 60 and its length."""
     return value if len(value) <= LONGEST else f"{value[:60]}... ({len(value):,} characters)"

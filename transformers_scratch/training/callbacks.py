@@ -40,6 +40,7 @@ from ..bounds import (
     check_args,
     checked,
 )
+from ..data.files import read_by
 from ..model.pretrained import written_whole
 from .console import note, shown
 from .perf import peak_flops, train_flops_per_token
@@ -585,9 +586,12 @@ class PredictionWriter(BasePredictionWriter):
         self.bits = self.count = 0.0
 
     def on_predict_start(self, trainer, pl_module) -> None:
-        source = getattr(trainer.datamodule, "predict_path", None)  # written over, it would be lost
-        if self.output and source and Path(self.output).exists() and os.path.samefile(self.output, source):
-            raise ValueError(f"predictions.output {self.output!r} is the file predicted on (data.predict_path); pass "
+        inputs = (
+            ("data.predict_path", getattr(trainer.datamodule, "predict_path", None)),
+            ("--ckpt_path", trainer.ckpt_path),
+        )
+        if self.output and (source := read_by(self.output, inputs)):
+            raise ValueError(f"predictions.output {self.output!r} is a file this command reads ({source}); pass "
                              "another file name, e.g. --predictions.output predictions.txt")  # fmt: skip
 
     def on_predict_epoch_start(self, trainer, pl_module) -> None:
@@ -617,5 +621,6 @@ class PredictionWriter(BasePredictionWriter):
         else:
             Path(self.output).parent.mkdir(parents=True, exist_ok=True)
             replaced = Path(self.output).exists()
-            Path(self.output).write_text(text)
+            with written_whole(Path(self.output)) as tmp:
+                tmp.write_text(text)
             note(f"predictions written to {self.output}" + (" (it replaced the file of that name)" if replaced else ""))
