@@ -131,6 +131,25 @@ def test_out_of_range_settings_get_one_line(capsys, text, args, message):
     assert "Does not validate" not in err and "usage:" not in err
 
 
+def test_a_launchers_variables_that_no_launcher_set_get_one_line(capsys, text, monkeypatch):
+    """A rank that is no integer was a traceback when torchmetrics was imported; SLURM's ``--ntasks``, which
+    Lightning refuses with a RuntimeError, was a traceback from the Trainer."""
+    monkeypatch.setenv("LOCAL_RANK", "abc")
+    fails(
+        capsys,
+        "fit",
+        "--config",
+        TINY_LM,
+        "--data.path",
+        str(text),
+        message="error: LOCAL_RANK='abc' is not an integer: a rank or count that a launcher (torchrun, SLURM) sets",
+    )
+    monkeypatch.delenv("LOCAL_RANK")
+    monkeypatch.setenv("SLURM_NTASKS", "2")
+    err = fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), message="error: trainer: ")
+    assert "ntasks" in err
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a machine with a GPU takes the setting")
 def test_a_gpu_asked_for_where_there_is_none_is_refused_with_the_fix(capsys, text):
     """Lightning's "No supported gpu backend found!" named the trainer but no fix."""

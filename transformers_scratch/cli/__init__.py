@@ -35,6 +35,8 @@ FUNCTION_NAMES = (
 )  # typed functions of commands.py
 EXPERIMENT_NAMES = ("extrapolate", "soak")  # argparse scripts of experiments/ that build runs with build_cli
 PACKAGE = Path(__file__).resolve().parents[1]
+RANKS = ("RANK", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")  # a launcher's variables
+DEBUG_HINT = "(set TS_DEBUG=1 to see the traceback)"
 
 
 @cache
@@ -104,6 +106,10 @@ def main(argv: list[str] | None = None) -> None:
     if not args or args[0] in ("-h", "--help"):
         print(usage())
         return
+    if bad := next((key for key in RANKS if not os.environ.get(key, "0").removeprefix("-").isdigit()), None):
+        print(f"error: {bad}={os.environ[bad][:40]!r} is not an integer: a rank or count that a launcher (torchrun, "
+              f"SLURM) sets, read when torch starts; unset it\n{DEBUG_HINT}", file=sys.stderr)  # fmt: skip
+        sys.exit(1)
     from ..training.console import INTERRUPTED, clipped, close_bars
     from .errors import error_line, refused
     from .lightning import build_cli
@@ -119,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
         if os.environ.get("TS_DEBUG") or not refused(e):  # a fault of the project's: its traceback
             raise
         close_bars()
-        print(f"error: {clipped(error_line(e, args))}\n(set TS_DEBUG=1 to see the traceback)", file=sys.stderr)
+        print(f"error: {clipped(error_line(e, args))}\n{DEBUG_HINT}", file=sys.stderr)
         sys.exit(1)
     except KeyboardInterrupt:  # Ctrl-C (a fit's first one saves the run and stops by itself): no traceback
         if os.environ.get("TS_DEBUG"):

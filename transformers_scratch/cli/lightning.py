@@ -466,11 +466,12 @@ class CLI(LightningCLI):
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         """Lightning's Trainer checks its own settings (an accelerator it does not know, devices it does not have),
-        in words that name the value but not where it was set, or a package that a setting needs and this machine
-        lacks (``precision transformer-engine``): its refusal is named as the trainer's."""
+        in words that name the value but not where it was set, a package that a setting needs and this machine
+        lacks (``precision transformer-engine``), or a cluster's settings it does not take (a RuntimeError, such as
+        SLURM's ``--ntasks``): its refusal is named as the trainer's."""
         try:
             return super().instantiate_trainer(**kwargs)
-        except (MisconfigurationException, ValueError, ModuleNotFoundError) as e:
+        except (MisconfigurationException, ValueError, ModuleNotFoundError, RuntimeError) as e:
             raise ValueError(named_as("trainer", e)) from e
 
     def before_instantiate_classes(self) -> None:
