@@ -179,7 +179,8 @@ def test_fit_test_decode_and_export_through_the_cli(trained):
     ("args", "message"),
     [
         (["--input", "12x"], "character 'x' in '12x' is not in the tasks' alphabet"),
-        (["--input", "1" * 9], "has 9 characters, more than the model's context 5"),
+        (["--input", "1" * 9], "--input: '111111111' has 9 characters, more than the model's context 5"),
+        (["--input_file", "long.txt"], "--input_file 'long.txt' line 2: '111111111' has 9 characters, more than the"),
         ([], "give the source with --input TEXT or --input_file FILE"),
         (["--input", "1", "--input_file", "f.txt"], "give the source with --input TEXT or --input_file FILE"),
         (["--input_file", "missing.txt"], "--input_file 'missing.txt' does not exist"),
@@ -187,6 +188,7 @@ def test_fit_test_decode_and_export_through_the_cli(trained):
 )
 def test_decode_refuses_bad_input_with_one_line(trained, args, message):
     cwd, ckpt = trained
+    (cwd / "long.txt").write_text("12\n111111111\n")
     result = cli("decode", "--ckpt_path", ckpt, *args, cwd=cwd)
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert result.stderr.count("error:") == 1 and message in result.stderr, result.stderr[-2000:]

@@ -150,16 +150,20 @@ def decode(ckpt_path: PathName, input: str | None = None, input_file: PathName |
     numbered = [(n, line.strip()) for n, line in enumerate(lines, start=1) if line.strip()]
     if not numbered:
         raise ValueError(f"{where} holds nothing to decode: give at least one non-empty source")
-    for n, source in numbered:
+    if len(numbered) > MAX_INPUTS:
+        raise ValueError(f"--input_file holds {len(numbered):,} sources, more than {MAX_INPUTS:,}; split the file")
+    module, _ = Checkpoint(ckpt_path).trained(LitSeq2Seq, command="decode")
+    context = module.model.cfg.context
+    for n, source in numbered:  # every character known, and no source longer than the context
+        at = f"{where}{f' line {n:,}' if input_file else ''}"
         try:
             encode(source)
         except ValueError as e:
-            raise ValueError(f"{where}{f' line {n:,}' if input_file else ''}: {e}") from None
-    sources = [source for _, source in numbered]
-    if len(sources) > MAX_INPUTS:
-        raise ValueError(f"--input_file holds {len(sources):,} sources, more than {MAX_INPUTS:,}; split the file")
-    module, _ = Checkpoint(ckpt_path).trained(LitSeq2Seq, command="decode")
-    for outputs in decode_sources(module, sources, batch_size):
+            raise ValueError(f"{at}: {e}") from None
+        if len(source) > context:
+            raise ValueError(f"{at}: {source[:40]!r} has {len(source):,} characters, more than the model's context "
+                             f"{context}; pass shorter sources, or train with a larger data.max_length")  # fmt: skip
+    for outputs in decode_sources(module, [source for _, source in numbered], batch_size):
         print("\n".join(outputs))
 
 

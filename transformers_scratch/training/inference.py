@@ -38,20 +38,12 @@ def continue_text(module: LitCharLM, vocab: ByteVocab, prompt: str, length: int,
 
 
 def decode_sources(module: LitSeq2Seq, sources: list[str], batch_size: int):
-    """Greedy outputs of an encoder-decoder for ``sources``, a batch at a time (yields lists of outputs). Every
-    source is checked first: known characters, and no longer than the model's context."""
-    context = module.model.cfg.context
-    for source in sources:
-        transduction.encode(source)  # every character known, or one line naming the first that is not
-        if len(source) > context:
-            raise ValueError(
-                f"source {source[:40]!r} has {len(source)} characters, more than the model's context {context}; "
-                "pass shorter sources, or train with a larger data.max_length"
-            )
+    """Greedy outputs of an encoder-decoder for ``sources`` (known characters, none longer than the model's
+    context: the decode command checks them), a batch at a time (yields lists of outputs)."""
     module = module.to(device())
     for i in range(0, len(sources), batch_size):
         src, mask, _, _ = transduction.collate([(s, "") for s in sources[i : i + batch_size]])
-        out = module.greedy(src.to(device()), mask.to(device()), context)
+        out = module.greedy(src.to(device()), mask.to(device()), module.model.cfg.context)
         yield [transduction.decode(row.tolist()) for row in out.cpu()]
 
 
