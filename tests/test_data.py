@@ -349,7 +349,8 @@ def test_a_review_or_a_predict_file_that_is_not_utf8_is_named(tmp_path):
 
 def test_a_predict_file_past_what_predict_reads_at_once_is_refused_before_it_is_read(tmp_path, monkeypatch):
     """The reviews are read and tokenised whole, about ten times their size in memory: 107 MB took 1.2 GB, so a
-    file of gigabytes met the machine's limit, with no line to say why."""
+    file of gigabytes met the machine's limit, with no line to say why. No more than the limit is read, from a
+    file or a pipe."""
     from transformers_scratch.data import imdb
 
     root = make_aclimdb(tmp_path)
@@ -359,10 +360,18 @@ def test_a_predict_file_past_what_predict_reads_at_once_is_refused_before_it_is_
     dm.setup()
     (tmp_path / "reviews.txt").write_text("a fine film\n" * 10)
     monkeypatch.setattr(imdb, "MAX_PREDICT", 100)
-    with pytest.raises(DataError, match="reviews.txt. holds 120 bytes, more than 100 that predict reads at once"):
+    with pytest.raises(DataError, match="reviews.txt. holds more than 100 bytes that predict reads at once"):
         dm.predict_dataloader()
     monkeypatch.setattr(imdb, "MAX_PREDICT", 120)
     assert len(dm.predict_dataloader().dataset) == 4  # 10 reviews in batches of 3
+    read, write = os.pipe()  # a pipe (predict_path <(zcat reviews.gz)) was refused as no file
+    os.write(write, b"a fine film\n" * 5)
+    os.close(write)
+    dm.predict_path = f"/dev/fd/{read}"
+    try:
+        assert len(dm.predict_dataloader().dataset) == 2
+    finally:
+        os.close(read)
 
 
 def test_word_dropout_replaces_real_training_tokens_by_unk_the_same_way_each_time(tmp_path):

@@ -395,14 +395,16 @@ class IMDbDataModule(ResumableData):
         if self.vocab is None:
             raise ValueError("predict needs the vocabulary of a trained classifier: pass --ckpt_path")
         path = Path(self.predict_path)
-        if not path.is_file():
+        if not path.exists() or path.is_dir():
             raise DataError(
                 f"data.predict_path {self.predict_path!r} is not a file; give a text file with one review a line"
             )
-        if (size := path.stat().st_size) > MAX_PREDICT:
-            raise DataError(f"data.predict_path {self.predict_path!r} holds {size:,} bytes, more than {MAX_PREDICT:,} "
-                            "that predict reads at once; split it, e.g. `split -C 50M FILE part-`")  # fmt: skip
-        text = utf8(path.read_bytes(), f"data.predict_path {self.predict_path!r}")
+        with open(path, "rb") as f:  # a file, or a pipe (read once): no more than the limit is read
+            raw = f.read(MAX_PREDICT + 1)
+        if len(raw) > MAX_PREDICT:
+            raise DataError(f"data.predict_path {self.predict_path!r} holds more than {MAX_PREDICT:,} bytes that "
+                            "predict reads at once; split it, e.g. `split -C 50M FILE part-`")  # fmt: skip
+        text = utf8(raw, f"data.predict_path {self.predict_path!r}")
         texts = [line for line in text.splitlines() if line.strip()]
         if not texts:
             raise DataError(f"data.predict_path {self.predict_path!r} holds no reviews; give one review a line")
