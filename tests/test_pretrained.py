@@ -105,6 +105,7 @@ def test_export_never_overwrites_and_reading_checks_the_folder(tmp_path):
     ({"width": 3}, "setting 'width' that this version's LMConfig lacks"),
     ({"emb": 10**40 - 1}, "emb=9{40} is not an integer in"),
     ({"positions": "mearned"}, "positions='mearned' is not one of learned\\|"),
+    ({"context": 2**21}, "declares context 2,097,152, more than 1,048,576: the config does not match its weights"),
 ])  # fmt: skip
 def test_an_export_is_untrusted_its_sizes_checked_before_anything_is_allocated(tmp_path, change, message):
     """A config.json that declares a model its weights cannot hold is refused in one line, before the model is

@@ -841,7 +841,7 @@ def test_a_checkpoint_whose_settings_describe_a_model_larger_than_its_weights_is
     data["hyper_parameters"]["model"] = {**vars(TINY), "emb": 4096, "heads": 32, "depth": 20}
     torch.save(data, path)
     args = ["--prompt", "a"] if command == "sample" else ["--config", TINY_LM, "--data.path", str(text)]
-    fails(capsys, command, "--ckpt_path", str(path), *args, message="its settings describe 4,028,"
+    fails(capsys, command, "--ckpt_path", str(path), *args, message="declares 4,028,"
           "694,528 parameters or more (depth 20, emb 4096, vocab 256), and its weights hold 42,176")  # fmt: skip
 
 

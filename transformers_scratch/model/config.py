@@ -163,6 +163,13 @@ class TransformerConfig:
         head = 0 if getattr(self, "tie_weights", True) else self.vocab_size * self.emb
         return self.vocab_size * self.emb + table + head + self.depth * self.block_parameters()
 
+    def refuse_past(self, held: int, where: str, fix: str, error: type[ValueError] = ValueError) -> None:
+        """Settings that declare more parameters than a file's weights ``held`` are refused before anything is built
+        (a damaged or hostile file would have memory allocated for a model its weights cannot fill)."""
+        if (needed := self.parameters_at_least()) > held:
+            raise error(f"{where} declares {needed:,} parameters or more (depth {self.depth}, emb {self.emb}, vocab "
+                        f"{self.vocab_size}), and its weights hold {held:,}: {fix}")  # fmt: skip
+
     def block_parameters(self) -> int:
         """A block's projections, at least (biases and norms left out): what a file of weights must hold."""
         kv = (self.kv_heads or self.heads) * (self.emb // self.heads)  # g * s: a key's or value's rows

@@ -308,12 +308,8 @@ def _from_hf(source, num_classes: int | None, device: str | torch.device) -> nn.
     except (TypeError, ValueError) as e:  # the config's own checks: sizes, divisibility
         raise HFError(str(e) if isinstance(e, HFError) else f"config.json: {str(e)[:200]}") from None
     family = hf["model_type"]
-    present = sum(math.prod(shape) for shape in shapes.values())
-    if (declared := cfg.parameters_at_least()) > present:
-        raise HFError(
-            f"config.json declares at least {declared:,} parameters (depth {cfg.depth}, emb {cfg.emb}, vocab "
-            f"{cfg.vocab_size}) and the weights hold {present:,}: the config does not match its weights"
-        )
+    cfg.refuse_past(sum(math.prod(shape) for shape in shapes.values()), "config.json", "the config does not match its "
+                    "weights", HFError)  # fmt: skip
     with torch.device("meta"):  # the shapes to expect, with nothing allocated
         expected = _model_class(cfg)(cfg).state_dict()
     strip = PREFIX.get(family, "")

@@ -140,11 +140,8 @@ def from_pretrained(folder: str | os.PathLike, device: str | torch.device = "cpu
 def check_sizes(cfg, weights: Path) -> None:
     """Refuse, before anything is allocated, sizes that the weights file cannot hold: a model of n parameters
     needs at least 2n bytes (16-bit), and its context bounds the position tables made from it."""
-    room, needed = weights.stat().st_size // 2, cfg.parameters_at_least()
-    if needed > room or cfg.context > MAX_CONTEXT:
-        raise ValueError(
-            f"{str(weights.parent / CONFIG)!r} declares {needed:,} parameters or more (depth {cfg.depth}, emb "
-            f"{cfg.emb}, vocab {cfg.vocab_size}) and context {cfg.context:,}, and {WEIGHTS} holds "
-            f"{weights.stat().st_size:,} bytes, room for {room:,} (context at most {MAX_CONTEXT:,}): the config does "
-            "not match its weights; export the model again"
-        )
+    config, fix = repr(str(weights.parent / CONFIG)), "the config does not match its weights; export the model again"
+    if cfg.context > MAX_CONTEXT:
+        raise ValueError(f"{config} declares context {cfg.context:,}, more than {MAX_CONTEXT:,}: {fix}")
+    cfg.refuse_past(weights.stat().st_size // 2, config, f"{fix} ({WEIGHTS} holds at most one 16-bit number per 2 "
+                    "bytes)")  # fmt: skip

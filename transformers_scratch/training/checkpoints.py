@@ -124,11 +124,9 @@ class Checkpoint:
         if cls is None or self.model is None:
             return self.model
         cfg = read_settings(cls, self.model, self.source)
-        held, needed = sum(math.prod(shape) for shape in self.shapes.values()), cfg.parameters_at_least()
-        if needed > max(held, CHEAP):
-            raise ValueError(f"{self.source}: its settings describe {needed:,} parameters or more (depth {cfg.depth}, "
-                             f"emb {cfg.emb}, vocab {cfg.vocab_size}), and its weights hold {held:,}: the file is "
-                             "damaged; pass another checkpoint")  # fmt: skip
+        if cfg.parameters_at_least() > CHEAP:
+            cfg.refuse_past(sum(math.prod(shape) for shape in self.shapes.values()), self.source,
+                            "the file is damaged; pass another checkpoint")  # fmt: skip
         return dataclasses.asdict(cfg)
 
     def refuse_kind(self, *takes: type, command: str) -> type:
