@@ -877,6 +877,14 @@ def test_a_checkpoint_with_no_record_of_its_module_says_so(capsys, tmp_path):
     fails(capsys, "sample", "--ckpt_path", str(path), "--prompt", "a", message=message)
 
 
+@pytest.mark.parametrize("name", ["best", "hpc", "registry"])
+def test_lightnings_names_of_a_checkpoint_in_its_own_process_are_refused_with_the_file_to_pass(capsys, text, name):
+    """``best`` (a fit's best checkpoint in the same process), ``hpc`` and ``registry`` reached Lightning, whose
+    refusals named neither the flag nor a fix."""
+    fails(capsys, "validate", "--config", TINY_LM, "--data.path", str(text), "--ckpt_path", name,
+          message=f"--ckpt_path {name!r} does not exist; pass a checkpoint file such as")  # fmt: skip
+
+
 @pytest.mark.parametrize("command", ["test", "sample"])
 def test_an_export_folder_given_as_a_checkpoint_is_named_with_its_reader(capsys, text, tmp_path, command):
     save_pretrained(CausalLM(TINY), tmp_path / "exported")

@@ -24,14 +24,14 @@ from ..data.vocab import DamagedVocab
 from ..model.config import TransformerConfig, read_settings
 from .run_folder import NAME
 
-CKPT_ALIASES = {"last", "best", "hpc", "registry"}  # names Lightning resolves itself
 CHEAP = 2**24  # parameters (64 MB in float32): a model this size is built in a moment, to compare weight by weight
 RETRAIN = "it predates the package's layout or comes from another version: train it again with this one"
 
 
 def check_ckpt_path(ckpt_path: str | None) -> None:
-    """A ``--ckpt_path`` must name a file, or one of the names Lightning resolves (``last``, ...)."""
-    if ckpt_path is not None and ckpt_path not in CKPT_ALIASES and not Path(ckpt_path).is_file():
+    """A ``--ckpt_path`` must name a file (``last`` is resolved to one first; Lightning's other names, ``best``,
+    ``hpc`` and ``registry``, name a checkpoint of a fit in the same process or on its cloud, which no run here has)."""
+    if ckpt_path is not None and not Path(ckpt_path).is_file():
         raise FileNotFoundError(
             f"--ckpt_path {ckpt_path!r} {absent(ckpt_path)}; pass a checkpoint file such as "
             "checkpoints/enwik8/last.ckpt, or 'last' to resume the newest run of this config"
