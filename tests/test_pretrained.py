@@ -2,8 +2,11 @@
 call and without Lightning."""
 
 import json
+import os
+import stat
 import subprocess
 import sys
+import threading
 
 import pytest
 import torch
@@ -155,3 +158,24 @@ def test_the_project_export_carries_the_pretrained_family_options(tmp_path):
     again = from_pretrained(tmp_path / "out")
     ids = torch.randint(0, 200, (2, 12))
     assert again.cfg == cfg and torch.equal(again(ids), model(ids))
+
+
+def test_a_file_is_written_whole_and_a_pipe_in_place(tmp_path):
+    """A write that fails leaves the old file, and no temporary one; a pipe or a device (``/dev/stdout``) is written
+    to, not replaced by a regular file, which the rename did (as root, /dev/stdout itself)."""
+    from transformers_scratch.model.pretrained import written_whole
+
+    target = tmp_path / "a.txt"
+    target.write_text("old")
+    with pytest.raises(RuntimeError), written_whole(target) as tmp:
+        tmp.write_text("half")
+        raise RuntimeError
+    assert target.read_text() == "old" and list(tmp_path.iterdir()) == [target]
+    fifo, got = tmp_path / "pipe", []
+    os.mkfifo(fifo)
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()))
+    reader.start()
+    with written_whole(fifo) as tmp:
+        tmp.write_text("through")
+    reader.join(10)
+    assert got == ["through"] and stat.S_ISFIFO(fifo.stat().st_mode)

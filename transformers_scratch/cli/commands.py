@@ -83,7 +83,7 @@ def out_file(out: str, flag: str = "--out", example: str = "picture.png", inputs
         raise ValueError(f"{flag} {out!r} ends in {target.suffix!r}, which is no picture format here; pass a name "
                          "ending in .png (or .pdf, .svg)")  # fmt: skip
     target.parent.mkdir(parents=True, exist_ok=True)
-    if target.exists():
+    if target.is_file():  # a device or a pipe (/dev/stdout) is written to, not replaced
         print(f"note: replacing {out}", file=sys.stderr)
     return target
 

@@ -59,7 +59,11 @@ def save_pretrained(model: nn.Module, folder: str | os.PathLike, extra: dict | N
 @contextmanager
 def written_whole(path: Path) -> Iterator[Path]:
     """A temporary name beside ``path`` to write to, of this writer's own, renamed to ``path`` once the block
-    ends (atomic on POSIX): a killed or failed write leaves the old file, or none, never half of the new."""
+    ends (atomic on POSIX): a killed or failed write leaves the old file, or none, never half of the new. A
+    ``path`` that is a device or a pipe (``/dev/stdout``) is written to itself: a rename would replace it."""
+    if path.exists() and not path.is_file():
+        yield path
+        return
     tmp = path.with_name(f".{path.name}.{os.urandom(4).hex()}.tmp")
     try:
         yield tmp

@@ -620,7 +620,7 @@ class PredictionWriter(BasePredictionWriter):
             sys.stdout.flush()
         else:
             Path(self.output).parent.mkdir(parents=True, exist_ok=True)
-            replaced = Path(self.output).exists()
+            replaced = Path(self.output).is_file()  # not a pipe or a device, written to in place
             with written_whole(Path(self.output)) as tmp:
                 tmp.write_text(text)
             note(f"predictions written to {self.output}" + (" (it replaced the file of that name)" if replaced else ""))
