@@ -354,6 +354,38 @@ def test_lightnings_own_callbacks_still_load(text, tmp_path, capsys):
     assert done.value.code == 0 and "interval: step" in capsys.readouterr().out
 
 
+def test_lightnings_learning_rate_finder_sets_the_modules_learning_rate(text):
+    """LearningRateFinder reads and sets the module's ``lr``, which the modules lacked (their rate is
+    model.optim.lr): an AttributeError traceback."""
+    run = build_cli(
+        [
+            "fit",
+            "--config",
+            TINY_LM,
+            "--data.path",
+            str(text),
+            "--trainer.max_steps",
+            "2",
+            "--data.batches_per_epoch",
+            "2",
+            "--trainer.limit_val_batches",
+            "1",
+            "--sample.length",
+            "0",
+            "--trainer.logger",
+            "false",
+            "--trainer.callbacks+=LearningRateFinder",
+            "--trainer.callbacks.num_training_steps",
+            "20",
+            "--trainer.callbacks.early_stop_threshold",
+            "null",
+        ]
+    )
+    finder = next(c for c in run.trainer.callbacks if type(c).__name__ == "LearningRateFinder")
+    suggested = finder.optimal_lr.suggestion()
+    assert suggested is not None and run.model.optim.lr == suggested and run.trainer.global_step == 2
+
+
 def test_a_configs_checkpoint_callback_runs_beside_the_runs_own_and_the_closing_line_names_both(capsys, text):
     Path("mine.yaml").write_text(
         "trainer:\n  callbacks:\n  - class_path: lightning.pytorch.callbacks.ModelCheckpoint\n"

@@ -170,6 +170,15 @@ class LitTransformer(L.LightningModule):
             return
         super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
+    @property
+    def lr(self) -> float:
+        """The peak learning rate, ``model.optim.lr``: Lightning's LearningRateFinder reads and sets it."""
+        return self.optim.lr
+
+    @lr.setter
+    def lr(self, value: float) -> None:
+        self.optim.lr = value
+
     def configure_optimizers(self):
         total = self.optim.total_steps or self.trainer.estimated_stepping_batches
         scaled = self.trainer.precision in ("16-mixed", "16")  # a GradScaler steps the optimizer
