@@ -211,3 +211,17 @@ def test_text_that_is_not_utf8_is_blamed_on_a_piped_config_only_where_one_was_gi
     (tmp_path / "a.yaml").write_text("name: a\n")
     line = error_line(caught.value, ["fit", "--config", str(tmp_path / "a.yaml")])
     assert line == "a file this command read is not UTF-8 text (byte 9); pass it in UTF-8"
+
+
+def test_a_module_that_is_not_installed_is_refused_with_the_fix():
+    """A package that a setting needs and this machine lacks (a Lightning callback's, ``transformers`` for
+    ``export --format hf``) was a traceback; Lightning's own message names the package to install, and is kept."""
+    from transformers_scratch.cli.errors import refused
+
+    missing = ModuleNotFoundError("No module named 'psutil'", name="psutil")
+    assert refused(missing)
+    assert error_line(missing, ["fit"]) == (
+        "this command needs the module 'psutil', which is not installed; pip install its package"
+    )
+    lightnings = ModuleNotFoundError("`DeviceStatsMonitor` cannot log CPU stats as `psutil` is not installed.")
+    assert error_line(lightnings, ["fit"]) == str(lightnings)

@@ -22,8 +22,10 @@ from ..model.config import memory_bytes
 from ..training.callbacks import TrainingDiverged
 from .config_files import ConfigError, config_paths, load, no_mapping, not_yaml
 
-REFUSALS = (ValueError, OSError, TrainingDiverged, DataError, ArgumentError, MisconfigurationException)
-"""What the user's input, files or machine refuse: one line each (an out-of-memory error too, :func:`refused`)."""
+REFUSALS = (ValueError, OSError, TrainingDiverged, DataError, ArgumentError, MisconfigurationException,
+            ModuleNotFoundError)  # fmt: skip
+"""What the user's input, files or machine refuse (a package a setting needs, not installed, too): one line each
+(an out-of-memory error too, :func:`refused`)."""
 
 ALLOWED_IMPORTS = ["transformers_scratch", "torch", "lightning"]  # what a config may name by import path
 
@@ -60,6 +62,8 @@ def _line(e: BaseException, argv: list[str]) -> str:
                 f"name, {os.pathconf('/', 'PC_PATH_MAX'):,} a path); pass a shorter path")  # fmt: skip
     if out_of_memory(e):
         return memory_line(e, argv)
+    if isinstance(e, ModuleNotFoundError) and e.name:  # Python's own; Lightning's name the package to install
+        return f"this command needs the module {e.name!r}, which is not installed; pip install its package"
     if isinstance(e, OSError) and e.errno is not None and e.filename:  # the system's, on a path it was given
         path, flag = str(e.filename), flag_of(str(e.filename), argv)
         fix = FILE_IN_THE_WAY.get(e.errno, "pass a path that exists and this user may read and write, or create it")
