@@ -223,5 +223,6 @@ def test_a_module_that_is_not_installed_is_refused_with_the_fix():
     assert error_line(missing, ["fit"]) == (
         "this command needs the module 'psutil', which is not installed; pip install its package"
     )
+    assert not refused(ModuleNotFoundError("No module named ...", name="transformers_scratch.gone"))  # a fault
     lightnings = ModuleNotFoundError("`DeviceStatsMonitor` cannot log CPU stats as `psutil` is not installed.")
     assert error_line(lightnings, ["fit"]) == str(lightnings)

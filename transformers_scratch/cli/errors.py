@@ -38,8 +38,9 @@ SCAFFOLDING = (
 
 def refused(e: BaseException) -> bool:
     """Whether ``e`` refuses the user's input, files or machine (one line), rather than showing a fault (a
-    traceback)."""
-    return isinstance(e, REFUSALS) or out_of_memory(e)
+    traceback): a module of the project's own that is missing is a fault."""
+    own = isinstance(e, ModuleNotFoundError) and (e.name or "").partition(".")[0] == __name__.partition(".")[0]
+    return (isinstance(e, REFUSALS) and not own) or out_of_memory(e)
 
 
 def out_of_memory(e: BaseException) -> bool:
