@@ -364,6 +364,8 @@ def test_the_help_lists_every_command_under_the_name_it_was_invoked_by(tmp_path)
     sample = cli("sample", "--help", cwd=tmp_path)
     assert sample.returncode == 0 and sample.stdout.startswith("usage: cli.py sample --ckpt_path CKPT_PATH")
     assert "A LitCharLM or LitXL checkpoint written by fit" in " ".join(sample.stdout.split())  # from the docstring
+    # a bound shows as what it takes, not as its class (type: <class 'Length'>)
+    assert "(type: an integer in [1, 1,000,000], default: 600)" in " ".join(sample.stdout.split())
 
 
 def test_the_help_and_the_package_import_neither_torch_nor_lightning():

@@ -22,7 +22,14 @@ MAX_WORKERS = 64  # DataLoader processes: each is a copy of this one; past the c
 BOUNDED: list[type] = []
 
 
-class Interval:
+class Named(type):
+    """A bounded type shows as what it takes (``an integer in [1, 1,000]``), as ``--help`` writes it."""
+
+    def __repr__(cls) -> str:
+        return cls.__name__
+
+
+class Interval(metaclass=Named):
     """An interval's type: ``check`` returns the value as the base type when it lies inside, else refuses."""
 
     base: type = int
