@@ -488,6 +488,8 @@ def test_the_long_context_table_measures_the_kernels_it_is_given(tmp_path, monke
             ["--long-context", "--start-context", "4096", "--max-context", "1024"],
             "error: --start-context 4096 is past --max-context 1024",
         ),  # fmt: skip
+        (["--plot", "scaling.png"], "error: --plot is a setting of --long-context runs, and does nothing without"),
+        (["--data.path", "text.txt"], "error: --data.path is a setting of --end-to-end or --speedrun runs"),
     ],
 )
 def test_a_bad_flag_or_config_ends_the_bench_with_one_line_before_any_measurement(tmp_path, argv, says):

@@ -324,9 +324,29 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(130 if isinstance(e, KeyboardInterrupt) else 1) from None
 
 
+# Flags that one kind of run reads, by the flags that ask for it: given without one, a flag would do nothing
+ONLY = {
+    ("--long-context",): ("--search", "--plot", "--attn-heads", "--attn-head-width", "--kernels", "--model-steps",
+                          "--start-context", "--max-context", "--memory-budget-gb", "--precision"),
+    ("--end-to-end", "--speedrun"): ("--data.path", "--nanogpt-train", "--threads", "--fit-args"),
+    ("--end-to-end",): ("--rounds", "--max-steps"),
+    ("--speedrun",): ("--budget", "--nanogpt-budget", "--seeds"),
+}  # fmt: skip
+
+
+def dest(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_").replace(".", "_")
+
+
 def bench(args: argparse.Namespace) -> None:
     if args.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: this machine (or this build of torch) has no CUDA device; pass --device cpu")
+    defaults = build_parser().parse_args([])
+    for runs, flags in ONLY.items():
+        given = [flag for flag in flags if getattr(args, dest(flag)) != getattr(defaults, dest(flag))]
+        if given and not any(getattr(args, dest(run)) for run in runs):
+            raise ValueError(f"{given[0]} is a setting of {' or '.join(runs)} runs, and does nothing without one; "
+                             f"add {' or '.join(runs)}, or leave {given[0]} out")  # fmt: skip
     if args.job:  # a child process: one measurement
         print(json.dumps(run_job(json.loads(args.job))))
         return
