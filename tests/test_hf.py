@@ -13,6 +13,7 @@ from transformers_scratch.model.attention import ATTENTION, Attend, MultiHeadAtt
 from transformers_scratch.model.config import MaskedLMConfig
 from transformers_scratch.model.hf import HFError, from_hf, save_hf
 from transformers_scratch.model.models import MaskedLM, SequenceClassifier
+from transformers_scratch.model.pretrained import save_pretrained
 
 transformers = pytest.importorskip("transformers")  # the optional extra: pip install -e ".[hf]"
 
@@ -149,6 +150,15 @@ EXPORTABLE = {
         qkv_bias=True,
     ),  # fmt: skip
 }
+
+
+def test_an_export_goes_where_a_killed_one_left_its_temporary_files(tmp_path):
+    """A killed export left ``.model.safetensors.*.tmp``: a folder that looked empty was refused as not empty."""
+    for folder, save in ((tmp_path / "hf", save_hf), (tmp_path / "ours", save_pretrained)):
+        folder.mkdir()
+        (folder / ".model.safetensors.0a1b2c3d.tmp").write_bytes(b"half")
+        save(CausalLM(EXPORTABLE["tutorial-default-gpt2"]), folder)
+        assert sorted(f.name for f in folder.iterdir()) == ["config.json", "model.safetensors"]
 
 
 @pytest.mark.parametrize("cfg", EXPORTABLE.values(), ids=EXPORTABLE.keys())

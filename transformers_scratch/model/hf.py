@@ -35,7 +35,7 @@ from torch import nn
 
 from .config import ClassifierConfig, LMConfig, MaskedLMConfig
 from .models import CausalLM, MaskedLM, SequenceClassifier
-from .pretrained import read_json, written_whole
+from .pretrained import clear_unfinished, read_json, written_whole
 
 
 class HFError(ValueError):
@@ -401,7 +401,7 @@ def save_hf(model: CausalLM | MaskedLM, folder: str | os.PathLike) -> Path:
     from safetensors.torch import save_file
 
     family, hf = hf_family(model)
-    folder = Path(folder)
+    folder = clear_unfinished(Path(folder))
     if folder.exists() and any(folder.iterdir()):
         raise FileExistsError(f"{str(folder)!r} is not empty; pass a new or empty folder")
     state, cfg = model.state_dict(), model.cfg

@@ -44,7 +44,7 @@ def save_pretrained(model: nn.Module, folder: str | os.PathLike, extra: dict | N
     name = type(model).__name__
     if name not in MODELS:
         raise ValueError(f"cannot export a {name}; exportable models: {', '.join(MODELS)}")
-    folder = Path(folder)
+    folder = clear_unfinished(Path(folder))
     if taken := [f for f in (WEIGHTS, CONFIG) if (folder / f).exists()]:
         raise FileExistsError(f"{str(folder)!r} already holds {' and '.join(taken)}; pass another folder")
     folder.mkdir(parents=True, exist_ok=True)
@@ -76,6 +76,13 @@ def unfinished(folder: Path, name: str = "*") -> Iterator[Path]:
     """The temporary files of :func:`written_whole` in ``folder`` for files named ``name`` (a glob pattern) that a
     killed writer left behind."""
     return folder.glob(f".{name}.*.tmp")
+
+
+def clear_unfinished(folder: Path) -> Path:
+    """``folder`` without the temporary files that a killed export left in it (hidden: the folder looked empty)."""
+    for leftover in [*unfinished(folder, WEIGHTS), *unfinished(folder, CONFIG)]:
+        leftover.unlink(missing_ok=True)
+    return folder
 
 
 MAX_CONFIG_BYTES = 1_000_000  # config.json with a vocabulary of words is well under this
