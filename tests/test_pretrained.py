@@ -163,7 +163,7 @@ def test_the_project_export_carries_the_pretrained_family_options(tmp_path):
 def test_a_file_is_written_whole_and_a_pipe_in_place(tmp_path):
     """A write that fails leaves the old file, and no temporary one; a pipe or a device (``/dev/stdout``) is written
     to, not replaced by a regular file, which the rename did (as root, /dev/stdout itself)."""
-    from transformers_scratch.model.pretrained import written_whole
+    from transformers_scratch.atomic import written_whole
 
     target = tmp_path / "a.txt"
     target.write_text("old")

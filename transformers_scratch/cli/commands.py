@@ -12,6 +12,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from ..atomic import written_whole
 from ..bounds import (
     MAX_SAMPLE,
     Count,
@@ -29,7 +30,7 @@ from ..bounds import (
 from ..data import ByteVocab, WordVocab
 from ..data.files import read_by
 from ..model.hf import save_hf
-from ..model.pretrained import save_pretrained, written_whole
+from ..model.pretrained import save_pretrained
 from ..training.checkpoints import Checkpoint
 from ..training.console import shown
 from ..training.inference import continue_text, decode_sources, export_vocab

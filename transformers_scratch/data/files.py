@@ -11,7 +11,7 @@ import zipfile
 import zlib
 from pathlib import Path
 
-from ..model.pretrained import unfinished, written_whole
+from ..atomic import unfinished, written_whole
 
 
 class DataError(ValueError):

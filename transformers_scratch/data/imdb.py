@@ -18,8 +18,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from ..atomic import written_whole
 from ..bounds import Count, OpenRate, PathName, Rate, Seed, Workers, check_args
-from ..model.pretrained import written_whole
 from .files import DataError, inflates_past, predicting, utf8
 from .ids import IGNORE_INDEX
 from .progress import ResumableData

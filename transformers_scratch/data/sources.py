@@ -12,7 +12,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..model.pretrained import written_whole
+from ..atomic import written_whole
 
 
 @dataclass(frozen=True)

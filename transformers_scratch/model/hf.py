@@ -33,9 +33,10 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from ..atomic import written_whole
 from .config import ClassifierConfig, LMConfig, MaskedLMConfig
 from .models import CausalLM, MaskedLM, SequenceClassifier
-from .pretrained import clear_unfinished, read_json, written_whole
+from .pretrained import clear_unfinished, read_json
 
 
 class HFError(ValueError):

@@ -15,14 +15,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
 import torch
 from torch import nn
 
+from ..atomic import unfinished, written_whole
 from .config import ClassifierConfig, EncoderDecoderConfig, LMConfig, XLConfig, read_settings
 from .models import CausalLM, EncoderDecoder, SequenceClassifier
 from .xl import TransformerXL
@@ -54,28 +53,6 @@ def save_pretrained(model: nn.Module, folder: str | os.PathLike, extra: dict | N
     with written_whole(folder / CONFIG) as tmp:
         tmp.write_text(json.dumps(config, indent=2) + "\n")
     return folder
-
-
-@contextmanager
-def written_whole(path: Path) -> Iterator[Path]:
-    """A temporary name beside ``path`` to write to, of this writer's own, renamed to ``path`` once the block
-    ends (atomic on POSIX): a killed or failed write leaves the old file, or none, never half of the new. A
-    ``path`` that is a device or a pipe (``/dev/stdout``) is written to itself: a rename would replace it."""
-    if path.exists() and not path.is_file():
-        yield path
-        return
-    tmp = path.with_name(f".{path.name}.{os.urandom(4).hex()}.tmp")
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def unfinished(folder: Path, name: str = "*") -> Iterator[Path]:
-    """The temporary files of :func:`written_whole` in ``folder`` for files named ``name`` (a glob pattern) that a
-    killed writer left behind."""
-    return folder.glob(f".{name}.*.tmp")
 
 
 def clear_unfinished(folder: Path) -> Path:

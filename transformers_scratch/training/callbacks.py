@@ -29,6 +29,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from torch import Tensor
 from tqdm import tqdm
 
+from ..atomic import written_whole
 from ..bounds import (
     Count,
     NonNegative,
@@ -41,7 +42,6 @@ from ..bounds import (
     checked,
 )
 from ..data.files import read_by
-from ..model.pretrained import written_whole
 from .console import note, shown
 from .perf import peak_flops, train_flops_per_token
 

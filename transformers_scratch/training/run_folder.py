@@ -8,7 +8,7 @@ import os
 import re
 from pathlib import Path
 
-from ..model.pretrained import unfinished
+from ..atomic import unfinished
 
 LOCK = ".fit.lock"
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")  # a run's name, or a log version: one folder, never a path

@@ -1,0 +1,32 @@
+"""Files written whole: a temporary name beside the target, renamed into place once complete, so that a killed
+or failed write never leaves half a file (checkpoints, exports, data caches, downloads, predictions). Every layer
+writes through it, as every layer declares its bounds in :mod:`.bounds`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+@contextmanager
+def written_whole(path: Path) -> Iterator[Path]:
+    """A temporary name beside ``path`` to write to, of this writer's own, renamed to ``path`` once the block
+    ends (atomic on POSIX): a killed or failed write leaves the old file, or none, never half of the new. A
+    ``path`` that is a device or a pipe (``/dev/stdout``) is written to itself: a rename would replace it."""
+    if path.exists() and not path.is_file():
+        yield path
+        return
+    tmp = path.with_name(f".{path.name}.{os.urandom(4).hex()}.tmp")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def unfinished(folder: Path, name: str = "*") -> Iterator[Path]:
+    """The temporary files of :func:`written_whole` in ``folder`` for files named ``name`` (a glob pattern) that a
+    killed writer left behind."""
+    return folder.glob(f".{name}.*.tmp")
