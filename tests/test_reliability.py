@@ -135,15 +135,8 @@ def test_a_launchers_variables_that_no_launcher_set_get_one_line(capsys, text, m
     """A rank that is no integer was a traceback when torchmetrics was imported; SLURM's ``--ntasks``, which
     Lightning refuses with a RuntimeError, was a traceback from the Trainer."""
     monkeypatch.setenv("LOCAL_RANK", "abc")
-    fails(
-        capsys,
-        "fit",
-        "--config",
-        TINY_LM,
-        "--data.path",
-        str(text),
-        message="error: LOCAL_RANK='abc' is not an integer: a rank or count that a launcher (torchrun, SLURM) sets",
-    )
+    says = "error: LOCAL_RANK='abc' is not an integer: a rank or count that a launcher (torchrun, SLURM) sets"
+    fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), message=says)
     monkeypatch.delenv("LOCAL_RANK")
     monkeypatch.setenv("SLURM_NTASKS", "2")
     err = fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), message="error: trainer: ")
@@ -1430,32 +1423,15 @@ def test_a_hostile_config_file_gets_one_line(tmp_path, capsys, monkeypatch, cont
 def test_yaml_that_the_loader_refuses_names_the_flag_or_the_piped_config_it_came_in(capsys, text):
     """A flag's YAML value, or a piped config, that the loader's limits refuse: the report names a group
     (``model``), and was blamed on a config file given beside it, or on nothing."""
-    fails(
-        capsys,
-        "fit",
-        "--config",
-        TINY_LM,
-        "--data.path",
-        str(text),
-        "--model.model",
-        "{depth: 2, depth: 3}",
-        message="error: --model.model '{depth: 2, depth: 3}': 'depth' is set twice in one mapping; keep one",
-    )
+    args = ["fit", "--config", TINY_LM, "--data.path", str(text)]
+    says = "error: --model.model '{depth: 2, depth: 3}': 'depth' is set twice in one mapping; keep one"
+    fails(capsys, *args, "--model.model", "{depth: 2, depth: 3}", message=says)
     read, write = os.pipe()
     os.write(write, b"trainer:\n  max_steps: 2\n  max_steps: 3\n")
     os.close(write)
     try:
-        fails(
-            capsys,
-            "fit",
-            "--config",
-            TINY_LM,
-            "--config",
-            f"/dev/fd/{read}",
-            "--data.path",
-            str(text),
-            message=f"error: --config '/dev/fd/{read}': 'max_steps' is set twice in one mapping (lines 2 and 3)",
-        )
+        says = f"error: --config '/dev/fd/{read}': 'max_steps' is set twice in one mapping (lines 2 and 3)"
+        fails(capsys, *args, "--config", f"/dev/fd/{read}", message=says)
     finally:
         os.close(read)
 
