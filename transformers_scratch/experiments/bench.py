@@ -341,15 +341,15 @@ def dest(flag: str) -> str:
 def bench(args: argparse.Namespace) -> None:
     if args.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: this machine (or this build of torch) has no CUDA device; pass --device cpu")
-    defaults = build_parser().parse_args([])
+    if args.job:  # a child process: one measurement
+        print(json.dumps(run_job(json.loads(args.job))))
+        return
+    defaults = build_parser().parse_args([])  # the command's own flags, checked once, not in every measurement
     for runs, flags in ONLY.items():
         given = [flag for flag in flags if getattr(args, dest(flag)) != getattr(defaults, dest(flag))]
         if given and not any(getattr(args, dest(run)) for run in runs):
             raise ValueError(f"{given[0]} is a setting of {' or '.join(runs)} runs, and does nothing without one; "
                              f"add {' or '.join(runs)}, or leave {given[0]} out")  # fmt: skip
-    if args.job:  # a child process: one measurement
-        print(json.dumps(run_job(json.loads(args.job))))
-        return
     if args.speedrun:
         from .endtoend import speedrun
 
