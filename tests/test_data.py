@@ -336,7 +336,7 @@ def test_a_review_or_a_predict_file_that_is_not_utf8_is_named(tmp_path):
     dm.prepare_data()
     dm.setup()
     (tmp_path / "reviews.txt").write_bytes("a fine film\nun film très bien\n".encode("latin-1"))
-    with pytest.raises(DataError, match="data.predict_path '.*reviews.txt' is not UTF-8 text \\(byte 22\\)"):
+    with pytest.raises(DataError, match="data.predict_path '.*reviews.txt' is not UTF-8 text \\(byte 0xe8 at 22\\)"):
         dm.predict_dataloader()
     (root / "train" / "pos" / "0_7.txt").write_bytes(b"caf\xe9")
     with pytest.raises(DataError, match="0_7.txt' is not UTF-8 text"):
@@ -360,7 +360,7 @@ def test_a_predict_file_past_what_predict_reads_at_once_is_refused_before_it_is_
     dm.setup()
     (tmp_path / "reviews.txt").write_text("a fine film\n" * 10)
     monkeypatch.setattr(imdb, "MAX_PREDICT", 100)
-    with pytest.raises(DataError, match="reviews.txt. holds more than 100 bytes that predict reads at once"):
+    with pytest.raises(DataError, match="reviews.txt. holds more than 100 bytes, more than is read at once"):
         dm.predict_dataloader()
     monkeypatch.setattr(imdb, "MAX_PREDICT", 120)
     assert len(dm.predict_dataloader().dataset) == 4  # 10 reviews in batches of 3

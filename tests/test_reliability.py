@@ -1288,13 +1288,16 @@ def test_a_text_file_that_is_binary_latin1_or_empty_gets_one_line(lm_ckpt, capsy
     assert f"--{flag}_file '{path}'" in err  # names the flag and the file
 
 
-def test_a_text_file_saved_with_a_byte_order_mark_reads_as_its_text(lm_ckpt, capsys, tmp_path):
+def test_a_text_file_saved_with_a_byte_order_mark_or_given_by_a_pipe_reads_as_its_text(lm_ckpt, capsys, tmp_path):
     (tmp_path / "prompt.txt").write_bytes(b"\xef\xbb\xbfthe cat")  # as Notepad saves UTF-8
+    os.mkfifo(tmp_path / "pipe")  # as --prompt_file <(...) or /dev/stdin give one
+    threading.Thread(target=(tmp_path / "pipe").write_bytes, args=(b"the cat",), daemon=True).start()
     outputs = []
-    for given in (["--prompt_file", str(tmp_path / "prompt.txt")], ["--prompt", "the cat"]):
+    for given in (["--prompt_file", str(tmp_path / "prompt.txt")], ["--prompt_file", str(tmp_path / "pipe")],
+                  ["--prompt", "the cat"]):  # fmt: skip
         main(["sample", "--ckpt_path", str(lm_ckpt), *given, "--length", "4", "--seed", "0"])
         outputs.append(capsys.readouterr().out)
-    assert outputs[0] == outputs[1] and outputs[0].startswith("the cat")
+    assert outputs[0] == outputs[1] == outputs[2] and outputs[0].startswith("the cat")
     (tmp_path / "prompt.txt").write_bytes(b"\xef\xbb\xbfthe caf\xe9")  # its offset is the file's, mark and all
     fails(capsys, "sample", "--ckpt_path", str(lm_ckpt), "--prompt_file", str(tmp_path / "prompt.txt"),
           message="is not UTF-8 text (byte 0xe9 at 10)")  # fmt: skip
@@ -1345,14 +1348,14 @@ def test_a_picture_never_lands_in_a_folder_named_as_its_file(lm_ckpt, capsys, tm
 
 
 @pytest.mark.parametrize("content, message", [
-    (b"\x00\x01binary", "is not a CSV log (binary data)"),
+    (b"\x00\x01binary", "holds binary data (a NUL byte); pass the metrics.csv"),
     (b"epoch,train/loss\n0,2.5\n", "has no step column"),
     (b"step,train/loss\n0,2.5\nfour,2.4\n", "line 3: step 'four' is not a step (an integer in [0, 9,007"),
     (b"step,train/loss\n0,2.5\n-1,2.4\n", "line 3: step '-1' is not a step"),
     pytest.param(b"step,train/loss\n0,2.5\n" + b"9" * 400 + b",2.4\n", "line 3: step '9999", id="step-past-a-float"),
     (b"step,train/loss\n0,2.5\n1,nan?\n", "line 3: train/loss 'nan?' is not a number"),
     (b"step,train/loss\n0,2.5,9\n", "line 2 has 2 columns in its header and not in this row"),
-    ("step,train/loss\n0,caf\xe9\n".encode("latin-1"), "is not a CSV log (not UTF-8)"),
+    ("step,train/loss\n0,caf\xe9\n".encode("latin-1"), "is not UTF-8 text (byte 0xe9 at 21)"),
 ])  # fmt: skip
 def test_plot_refuses_a_log_that_is_not_one_in_one_line(tmp_path, capsys, content, message):
     (tmp_path / "metrics.csv").write_bytes(content)

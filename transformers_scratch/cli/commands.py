@@ -28,7 +28,7 @@ from ..bounds import (
     Share,
 )
 from ..data import ByteVocab, WordVocab
-from ..data.files import read_by
+from ..data.files import read_by, read_text
 from ..model.hf import save_hf
 from ..model.pretrained import save_pretrained
 from ..training.checkpoints import Checkpoint
@@ -41,27 +41,12 @@ MAX_TEXT_FILE = 10_000_000  # bytes of a --X_file
 
 
 def text_or_file(text: str | None, path: str | None, flag: str, what: str, kind: str) -> str:
-    """The text of ``--FLAG TEXT`` or of the file ``--FLAG_file FILE``: exactly one of the two is given, and it
-    is not empty. A file must be UTF-8 text of at most :data:`MAX_TEXT_FILE` bytes."""
+    """The text of ``--FLAG TEXT`` or of the file ``--FLAG_file FILE`` (at most :data:`MAX_TEXT_FILE` bytes):
+    exactly one of the two is given, and it is not empty."""
     if (text is None) == (path is None):
         raise ValueError(f"give {what} with --{flag} TEXT or --{flag}_file FILE (one of the two)")
     if path is not None:
-        if not Path(path).is_file():
-            raise FileNotFoundError(f"--{flag}_file {path!r} does not exist or is not a file; pass {kind}")
-        if (size := Path(path).stat().st_size) > MAX_TEXT_FILE:
-            raise ValueError(f"--{flag}_file {path!r} holds {size:,} bytes, more than {MAX_TEXT_FILE:,}; pass less")
-        raw = Path(path).read_bytes()
-        if b"\x00" in raw:
-            raise ValueError(f"--{flag}_file {path!r} holds binary data (a NUL byte); pass {kind}")
-        mark = 3 if raw.startswith(b"\xef\xbb\xbf") else 0  # a byte-order mark (as Notepad saves) is no text
-        try:
-            text = raw[mark:].decode("utf-8")
-        except UnicodeDecodeError as e:
-            at = mark + e.start  # in the file
-            raise ValueError(
-                f"--{flag}_file {path!r} is not UTF-8 text (byte {raw[at]:#04x} at {at:,}); pass {kind} in UTF-8, "
-                "e.g. converted with `iconv -f latin1 -t utf-8`"
-            ) from None
+        text = read_text(path, f"--{flag}_file {path!r}", MAX_TEXT_FILE, kind)
     if not text:
         where = f"--{flag}_file {path!r}" if path is not None else f"--{flag}"
         raise ValueError(f"{where} is empty (an empty prompt); give {what}")

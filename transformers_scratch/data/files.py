@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import hashlib
 import os
@@ -19,17 +20,36 @@ class DataError(ValueError):
 
 
 def utf8(data: bytes, where: str) -> str:
-    """``data`` as UTF-8 text, or a refusal that names ``where`` it came from and the first byte that is not."""
+    """``data`` as UTF-8 text after an optional byte-order mark (as Notepad and spreadsheets save), or a refusal
+    that names ``where`` it came from and the first byte that is not, with its offset."""
+    mark = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
     try:
-        return data.decode("utf-8")
+        return data[mark:].decode("utf-8")
     except UnicodeDecodeError as e:
-        raise DataError(f"{where} is not UTF-8 text (byte {e.start:,}); pass a text file in UTF-8") from None
+        at = mark + e.start  # in the file
+        raise DataError(f"{where} is not UTF-8 text (byte {data[at]:#04x} at {at:,}); convert it, e.g. with `iconv "
+                        "-f latin1 -t utf-8`") from None  # fmt: skip
 
 
 def predicting(datamodule) -> bool:
     """Whether the datamodule serves ``predict``, which needs a checkpoint and predict_path, not the dataset."""
     trainer = datamodule.trainer
     return trainer is not None and trainer.state.fn == "predict"
+
+
+def read_text(path: str | os.PathLike, where: str, limit: int, kind: str = "a text file") -> str:
+    """A text file a user gives (a pipe too: read once) as :func:`utf8` text of at most ``limit`` bytes with no NUL
+    byte. ``where`` names it in each refusal (``--prompt_file 'x.txt'``); ``kind`` is what to pass instead."""
+    if not os.path.exists(path) or os.path.isdir(path):
+        raise DataError(f"{where} does not exist or is a folder; pass {kind}")
+    with open(path, "rb") as stream:
+        raw = stream.read(limit + 1)
+    if len(raw) > limit:
+        raise DataError(f"{where} holds more than {limit:,} bytes, more than is read at once; pass a shorter file "
+                        "(`split -C` cuts one into parts)")  # fmt: skip
+    if b"\x00" in raw:
+        raise DataError(f"{where} holds binary data (a NUL byte); pass {kind}")
+    return utf8(raw, where)
 
 
 def inflates_past(path: str | os.PathLike) -> int | None:

@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ..atomic import written_whole
 from ..bounds import Count, OpenRate, PathName, Rate, Seed, Workers, check_args
-from .files import DataError, inflates_past, predicting, utf8
+from .files import DataError, inflates_past, predicting, read_text, utf8
 from .ids import IGNORE_INDEX
 from .progress import ResumableData
 from .vocab import TokenizerVocab, WordVocab, distinct, vocab_from_state, vocab_state
@@ -394,20 +394,11 @@ class IMDbDataModule(ResumableData):
             raise ValueError("predict needs reviews: pass --data.predict_path FILE with one review per line")
         if self.vocab is None:
             raise ValueError("predict needs the vocabulary of a trained classifier: pass --ckpt_path")
-        path = Path(self.predict_path)
-        if not path.exists() or path.is_dir():
-            raise DataError(
-                f"data.predict_path {self.predict_path!r} is not a file; give a text file with one review a line"
-            )
-        with open(path, "rb") as f:  # a file, or a pipe (read once): no more than the limit is read
-            raw = f.read(MAX_PREDICT + 1)
-        if len(raw) > MAX_PREDICT:
-            raise DataError(f"data.predict_path {self.predict_path!r} holds more than {MAX_PREDICT:,} bytes that "
-                            "predict reads at once; split it, e.g. `split -C 50M FILE part-`")  # fmt: skip
-        text = utf8(raw, f"data.predict_path {self.predict_path!r}")
+        where = f"data.predict_path {self.predict_path!r}"
+        text = read_text(self.predict_path, where, MAX_PREDICT, "a text file with one review a line")
         texts = [line for line in text.splitlines() if line.strip()]
         if not texts:
-            raise DataError(f"data.predict_path {self.predict_path!r} holds no reviews; give one review a line")
+            raise DataError(f"{where} holds no reviews; give one review a line")
         if isinstance(self.vocab, TokenizerVocab):
             encoded = [self.vocab.encode(t.encode("utf-8")).tolist() for t in texts]
         else:

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from . import ids
-from .files import DataError, shortened
+from .files import DataError, read_text, shortened
 
 
 class ByteVocab:
@@ -153,13 +153,8 @@ class TokenizerVocab:
         file = folder / "tokenizer.json" if folder.is_dir() else folder
         if not file.is_file():
             raise DataError(f"data.tokenizer {str(path)!r} is not a tokenizer.json or a folder holding one")
-        if file.stat().st_size > cls.MAX_BYTES:
-            raise DataError(f"data.tokenizer {str(file)!r} holds {file.stat().st_size:,} bytes, more than a "
-                            f"tokenizer ({cls.MAX_BYTES:,})")  # fmt: skip
-        try:
-            return cls(file.read_bytes().decode("utf-8"), f"data.tokenizer {str(file)!r}")
-        except UnicodeDecodeError:
-            raise DataError(f"data.tokenizer {str(file)!r} is not UTF-8 text; pass a tokenizer.json") from None
+        where = f"data.tokenizer {str(file)!r}"
+        return cls(read_text(file, where, cls.MAX_BYTES, "a tokenizer.json"), where)
 
     def encode(self, data: bytes) -> Tensor:
         """UTF-8 text -> long ids (a byte that is not UTF-8 is replaced, as the decoder would show it)."""

@@ -15,6 +15,7 @@ from typing import Any, cast
 import torch
 from torch import Tensor, nn
 
+from ..data.files import read_text
 from ..model.attention import recording
 from ..model.sparse import SparseAttend
 from ..model.xl import TransformerXL
@@ -151,15 +152,7 @@ def learning_curves(metrics_csv: str | Path) -> dict[str, tuple[list[int], list[
     A file that is not such a log (binary, no step column, ragged rows, a value that is not a number) is refused
     with one line that names the file and the row."""
     path = Path(metrics_csv)
-    if path.stat().st_size > MAX_METRICS:
-        raise ValueError(f"{str(path)!r} holds {path.stat().st_size:,} bytes, more than a log of {MAX_METRICS:,}")
-    raw = path.read_bytes()
-    if b"\x00" in raw:
-        raise ValueError(f"{str(path)!r} is not a CSV log (binary data); pass the metrics.csv that fit wrote")
-    try:
-        text = raw.decode("utf-8-sig")  # a spreadsheet saves a byte-order mark first
-    except UnicodeDecodeError:
-        raise ValueError(f"{str(path)!r} is not a CSV log (not UTF-8); pass the metrics.csv that fit wrote") from None
+    text = read_text(path, repr(str(path)), MAX_METRICS, "the metrics.csv that fit wrote")
     reader = csv.DictReader(io.StringIO(text, newline=""))
     if "step" not in (reader.fieldnames or []):
         raise ValueError(f"{str(path)!r} has no step column; pass the metrics.csv that fit wrote")
