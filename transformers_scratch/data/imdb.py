@@ -229,6 +229,14 @@ class WordDropout(Dataset):
         return ids.masked_fill(dropped, WordVocab.UNK), real, labels
 
 
+def fingerprint(path: str, flag: str, hint: str) -> str:
+    """A source's identity in a cache's name: its full path, size and time of change (a changed file, a new cache)."""
+    p = Path(path).resolve()
+    if not p.exists():
+        raise DataError(f"{flag} {path!r} does not exist; pass {hint}")
+    return f"{p}:{p.stat().st_size}:{p.stat().st_mtime_ns}"
+
+
 class IMDbDataModule(ResumableData):
     """IMDb: 25,000 training reviews (less a held-out validation set) and 25,000 test reviews.
 
@@ -294,13 +302,8 @@ class IMDbDataModule(ResumableData):
         if self.path is None:
             source = HF_NAME
         else:
-            p = Path(self.path).resolve()
-            if not p.exists():
-                raise DataError(
-                    f"data.path {self.path!r} does not exist; pass aclImdb_v1.tar.gz or an aclImdb/ "
-                    f"directory ({ACLIMDB_URL}), or leave it unset to use the Hugging Face dataset"
-                )
-            source = f"{p}:{p.stat().st_size}:{p.stat().st_mtime_ns}"
+            source = fingerprint(self.path, "data.path", f"aclImdb_v1.tar.gz or an aclImdb/ directory ({ACLIMDB_URL}), "
+                                 "or leave it unset to use the Hugging Face dataset")  # fmt: skip
         words = (
             self.vocab_words if self.tokenizer is None else hashlib.sha256(self._tokenizer().json.encode()).hexdigest()
         )
@@ -515,13 +518,8 @@ class IMDbMLMDataModule(IMDbDataModule):
     def unlabeled_cache_file(self) -> Path:
         source = self.unlabeled_path or self.path or HF_NAME
         if source != HF_NAME:
-            p = Path(source).resolve()
-            if not p.exists():
-                raise DataError(
-                    f"data.unlabeled_path {source!r} does not exist; pass aclImdb_v1_unsup.tar.gz (or the official "
-                    f"{ACLIMDB_URL}, which holds aclImdb/train/unsup/) or its extracted aclImdb/ directory"
-                )
-            source = f"{p}:{p.stat().st_size}:{p.stat().st_mtime_ns}"
+            hint = f"aclImdb_v1_unsup.tar.gz (or {ACLIMDB_URL}, which holds aclImdb/train/unsup/) or an aclImdb/ folder"
+            source = fingerprint(source, "data.unlabeled_path", hint)
         key = f"{source}|{self.cache_file.name}"  # encoded with that cache's vocabulary
         return self.data_dir / f"imdb-unsup-{hashlib.sha256(key.encode()).hexdigest()[:12]}.pt"
 
