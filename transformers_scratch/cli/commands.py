@@ -28,7 +28,7 @@ from ..bounds import (
     Share,
 )
 from ..data import ByteVocab, WordVocab
-from ..data.files import read_by, read_text
+from ..data.files import read_text, refuse_output
 from ..model.hf import save_hf
 from ..model.pretrained import save_pretrained
 from ..training.checkpoints import Checkpoint
@@ -57,11 +57,7 @@ def out_file(out: str, flag: str = "--out", example: str = "picture.png", inputs
     """A file a command writes (a picture unless ``example`` says otherwise), checked before any work: never a
     folder nor one of the command's ``inputs`` ((flag, path) pairs), its folder made, and a file it replaces named."""
     target = Path(out)
-    if target.is_dir():
-        raise ValueError(f"{flag} {out!r} is a folder; pass a file name, e.g. {flag} {target / example}")
-    if read := read_by(out, inputs):
-        raise ValueError(f"{flag} {out!r} is a file this command reads ({read}); pass another name, e.g. {flag} "
-                         f"{example}")  # fmt: skip
+    refuse_output(out, flag, example, inputs)
     from matplotlib.backend_bases import FigureCanvasBase
 
     picture = example.endswith(".png") and target.suffix

@@ -124,12 +124,16 @@ def read_bytes(path: str | os.PathLike, flag: str = "data.path") -> bytes:
 LONGEST = 120  # characters of one value quoted in a message: a longer one shows its start and its length
 
 
-def read_by(out: str | os.PathLike, inputs) -> str | None:
-    """The flag of the input (of ``(flag, path)`` pairs, a None path skipped) that the file ``out`` is, or None: a
-    command that wrote its output over one of its inputs would lose it."""
+def refuse_output(out: str | os.PathLike, flag: str, example: str, inputs=()) -> None:
+    """A file a command is to write, checked before any work: never a folder, nor one of the command's ``inputs``
+    (``(flag, path)`` pairs, a None path skipped), which writing it would lose. ``example``: a file name to pass."""
+    if os.path.isdir(out):
+        raise ValueError(f"{flag} {str(out)!r} is a folder; pass a file name, e.g. {flag} {Path(out) / example}")
     same = [flag for flag, path in inputs if path and os.path.exists(path) and os.path.exists(out)
             and os.path.samefile(out, path)]  # fmt: skip
-    return same[0] if same else None
+    if same:
+        raise ValueError(f"{flag} {str(out)!r} is a file this command reads ({same[0]}); pass another name, e.g. "
+                         f"{flag} {example}")  # fmt: skip
 
 
 def shortened(value: str) -> str:

@@ -41,7 +41,7 @@ from ..bounds import (
     check_args,
     checked,
 )
-from ..data.files import read_by
+from ..data.files import refuse_output
 from .console import note, shown
 from .perf import peak_flops, train_flops_per_token
 
@@ -577,10 +577,8 @@ class PredictionWriter(BasePredictionWriter):
             output: A file to write the predictions to; None: standard output.
         """
         super().__init__(write_interval="batch_and_epoch")
-        if output is not None and Path(output).is_dir():  # refused before the predictions are computed
-            raise ValueError(
-                f"predictions.output {output!r} is a folder; pass a file name, e.g. {Path(output) / 'predictions.txt'}"
-            )
+        if output is not None:  # refused before the predictions are computed
+            refuse_output(output, "--predictions.output", "predictions.txt")
         self.output = output
         self.lines: list[str] = []
         self.bits = self.count = 0.0
@@ -590,9 +588,8 @@ class PredictionWriter(BasePredictionWriter):
             ("data.predict_path", getattr(trainer.datamodule, "predict_path", None)),
             ("--ckpt_path", trainer.ckpt_path),
         )
-        if self.output and (source := read_by(self.output, inputs)):
-            raise ValueError(f"predictions.output {self.output!r} is a file this command reads ({source}); pass "
-                             "another file name, e.g. --predictions.output predictions.txt")  # fmt: skip
+        if self.output:
+            refuse_output(self.output, "--predictions.output", "predictions.txt", inputs)
 
     def on_predict_epoch_start(self, trainer, pl_module) -> None:
         self.lines, self.bits, self.count = [], 0.0, 0.0
