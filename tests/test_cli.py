@@ -368,6 +368,18 @@ def test_the_help_lists_every_command_under_the_name_it_was_invoked_by(tmp_path)
     assert "(type: an integer in [1, 1,000,000], default: 600)" in " ".join(sample.stdout.split())
 
 
+def test_every_option_of_a_command_has_its_help():
+    """A command's options are its function's parameters, and each one's help is its line in the docstring."""
+    import inspect
+
+    from transformers_scratch.cli import FUNCTION_NAMES, commands
+
+    for name in FUNCTION_NAMES:
+        function = getattr(commands, name)
+        unexplained = [p for p in inspect.signature(function).parameters if f"\n        {p}: " not in function.__doc__]
+        assert unexplained == [], f"{name}: {unexplained}"
+
+
 def test_the_help_and_the_package_import_neither_torch_nor_lightning():
     """``cli.py --help`` names every command from the sources' docstrings, unimported, so it prints before torch
     (a second) or Lightning (seconds more) could load; the model's names still come from the package on first use."""

@@ -369,6 +369,7 @@ def context(
         bins: Bins of positions, spaced on a log scale from 1 to the context.
         out: A PNG of the curves, log-x.
         csv: A CSV of every position (curve, position, bytes, bits_per_byte).
+        dpi: Resolution of the PNG.
     """
     from ..data import OrderedTextDataModule, TextDataModule
     from ..data.vocab import vocab_state
