@@ -91,6 +91,13 @@ def test_a_config_that_is_no_mapping_is_named(tmp_path):
     assert line.startswith(f"--config {str(tmp_path / 'list.yaml')!r} holds no mapping of settings"), line
 
 
+def test_a_config_that_is_no_file_is_named_with_the_fix(tmp_path):
+    for given, why in (("nothing.yaml", "File does not exist"), (".", "Path is not a file")):
+        line = refusal("--config", str(tmp_path / given))
+        assert line == f"--config: {why}: {str((tmp_path / given).resolve())!r}; pass a config such as " \
+            "configs/first_run.yaml", line  # fmt: skip
+
+
 @pytest.mark.parametrize("content", ["trainer:\n  max_stepz: 3\n", "model:\n  class_path: test_errors.Model\n  "
                                      "init_args:\n    sizes:\n      emb: -4\n"])  # fmt: skip
 def test_of_several_configs_the_one_at_fault_is_named(tmp_path, content):

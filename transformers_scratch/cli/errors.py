@@ -157,11 +157,16 @@ def brief(message: str) -> str:
     return f"{'.'.join(keys)}: {reason}" if keys else reason
 
 
+NO_CONFIG = 'Parser key "config"'
+
+
 def not_a_config(message: str, argv: list[str]) -> str | None:
-    """jsonargparse's report of a config that is no mapping of settings, or no YAML (a file read through a pipe;
-    regular files are refused before parsing), naming the config files given; None for any other report."""
+    """jsonargparse's report of a config that is no file, no mapping of settings, or no YAML (a file read through
+    a pipe; regular files are refused before parsing), naming the config files given; None for any other report."""
     named = ", ".join(repr(p) for p in config_paths(argv)) or "a config"
     first = message.split("\n")[0]
+    if first.startswith(NO_CONFIG):  # no such file, or a folder
+        return f"--config{first.removeprefix(NO_CONFIG)}; pass a config such as configs/first_run.yaml"
     if first.startswith("Unexpected config:"):
         return str(no_mapping(named, first.removeprefix("Unexpected config:")))
     if first.startswith("Problems parsing config"):
