@@ -85,6 +85,15 @@ def test_a_flag_with_no_value_is_named():
         "(or --length=VALUE)"  # fmt: skip
 
 
+def test_an_unknown_flag_is_named_as_the_command_lines_not_a_configs(tmp_path):
+    (tmp_path / "c.yaml").write_text("trainer:\n  max_steps: 3\n")  # sets the group the misspelt flag names
+    argv = ["--config", str(tmp_path / "c.yaml"), "--trainer.max_stepz", "3"]
+    with pytest.raises(ArgumentError) as caught:
+        parser().parse_args(argv)
+    line = error_line(caught.value, ["fit", *argv])  # as main() gives it: the command first
+    assert line == "unrecognized arguments: --trainer.max_stepz 3; fit --help lists its options", line
+
+
 def test_a_config_that_is_no_mapping_is_named(tmp_path):
     (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
     line = refusal("--config", str(tmp_path / "list.yaml"))

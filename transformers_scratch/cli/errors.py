@@ -82,7 +82,7 @@ def _line(e: BaseException, argv: list[str]) -> str:
     message = str(e)
     if type(e).__name__ != "ArgumentError":  # jsonargparse's parse errors; its checks at instantiation are ValueErrors
         return brief(message)
-    line = not_a_config(message, argv) or missing_value(message, argv)
+    line = not_a_config(message, argv) or missing_value(message, argv) or unknown_flags(message, argv)
     if line is None:
         line = brief(message)
         culprit = config_at_fault(line, argv)
@@ -184,6 +184,13 @@ def missing_value(message: str, argv: list[str]) -> str | None:
             after = repr(argv[i + 1]) if i + 1 < len(argv) else "nothing"
             return f"{arg} needs a value, and {after} follows it; pass one, e.g. {arg} VALUE (or {arg}=VALUE)"
     return None
+
+
+def unknown_flags(message: str, argv: list[str]) -> str | None:
+    """argparse's "unrecognized arguments", given on the command line (a config's unknown key has a report of its
+    own), with where to look; None for any other report."""
+    first = message.split("\n")[0]
+    return f"{first}; {argv[0]} --help lists its options" if first.startswith("unrecognized arguments") else None
 
 
 def config_at_fault(line: str, argv: list[str]) -> str | None:
