@@ -100,6 +100,7 @@ def text(tmp_path, monkeypatch) -> Path:
         (["--trainer.gradient_clip_val", "-1"], "trainer.gradient_clip_val=-1 must be a non-negative number"),
         (["--data.num_workers", "100000"], "data.num_workers: 100000 is not an integer in [0, 64]"),
         (["--trainer.devices", "1000"], "trainer.devices=1000: on a CPU each device is a process of its own"),
+        (["--trainer.devices", "-2"], "trainer: `devices` selected with `CPUAccelerator` should be an int > 0"),
         (["--trainer.num_nodes", "2"], "trainer.num_nodes=2 with no cluster to join"),
         (["--trainer.barebones", "true"], "trainer.barebones true turns off logging and checkpoints, which every"),
         (["--trainer.enable_checkpointing", "false"], "trainer.enable_checkpointing false: every run here keeps"),
@@ -123,8 +124,8 @@ def text(tmp_path, monkeypatch) -> Path:
     ],
     ids=["heads", "depth", "batch-size", "context", "max-steps", "cooldown", "unknown", "workers-null", "seed-null",
          "log-every-0", "val-every-0", "val-interval-0", "accelerator", "missing-package", "rope-base", "clip",
-         "workers", "devices", "nodes", "barebones", "no-checkpointing", "seed", "top-k", "every-n", "mode", "monitor",
-         "early-stopping", "csv-flush-0"],
+         "workers", "devices", "devices-negative", "nodes", "barebones", "no-checkpointing", "seed", "top-k",
+         "every-n", "mode", "monitor", "early-stopping", "csv-flush-0"],
 )  # fmt: skip
 def test_out_of_range_settings_get_one_line(capsys, text, args, message):
     err = fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), *args, message=message)

@@ -468,10 +468,10 @@ class CLI(LightningCLI):
         """Lightning's Trainer checks its own settings (an accelerator it does not know, devices it does not have),
         in words that name the value but not where it was set, a package that a setting needs and this machine
         lacks (``precision transformer-engine``), or a cluster's settings it does not take (a RuntimeError, such as
-        SLURM's ``--ntasks``): its refusal is named as the trainer's."""
+        SLURM's ``--ntasks``), or CPU devices that are no count (a TypeError): its refusal is named as the trainer's."""
         try:
             return super().instantiate_trainer(**kwargs)
-        except (MisconfigurationException, ValueError, ModuleNotFoundError, RuntimeError) as e:
+        except (MisconfigurationException, ValueError, ModuleNotFoundError, RuntimeError, TypeError) as e:
             raise ValueError(named_as("trainer", e)) from e
 
     def before_instantiate_classes(self) -> None:
