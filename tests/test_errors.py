@@ -3,6 +3,7 @@ the real library, so a release that rewords one fails this file instead of a use
 
 import os
 from dataclasses import dataclass
+from typing import Literal
 
 import pytest
 import torch
@@ -27,6 +28,7 @@ class Sizes:
     emb: Count = 8
     kv_heads: Count | None = None
     dropout: Rate = 0.0
+    kind: Literal["a", "b"] = "a"
 
 
 class Model:
@@ -46,6 +48,7 @@ def parser() -> ArgumentParser:
     made.add_argument("--trainer.models", type=Model | list[Model] | None)  # each type of a union reports the key
     made.add_argument("--trainer.max_steps", type=int, default=1)
     made.add_argument("--length", type=Count, default=1)
+    made.add_argument("--precision", type=Literal[16, 32] | Literal["bf16-mixed"] | None, default=None)
     return made
 
 
@@ -72,7 +75,15 @@ def test_a_nested_union_report_is_cut_to_its_key_and_reason():
 def test_a_key_reported_once_for_each_type_of_a_union_is_named_once():
     """``trainer.logger`` is a logger or a list of them: jsonargparse reports the inner key under each."""
     line = refusal("--trainer.models", "test_errors.Model", "--trainer.models.note", "[1]")
-    assert line.startswith("trainer.models.note: Expected a <class 'str'>"), line
+    assert line.startswith("trainer.models.note: [1] is not text"), line
+
+
+def test_a_value_of_no_type_that_a_setting_takes_is_named_with_those_types_in_words():
+    """jsonargparse writes the types as Python shows them (``Expected a <class 'int'>``): in words, every type
+    of the one union refused, and not the types of a union around it (the model group may be null)."""
+    assert refusal("--trainer.max_steps", "abc") == "trainer.max_steps: abc is not an integer"
+    assert refusal("--precision", "13") == "precision: 13 is not one of: 16, 32, 'bf16-mixed', null"
+    assert refusal(*MODEL, "--model.sizes.kind", "c") == "model.sizes.kind: c is not one of: 'a', 'b'"
 
 
 def test_the_value_an_optional_interval_hides_is_put_back():

@@ -166,11 +166,11 @@ def test_a_gpu_asked_for_where_there_is_none_is_refused_with_the_fix(capsys, tex
         ),
         (
             ["--model.model.sparse.pattern", "banded"],
-            "sparse.pattern: Expected a typing.Literal['strided', 'fixed']. Got value: banded",
+            "sparse.pattern: banded is not one of: 'strided', 'fixed'",
         ),
         (
             ["--model.model.sparse.layout", "diagonal"],
-            "sparse.layout: Expected a typing.Literal['split', 'alternate', 'union']. Got value: diagonal",
+            "sparse.layout: diagonal is not one of: 'split', 'alternate', 'union'",
         ),
         (["--model.model.sparse.block", "8", "--model.model.positions", "alibi"], "sparse attention takes none"),
         (

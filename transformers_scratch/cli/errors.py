@@ -36,6 +36,11 @@ SCAFFOLDING = (
 )  # fmt: skip
 
 
+# jsonargparse's report of a value that is not of a plain type, or of any of a union's, and those types in words
+EXPECTED = re.compile(r"Expected a (?:<class '(\w+)'>|typing\.Literal\[(.*)\])(?:\. Got value: (.*))?$")
+KINDS = {"int": "an integer", "float": "a number", "bool": "true, false", "str": "text", "NoneType": "null"}
+
+
 def refused(e: BaseException) -> bool:
     """Whether ``e`` refuses the user's input, files or machine (one line), rather than showing a fault (a
     traceback): a module of the project's own that is missing is a fault."""
@@ -146,15 +151,37 @@ def brief(message: str) -> str:
         return lines[0]
     keys = [line.split('"')[1] for line in lines[:at] if line.startswith('Parser key "')]  # the first reason's
     reason = lines[at].split("callable class: ")[-1]
+    given = [re.sub(r"^NestedArg\(.*val=(.*)\)$", r"\1", line.removeprefix("Given value:").strip()).strip("'")
+             for line in lines if line.startswith("Given value:")]  # fmt: skip
     if reason.startswith("Not of type "):  # an interval type's refusal; in a union's report, without the value
         reason = reason.split(": ", 1)[-1]
-        given = [re.sub(r"^NestedArg\(.*val=(.*)\)$", r"\1", line.removeprefix("Given value:").strip()).strip("'")
-                 for line in lines if line.startswith("Given value:")]  # fmt: skip
         reason = f"{given[-1][:40]} {reason}" if reason.startswith("is not") and given else reason
+    elif expected := siblings(message, at):  # the types of one union (or one type) that the value is none of
+        value = expected[0][3] or (given[-1] if given else "the value")
+        kinds = [kind for m in expected for kind in (KINDS.get(m[1], m[1]) if m[1] else m[2]).split(", ")]
+        kinds.sort(key=lambda kind: kind == "null")  # last
+        reason = f"{shortened(value)} is not " + (kinds[0] if len(kinds) == 1 else f"one of: {', '.join(kinds)}")
     if "import path denylist" in reason:
         reason = (f"{reason.split(chr(39))[1]!r} is refused: a config may name classes and functions from "
                   f"{', '.join(ALLOWED_IMPORTS)} only (nothing else is imported)")  # fmt: skip
     return f"{'.'.join(keys)}: {reason}" if keys else reason
+
+
+def siblings(message: str, at: int) -> list[re.Match]:
+    """The report's "Expected a TYPE" lines beside its line ``at`` (of those :func:`brief` keeps), at its depth:
+    the types of the one union it refused the value for, not an enclosing union's."""
+    raw = [line for line in message.split("\n") if line.strip()]
+    depth = [len(line) - len(line.lstrip()) for line in raw]
+    same = [i for i in range(len(raw)) if depth[i] == depth[at] and EXPECTED.match(raw[i].strip().removeprefix("- "))]
+    if at not in same:
+        return []
+    block = [at]
+    for step in (-1, 1):  # the run of such lines around ``at``
+        i = at + step
+        while i in same:
+            block.append(i)
+            i += step
+    return [m for i in sorted(block) if (m := EXPECTED.match(raw[i].strip().removeprefix("- ")))]
 
 
 NO_CONFIG = 'Parser key "config"'
