@@ -239,6 +239,17 @@ def test_a_batch_this_machine_cannot_hold_ends_the_run_in_one_line(capsys, text,
 
 
 @pytest.mark.parametrize("args, message", [
+    (["bogus"], "'bogus' is no command; pass one of fit, validate, test, predict, sample, decode, export, attention, "
+                "plot, context, convert_xl, extrapolate, soak (see "),  # argparse listed Lightning's four alone
+    (["fit"], "the following arguments are required: fit.data, fit.model; a config names them, e.g. --config "
+              "configs/first_run.yaml"),
+    (["sample"], "the following arguments are required: ckpt_path; sample --help lists its options"),
+])  # fmt: skip
+def test_no_command_or_no_required_setting_is_refused_with_what_to_pass(capsys, args, message):
+    fails(capsys, *args, message=message)
+
+
+@pytest.mark.parametrize("args, message", [
     ([], "the following arguments are required: --data.path; see "),
     (["--data.path", "nowhere.txt", "--steps", "150"], "--steps 150 and --warmup 300: "),
     (["--data.path", "nowhere.txt", "--steps", "400"], "data.path '{cwd}/nowhere.txt' does not exist"),

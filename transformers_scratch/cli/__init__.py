@@ -119,8 +119,11 @@ def main(argv: list[str] | None = None) -> None:
             run_function(args[0], args[1:])
         elif args[0] in EXPERIMENT_NAMES:
             sys.exit(_tables()[1][args[0]](args[1:], build_cli))
-        else:
+        elif args[0] in LIGHTNING or args[0].startswith("-"):
             build_cli(argv)  # None: LightningCLI reads sys.argv itself
+        else:  # argparse would list Lightning's commands alone
+            every = ", ".join([*LIGHTNING, *FUNCTION_NAMES, *EXPERIMENT_NAMES])
+            raise ValueError(f"{args[0][:40]!r} is no command; pass one of {every} (see {prog()} --help)")
     except Exception as e:
         if os.environ.get("TS_DEBUG") or not refused(e):  # a fault of the project's: its traceback
             raise

@@ -87,7 +87,7 @@ def _line(e: BaseException, argv: list[str]) -> str:
     message = str(e)
     if type(e).__name__ != "ArgumentError":  # jsonargparse's parse errors; its checks at instantiation are ValueErrors
         return brief(message)
-    line = not_a_config(message, argv) or missing_value(message, argv) or unknown_flags(message, argv)
+    line = not_a_config(message, argv) or missing_value(message, argv) or usage_slip(message, argv)
     if line is None:
         line = brief(message)
         culprit = config_at_fault(line, argv)
@@ -213,11 +213,15 @@ def missing_value(message: str, argv: list[str]) -> str | None:
     return None
 
 
-def unknown_flags(message: str, argv: list[str]) -> str | None:
+def usage_slip(message: str, argv: list[str]) -> str | None:
     """argparse's "unrecognized arguments", given on the command line (a config's unknown key has a report of its
-    own), with where to look; None for any other report."""
+    own), or its "arguments are required", with where to look; None for any other report."""
     first = message.split("\n")[0]
-    return f"{first}; {argv[0]} --help lists its options" if first.startswith("unrecognized arguments") else None
+    if first.startswith("the following arguments are required: ") and re.search(rf" {argv[0]}\.(model|data)", first):
+        return f"{first}; a config names them, e.g. --config configs/first_run.yaml"
+    if first.startswith(("unrecognized arguments", "the following arguments are required")):
+        return f"{first}; {argv[0]} --help lists its options"
+    return None
 
 
 def config_at_fault(line: str, argv: list[str]) -> str | None:
