@@ -219,6 +219,8 @@ def test_a_file_where_a_folder_is_to_be_made_is_named_with_its_flag_given_relati
             os.makedirs(tmp_path / path)
         line = error_line(caught.value, ["fit", "--checkpoint.dirpath", path])
         assert line.startswith(f"--checkpoint.dirpath '{tmp_path / path}': ") and f"; {fix}; pass another path" in line
+    line = error_line(caught.value, ["fit", "--data.path", "notes.txt", "--checkpoint.dirpath", "notes.txt"])
+    assert line.startswith("--data.path and --checkpoint.dirpath '"), line  # not the first alone: either may be meant
 
 
 def test_text_that_is_not_utf8_is_blamed_on_a_piped_config_only_where_one_was_given(tmp_path):

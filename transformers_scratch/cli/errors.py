@@ -111,14 +111,15 @@ FILE_IN_THE_WAY = {  # a folder was to be made or entered where a file is
 
 
 def flag_of(path: str, argv: list[str]) -> str | None:
-    """The flag whose value is ``path``, else one that holds it (a logger's settings) or is a folder above it."""
+    """The flag whose value is ``path``, else one that holds it (a logger's settings) or is a folder above it;
+    where several do, all of them."""
     pairs = [arg.partition("=")[::2] if arg.startswith("--") else (argv[i - 1] if i else "", arg)
              for i, arg in enumerate(argv)]  # fmt: skip
     given = [(flag, value, os.path.abspath(value)) for flag, value in pairs if flag.startswith("--") and value]
     exact = [flag for flag, value, full in given if path in (value, full)]  # a path as given, or made absolute
     holds = [flag for flag, value, full in given
              if path in value or any(path.startswith(v.rstrip("/") + "/") for v in (value, full))]  # fmt: skip
-    return (exact + holds + [None])[0]
+    return " and ".join(dict.fromkeys(exact or holds)) or None
 
 
 def memory_line(e: BaseException, argv: list[str]) -> str:
