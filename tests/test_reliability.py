@@ -111,6 +111,9 @@ def text(tmp_path, monkeypatch) -> Path:
             "checkpoint: Combination of parameters every_n_train_steps=3, every_n_epochs=2",
         ),
         (["--checkpoint.mode", "max"], "checkpoint.mode max with no checkpoint.monitor, whose default val/bpc"),
+        (["--checkpoint.filename", "{epoch"], "checkpoint.filename '{epoch' is no file name pattern (expected '}'"),
+        (["--checkpoint.filename", "../x"], "checkpoint.filename '../x' names a file outside the run's folder, or"),
+        (["--checkpoint.filename", "last"], "checkpoint.filename 'last' names a file outside the run's folder, or its"),
         (["--checkpoint.monitor", "val/bcp"], "checkpoint.monitor 'val/bcp' (SafeModelCheckpoint) is no metric that"),
         (
             ["--trainer.callbacks+=EarlyStopping", "--trainer.callbacks.monitor", "val/bcp"],
@@ -125,7 +128,8 @@ def text(tmp_path, monkeypatch) -> Path:
     ids=["heads", "depth", "batch-size", "context", "max-steps", "cooldown", "unknown", "workers-null", "seed-null",
          "log-every-0", "val-every-0", "val-interval-0", "accelerator", "missing-package", "rope-base", "clip",
          "workers", "devices", "devices-negative", "nodes", "barebones", "no-checkpointing", "seed", "top-k",
-         "every-n", "mode", "monitor", "early-stopping", "csv-flush-0"],
+         "every-n", "mode", "filename-format", "filename-outside", "filename-last", "monitor", "early-stopping",
+         "csv-flush-0"],
 )  # fmt: skip
 def test_out_of_range_settings_get_one_line(capsys, text, args, message):
     err = fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), *args, message=message)

@@ -229,6 +229,23 @@ class SafeModelCheckpoint(ModelCheckpoint):
                              every_n_epochs=every_n_epochs, **kwargs)  # fmt: skip
         except MisconfigurationException as e:  # settings that exclude each other: named as the checkpoint key's
             raise ValueError(f"checkpoint: {e}") from None
+        self.check_filename()
+
+    def check_filename(self) -> None:
+        """The file name pattern, before any training: Lightning formats it at each save, so a malformed one
+        failed at the first save, and a name outside the run's folder, or last.ckpt's, was written there."""
+        if self.filename is None:
+            return
+        try:
+            name = os.path.normpath(self.format_checkpoint_name({}))  # every metric it names as 0, in the folder
+        except (ValueError, KeyError, IndexError) as e:
+            raise ValueError(f"checkpoint.filename {self.filename!r} is no file name pattern ({e}); pass one such "
+                             "as 'step{step}-bpc{val/bpc:.4f}'") from None  # fmt: skip
+        folder = os.path.normpath(self.dirpath or ".")
+        if not name.startswith(folder + os.sep) or Path(name).stem == self.CHECKPOINT_NAME_LAST:
+            raise ValueError(f"checkpoint.filename {self.filename!r} names a file outside the run's folder, or its "
+                             "last.ckpt; pass a name inside it, such as 'step{step}-bpc{val/bpc:.4f}' "
+                             "(--checkpoint.dirpath moves the folder)")  # fmt: skip
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         """A fit that fails after training steps (a config's callback at an epoch's end, a logger, the disk) keeps
