@@ -179,3 +179,26 @@ def test_a_file_is_written_whole_and_a_pipe_in_place(tmp_path):
         tmp.write_text("through")
     reader.join(10)
     assert got == ["through"] and stat.S_ISFIFO(fifo.stat().st_mode)
+
+
+def test_an_export_that_the_disk_refuses_names_its_file_and_leaves_no_part_of_it(tmp_path, monkeypatch):
+    """safetensors reports a failed write (a full disk) with an error type of its own, which was a traceback: it is
+    an OSError naming the file, as Python's own, and the error path names the flag that gave its folder."""
+    import safetensors.torch
+    from safetensors import SafetensorError
+
+    from transformers_scratch.cli.errors import error_line
+    from transformers_scratch.model.hf import save_hf
+
+    def full(*args, **kwargs):
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr(safetensors.torch, "save_model", full)
+    monkeypatch.setattr(safetensors.torch, "save_file", full)
+    for save, folder in ((save_pretrained, tmp_path / "ours"), (save_hf, tmp_path / "hf")):
+        with pytest.raises(OSError) as caught:
+            save(MODELS["lm-tied"](), folder)  # learned positions: GPT-2 takes it too
+        assert caught.value.filename == str(folder / "model.safetensors") and not any(folder.iterdir())
+        line = error_line(caught.value, ["export", "--out", str(folder)])
+        assert line.startswith(f"--out '{folder}/model.safetensors': Error while serializing"), line
+        assert line.endswith("check that disk (full, or failing), or pass a path on another one"), line

@@ -71,8 +71,9 @@ def _line(e: BaseException, argv: list[str]) -> str:
     if isinstance(e, ModuleNotFoundError) and e.name:  # Python's own; Lightning's name the package to install
         return f"this command needs the module {e.name!r}, which is not installed; pip install its package"
     if isinstance(e, OSError) and e.errno is not None and e.filename:  # the system's, on a path it was given
-        path, flag = str(e.filename), flag_of(str(e.filename), argv)
-        fix = FILE_IN_THE_WAY.get(e.errno, "pass a path that exists and this user may read and write, or create it")
+        path = str(e.filename2 or e.filename)  # a move's target: a temporary file's name is no one's
+        flag = flag_of(path, argv)
+        fix = FIXES.get(e.errno, "pass a path that exists and this user may read and write, or create it")
         return f"{flag + ' ' if flag else ''}{shortened(path)!r}: {e.strerror or type(e).__name__}; {fix}"
     # a piped config (regular files are read, and named, before parsing), or a flag's YAML, that the loader refused
     piped = " or ".join(repr(path) for path in config_paths(argv) if not os.path.isfile(path))
@@ -104,9 +105,12 @@ def causes(e: BaseException | None):
         e = e.__cause__ if e.__cause__ is not None or e.__suppress_context__ else e.__context__
 
 
-FILE_IN_THE_WAY = {  # a folder was to be made or entered where a file is
+FIXES = {  # a folder was to be made or entered where a file is; a disk is full
     errno.EEXIST: "a file of that name stands where a folder is to be made; pass another path",
     errno.ENOTDIR: "a part of the path is a file, not a folder; pass another path",
+    errno.ENOSPC: "free space on that disk, or pass a path on another one",
+    errno.EDQUOT: "free space within this user's quota there, or pass a path on another disk",
+    errno.EIO: "check that disk (full, or failing), or pass a path on another one",
 }
 
 

@@ -22,7 +22,6 @@ and every tensor must have its place and shape. This module is the only one that
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 from collections.abc import Callable
@@ -33,10 +32,9 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from ..atomic import written_whole
 from .config import ClassifierConfig, LMConfig, MaskedLMConfig
 from .models import CausalLM, MaskedLM, SequenceClassifier
-from .pretrained import clear_unfinished, read_json
+from .pretrained import clear_unfinished, read_json, write_export
 
 
 class HFError(ValueError):
@@ -420,9 +418,4 @@ def save_hf(model: CausalLM | MaskedLM, folder: str | os.PathLike) -> Path:
         sizes = [cfg.emb, kv, kv] if len(group) > 1 else [tensor.shape[0]]  # a joined group: q, k, v
         for name, part in zip(group, tensor.split(sizes), strict=True):
             out[_prefixed(family, name)] = part.detach().float().contiguous().clone()
-    folder.mkdir(parents=True, exist_ok=True)
-    with written_whole(folder / "model.safetensors") as tmp:
-        save_file(out, str(tmp), metadata={"format": "pt"})
-    with written_whole(folder / "config.json") as tmp:
-        tmp.write_text(json.dumps(hf, indent=2) + "\n")
-    return folder
+    return write_export(folder, lambda path: save_file(out, path, metadata={"format": "pt"}), hf)

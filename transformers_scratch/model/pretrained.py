@@ -13,8 +13,10 @@ tensors, nothing to unpickle, and a tied matrix stored once.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -46,10 +48,22 @@ def save_pretrained(model: nn.Module, folder: str | os.PathLike, extra: dict | N
     folder = clear_unfinished(Path(folder))
     if taken := [f for f in (WEIGHTS, CONFIG) if (folder / f).exists()]:
         raise FileExistsError(f"{str(folder)!r} already holds {' and '.join(taken)}; pass another folder")
-    folder.mkdir(parents=True, exist_ok=True)
     config = {"format": FORMAT, "model": name, "config": dataclasses.asdict(cast(Any, model).cfg), **(extra or {})}
+    return write_export(folder, lambda path: save_model(model, path), config)  # shared tensors (tied weights) once
+
+
+def write_export(folder: Path, save_weights: Callable[[str], None], config: dict) -> Path:
+    """``model.safetensors`` (written by ``save_weights(path)``, safetensors' writer) and ``config.json`` in
+    ``folder``, each whole. safetensors' own error for a write that failed (a full disk) is an OSError naming the
+    file, as Python's is."""
+    from safetensors import SafetensorError
+
+    folder.mkdir(parents=True, exist_ok=True)
     with written_whole(folder / WEIGHTS) as tmp:
-        save_model(model, str(tmp))  # shared tensors (tied weights) once
+        try:
+            save_weights(str(tmp))
+        except SafetensorError as e:
+            raise OSError(errno.EIO, str(e), str(folder / WEIGHTS)) from e
     with written_whole(folder / CONFIG) as tmp:
         tmp.write_text(json.dumps(config, indent=2) + "\n")
     return folder
