@@ -206,6 +206,9 @@ def test_a_system_error_on_a_path_names_the_flag_that_gave_it(tmp_path):
     assert error_line(FileNotFoundError("the project's own line"), ["fit"]) == "the project's own line"
     folder = IsADirectoryError(21, "Is a directory", "data")  # the flag that gave it, before one whose path holds it
     assert error_line(folder, ["context", "--data_path", "data/text.txt", "--csv", "data"]).startswith("--csv 'data'")
+    full = OSError(28, "No space left on device", "/tmp/tmpab12", None, "ck/.last.ckpt.1f.tmp")  # a move's
+    assert error_line(full, ["fit", "--checkpoint.dirpath", "ck"]) == "--checkpoint.dirpath 'ck/.last.ckpt.1f.tmp': " \
+        "No space left on device; free space on that disk, or pass a path on another one"  # fmt: skip
 
 
 def test_a_file_where_a_folder_is_to_be_made_is_named_with_its_flag_given_relative(tmp_path, monkeypatch):
