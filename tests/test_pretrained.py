@@ -7,6 +7,7 @@ import stat
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -158,6 +159,17 @@ def test_the_project_export_carries_the_pretrained_family_options(tmp_path):
     again = from_pretrained(tmp_path / "out")
     ids = torch.randint(0, 200, (2, 12))
     assert again.cfg == cfg and torch.equal(again(ids), model(ids))
+
+
+def test_a_tensor_file_that_the_disk_refuses_is_an_oserror_naming_it():
+    """torch.save's own writer, on a full disk, raised a RuntimeError that named no file ('unexpected pos')."""
+    from transformers_scratch.atomic import saved_whole
+
+    with pytest.raises(RuntimeError):
+        torch.save({"x": torch.zeros(4096)}, "/dev/full")
+    with pytest.raises(OSError) as caught:
+        saved_whole({"x": torch.zeros(4096)}, Path("/dev/full"))  # a device: written in place
+    assert caught.value.errno == 28 and caught.value.filename == "/dev/full"
 
 
 def test_a_file_is_written_whole_and_a_pipe_in_place(tmp_path):

@@ -250,12 +250,13 @@ def test_convert_xl_writes_a_checkpoint_that_samples_validates_and_draws(tmp_pat
     assert segments(exported, ids, 6).equal(segments(from_authors(state, context=6, mem_len=7, clamp_len=9), ids, 6))
     fails(capsys, "convert_xl", "--state_dict", "model.pt", "--out", "xl.ckpt", message="already exists")
 
-    def dies(obj, path) -> None:  # a write that stops part-way: a full disk, or a kill
-        Path(path).write_bytes(b"half a checkpoint")
-        raise OSError(28, "No space left on device")
+    def dies(path, data) -> None:  # a write that stops part-way, as the system's on a full disk
+        with open(path, "wb") as f:
+            f.write(b"half a checkpoint")
+        raise OSError(28, "No space left on device", str(path))
 
     with monkeypatch.context() as failing:
-        failing.setattr(torch, "save", dies)
+        failing.setattr(Path, "write_bytes", dies)
         fails(capsys, "convert_xl", "--state_dict", "model.pt", "--out", "d.ckpt", "--symbols", "symbols.txt",
               message="No space left on device")  # fmt: skip
     assert not list(tmp_path.glob("*d.ckpt*"))  # no half-written file under its name, nor beside it

@@ -14,16 +14,34 @@ from pathlib import Path
 def written_whole(path: Path) -> Iterator[Path]:
     """A temporary name beside ``path`` to write to, of this writer's own, renamed to ``path`` once the block
     ends (atomic on POSIX): a killed or failed write leaves the old file, or none, never half of the new. A
-    ``path`` that is a device or a pipe (``/dev/stdout``) is written to itself: a rename would replace it."""
-    if path.exists() and not path.is_file():
-        yield path
-        return
-    tmp = path.with_name(f".{path.name}.{os.urandom(4).hex()}.tmp")
+    ``path`` that is a device or a pipe (``/dev/stdout``) is written to itself: a rename would replace it. A
+    write's error that names no file (a full disk) is raised again naming ``path``."""
+    in_place = path.exists() and not path.is_file()
+    tmp = path if in_place else path.with_name(f".{path.name}.{os.urandom(4).hex()}.tmp")
     try:
         yield tmp
-        os.replace(tmp, path)
+        if not in_place:
+            os.replace(tmp, path)
+    except OSError as e:
+        if e.filename is None and e.errno is not None:
+            raise OSError(e.errno, e.strerror, str(path)) from e
+        raise
     finally:
-        tmp.unlink(missing_ok=True)
+        if not in_place:
+            tmp.unlink(missing_ok=True)
+
+
+def saved_whole(obj, path: Path) -> None:
+    """``torch.save(obj)`` written whole to ``path``, serialised in memory first: a disk that refuses the write (a
+    full one) raises Python's OSError naming the file, where torch's own writer raised a RuntimeError naming none."""
+    import io
+
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    with written_whole(path) as tmp:
+        tmp.write_bytes(buffer.getbuffer())
 
 
 def unfinished(folder: Path, name: str = "*") -> Iterator[Path]:

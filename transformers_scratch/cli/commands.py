@@ -12,7 +12,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ..atomic import written_whole
+from ..atomic import saved_whole
 from ..bounds import (
     MAX_SAMPLE,
     Count,
@@ -222,8 +222,7 @@ def convert_xl(
         "global_step": 0,
     }
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    with written_whole(Path(out)) as tmp:
-        torch.save(checkpoint, tmp)
+    saved_whole(checkpoint, Path(out))
     cfg = model.cfg
     print(f"converted {state_dict} to {out}: a LitXL of {cfg.depth} blocks x {cfg.emb}, {cfg.heads} heads, "
           f"{cfg.vocab_size} symbols, segment {cfg.context}, memory {cfg.mem_len}")  # fmt: skip

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from ..atomic import written_whole
+from ..atomic import saved_whole
 from ..bounds import Count, OpenRate, PathName, Rate, Seed, Workers, check_args
 from .files import DataError, inflates_past, predicting, read_text, utf8
 from .ids import IGNORE_INDEX
@@ -340,8 +340,7 @@ class IMDbDataModule(ResumableData):
                 "labels": torch.tensor(ys),
             }
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        with written_whole(self.cache_file) as tmp:
-            torch.save(cache, tmp)
+        saved_whole(cache, self.cache_file)
 
     def setup(self, stage: str | None = None) -> None:
         if self.splits or stage == "predict":  # predict reads predict_path with the checkpoint's vocabulary
@@ -543,8 +542,7 @@ class IMDbMLMDataModule(IMDbDataModule):
             "ids": torch.tensor([i for e in encoded for i in e], dtype=torch.int32),
             "lengths": torch.tensor([len(e) for e in encoded]),
         }
-        with written_whole(self.unlabeled_cache_file) as tmp:
-            torch.save(cache, tmp)
+        saved_whole(cache, self.unlabeled_cache_file)
 
     def setup(self, stage: str | None = None) -> None:
         super().setup(stage)
