@@ -209,6 +209,8 @@ def test_a_system_error_on_a_path_names_the_flag_that_gave_it(tmp_path):
     full = OSError(28, "No space left on device", "/tmp/tmpab12", None, "ck/.last.ckpt.1f.tmp")  # a move's
     assert error_line(full, ["fit", "--checkpoint.dirpath", "ck"]) == "--checkpoint.dirpath 'ck/.last.ckpt.1f.tmp': " \
         "No space left on device; free space on that disk, or pass a path on another one"  # fmt: skip
+    assert error_line(OSError(28, "No space left on device"), ["fit"]) == "No space left on device; free space " \
+        "on that disk, or pass a path on another one"  # a write's own error names no file: the fix, still  # fmt: skip
 
 
 def test_a_file_where_a_folder_is_to_be_made_is_named_with_its_flag_given_relative(tmp_path, monkeypatch):

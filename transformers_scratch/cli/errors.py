@@ -70,11 +70,12 @@ def _line(e: BaseException, argv: list[str]) -> str:
         return memory_line(e, argv)
     if isinstance(e, ModuleNotFoundError) and e.name:  # Python's own; Lightning's name the package to install
         return f"this command needs the module {e.name!r}, which is not installed; pip install its package"
-    if isinstance(e, OSError) and e.errno is not None and e.filename:  # the system's, on a path it was given
-        path = str(e.filename2 or e.filename)  # a move's target: a temporary file's name is no one's
-        flag = flag_of(path, argv)
+    if isinstance(e, OSError) and e.errno is not None and (e.filename or e.errno in FIXES):  # the system's
+        path = str(e.filename2 or e.filename or "")  # a move's target: a temporary file's name is no one's
+        flag = flag_of(path, argv) if path else None
         fix = FIXES.get(e.errno, "pass a path that exists and this user may read and write, or create it")
-        return f"{flag + ' ' if flag else ''}{shortened(path)!r}: {e.strerror or type(e).__name__}; {fix}"
+        named = f"{flag + ' ' if flag else ''}{shortened(path)!r}: " if path else ""  # a write's error names none
+        return f"{named}{e.strerror or type(e).__name__}; {fix}"
     # a piped config (regular files are read, and named, before parsing), or a flag's YAML, that the loader refused
     piped = " or ".join(repr(path) for path in config_paths(argv) if not os.path.isfile(path))
     if isinstance(e, UnicodeDecodeError):

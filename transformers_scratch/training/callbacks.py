@@ -580,7 +580,8 @@ class PhaseTimes(Callback):
         # (every process asks: under DDP trainer.log_dir is a broadcast, which one process alone would hang on)
         if trainer.is_global_zero and log_dir:
             Path(log_dir).mkdir(parents=True, exist_ok=True)
-            (Path(log_dir) / "phases.json").write_text(json.dumps(self.times, indent=1) + "\n")
+            with written_whole(Path(log_dir) / "phases.json") as tmp:
+                tmp.write_text(json.dumps(self.times, indent=1) + "\n")
 
 
 class PredictionWriter(BasePredictionWriter):
