@@ -763,9 +763,8 @@ def test_context_scores_what_test_scores_by_position(trained):
                  "--trainer.logger", "false", cwd=cwd)  # fmt: skip
     assert tested.returncode == 0, tested.stderr[-3000:]
     bpc = float(re.search(r"test/bpc\s*│\s*([\d.]+)", tested.stdout)[1])  # type: ignore[index]
-    # the CSV's folder is made; one memory is taken (and used by a LitXL only)
     ran = cli("context", "--ckpt_path", ckpt, "--data_path", str(data), "--bins", "4", "--out", "ctx.png",
-              "--csv", "tables/ctx.csv", "--eval_mem_len", "3", cwd=cwd)  # fmt: skip
+              "--csv", "tables/ctx.csv", cwd=cwd)  # the CSV's folder is made  # fmt: skip
     assert ran.returncode == 0, ran.stderr[-3000:]
     rows = ran.stdout.splitlines()
     assert rows[0] == "positions\ttiny_charlm" and [r.split("\t")[0] for r in rows[1:]][-1] == "all"
@@ -777,6 +776,8 @@ def test_context_scores_what_test_scores_by_position(trained):
     refused = cli("context", "--ckpt_path", ckpt, "--data_path", str(data), "--csv", "tables", cwd=cwd)
     assert_fails_cleanly(refused, "--csv 'tables' is a folder; pass a file name, e.g. --csv tables/context.csv")
     assert "all\t" not in refused.stdout  # refused before the scoring, not after it
+    refused = cli("context", "--ckpt_path", ckpt, "--data_path", str(data), "--eval_mem_len", "3", cwd=cwd)
+    assert_fails_cleanly(refused, "--eval_mem_len is a LitXL's evaluation memory, and no --ckpt_path holds a LitXL")
     refused = cli("context", "--ckpt_path", "[]", "--data_path", str(data), cwd=cwd)
     assert_fails_cleanly(refused, "--ckpt_path names no checkpoint; pass one, or several: --ckpt_path '[a.ckpt, ")
     before = (cwd / ckpt).read_bytes()  # an output named as an input: the checkpoint was replaced by the CSV

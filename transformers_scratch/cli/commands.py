@@ -383,11 +383,16 @@ def context(
     table = out_file(csv, "--csv", "context.csv", read) if csv else None
     memories = [eval_mem_len] if isinstance(eval_mem_len, int) else eval_mem_len
     curves: dict[str, tuple[Tensor, Tensor]] = {}
-    for path in paths:
+    any_xl = False
+    for i, path in enumerate(paths):
         module, vocab = Checkpoint(path).trained(LitCharLM, LitXL, command="context")
         if not isinstance(vocab, ByteVocab):
             raise ValueError(f"--ckpt_path {path!r} holds no byte vocabulary; context scores byte-level models")
         xl = isinstance(module, LitXL)
+        any_xl |= xl
+        if memories and not any_xl and i == len(paths) - 1:  # before the last is scored: it did nothing
+            raise ValueError("--eval_mem_len is a LitXL's evaluation memory, and no --ckpt_path holds a LitXL; "
+                             "leave it out")  # fmt: skip
         data = (OrderedTextDataModule if xl else TextDataModule)(
             path=data_path, data_dir=data_dir, download=download, context=module.model.cfg.context,
             batch_size=batch_size, vocab="bytes" if vocab.symbols is None else "file")  # fmt: skip
