@@ -425,6 +425,10 @@ def test_validation_and_test_score_every_byte_whatever_the_memory(capsys, tmp_pa
         module.on_validation_epoch_start()
         counted = sum(int(module.scored_bits(batch)[1]) for batch in dm.val_dataloader())
         assert counted == len(dm.splits["val"]) - 1
+    capsys.readouterr()
+    main(["context", "--ckpt_path", last, "--data_path", str(data), "--batch_size", "3", "--eval_mem_len", "[0, 5]",
+          "--bins", "2"])  # a curve for each memory  # fmt: skip
+    assert capsys.readouterr().out.startswith("positions\tshakespeare_xl, memory 0\tshakespeare_xl, memory 5\n")
 
 
 @pytest.mark.slow
