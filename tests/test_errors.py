@@ -209,6 +209,9 @@ def test_a_system_error_on_a_path_names_the_flag_that_gave_it(tmp_path):
     full = OSError(28, "No space left on device", "/tmp/tmpab12", None, "ck/.last.ckpt.1f.tmp")  # a move's
     assert error_line(full, ["fit", "--checkpoint.dirpath", "ck"]) == "--checkpoint.dirpath 'ck/.last.ckpt.1f.tmp': " \
         "No space left on device; free space on that disk, or pass a path on another one"  # fmt: skip
+    read_only = OSError(30, "Read-only file system", "/mnt/ck")
+    line = error_line(read_only, ["fit", "--checkpoint.dirpath", "/mnt/ck"])
+    assert line.endswith("; that disk is mounted read-only; pass a path on a writable one"), line
     assert error_line(OSError(28, "No space left on device"), ["fit"]) == "No space left on device; free space " \
         "on that disk, or pass a path on another one"  # a write's own error names no file: the fix, still  # fmt: skip
 

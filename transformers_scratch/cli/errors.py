@@ -106,12 +106,13 @@ def causes(e: BaseException | None):
         e = e.__cause__ if e.__cause__ is not None or e.__suppress_context__ else e.__context__
 
 
-FIXES = {  # a folder was to be made or entered where a file is; a disk is full
+FIXES = {  # a folder was to be made or entered where a file is; a disk that is full or read-only
     errno.EEXIST: "a file of that name stands where a folder is to be made; pass another path",
     errno.ENOTDIR: "a part of the path is a file, not a folder; pass another path",
     errno.ENOSPC: "free space on that disk, or pass a path on another one",
     errno.EDQUOT: "free space within this user's quota there, or pass a path on another disk",
     errno.EIO: "check that disk (full, or failing), or pass a path on another one",
+    errno.EROFS: "that disk is mounted read-only; pass a path on a writable one",
 }
 
 
