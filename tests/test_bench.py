@@ -490,6 +490,11 @@ def test_the_long_context_table_measures_the_kernels_it_is_given(tmp_path, monke
         ),  # fmt: skip
         (["--plot", "scaling.png"], "error: --plot is a setting of --long-context runs, and does nothing without"),
         (["--data.path", "text.txt"], "error: --data.path is a setting of --end-to-end or --speedrun runs"),
+        (
+            ["--long-context", "--nanogpt", "model.py"],
+            "error: --nanogpt is a setting of the default run, which --long-context replaces; leave it out",
+        ),  # fmt: skip
+        (["--nanogpt", "none.py"], "error: --nanogpt 'none.py' is no file; pass model.py of a karpathy/nanoGPT"),
     ],
 )
 def test_a_bad_flag_or_config_ends_the_bench_with_one_line_before_any_measurement(tmp_path, argv, says):

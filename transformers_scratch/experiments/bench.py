@@ -332,6 +332,9 @@ ONLY = {
     ("--end-to-end",): ("--rounds", "--max-steps"),
     ("--speedrun",): ("--budget", "--nanogpt-budget", "--seeds"),
 }  # fmt: skip
+DEFAULT_ONLY = ("--steps", "--warmup", "--nanogpt", "--new-tokens", "--seq2seq", "--profile")
+"""Flags that the default run alone reads (none of the kinds above asked for); --no-compile, which turns off
+what the others do not do, is taken by any."""
 
 
 def dest(flag: str) -> str:
@@ -345,11 +348,18 @@ def bench(args: argparse.Namespace) -> None:
         print(json.dumps(run_job(json.loads(args.job))))
         return
     defaults = build_parser().parse_args([])  # the command's own flags, checked once, not in every measurement
+
+    def given(flags: tuple[str, ...]) -> list[str]:
+        return [flag for flag in flags if getattr(args, dest(flag)) != getattr(defaults, dest(flag))]
+
     for runs, flags in ONLY.items():
-        given = [flag for flag in flags if getattr(args, dest(flag)) != getattr(defaults, dest(flag))]
-        if given and not any(getattr(args, dest(run)) for run in runs):
-            raise ValueError(f"{given[0]} is a setting of {' or '.join(runs)} runs, and does nothing without one; "
-                             f"add {' or '.join(runs)}, or leave {given[0]} out")  # fmt: skip
+        if (extra := given(flags)) and not given(runs):
+            raise ValueError(f"{extra[0]} is a setting of {' or '.join(runs)} runs, and does nothing without one; "
+                             f"add {' or '.join(runs)}, or leave {extra[0]} out")  # fmt: skip
+    if (kind := given(("--long-context", "--end-to-end", "--speedrun"))) and (extra := given(DEFAULT_ONLY)):
+        raise ValueError(f"{extra[0]} is a setting of the default run, which {kind[0]} replaces; leave it out")
+    if args.nanogpt and not Path(args.nanogpt).is_file():
+        raise ValueError(f"--nanogpt {args.nanogpt!r} is no file; pass model.py of a karpathy/nanoGPT checkout")
     if args.speedrun:
         from .endtoend import speedrun
 
