@@ -178,17 +178,19 @@ def siblings(message: str, at: int) -> list[re.Match]:
     """The report's "Expected a TYPE" lines beside its line ``at`` (of those :func:`brief` keeps), at its depth:
     the types of the one union it refused the value for, not an enclosing union's."""
     raw = [line for line in message.split("\n") if line.strip()]
-    depth = [len(line) - len(line.lstrip()) for line in raw]
-    same = [i for i in range(len(raw)) if depth[i] == depth[at] and EXPECTED.match(raw[i].strip().removeprefix("- "))]
-    if at not in same:
+
+    def expected(i: int) -> re.Match | None:
+        same_depth = 0 <= i < len(raw) and len(raw[i]) - len(raw[i].lstrip()) == len(raw[at]) - len(raw[at].lstrip())
+        return EXPECTED.match(raw[i].strip().removeprefix("- ")) if same_depth else None
+
+    if not expected(at):
         return []
-    block = [at]
-    for step in (-1, 1):  # the run of such lines around ``at``
-        i = at + step
-        while i in same:
-            block.append(i)
-            i += step
-    return [m for i in sorted(block) if (m := EXPECTED.match(raw[i].strip().removeprefix("- ")))]
+    lo = hi = at
+    while expected(lo - 1):
+        lo -= 1
+    while expected(hi + 1):
+        hi += 1
+    return [m for i in range(lo, hi + 1) if (m := expected(i))]
 
 
 NO_CONFIG = 'Parser key "config"'
