@@ -329,9 +329,8 @@ def _from_hf(source, num_classes: int | None, device: str | torch.device) -> nn.
         shape = (sum(p[0] for p in parts), *parts[0][1:]) if len(parts) > 1 else parts[0]
         shape = tuple(reversed(shape)) if conv else shape
         if torch.Size(shape) != expected[ours].shape:
-            raise HFError(
-                f"{group[0]} has shape {list(parts[0])}, and config.json's sizes give {list(expected[ours].shape)}"
-            )
+            raise HFError(f"{group[0]} has shape {list(parts[0])}, and config.json's sizes give "
+                          f"{list(expected[ours].shape)}")  # fmt: skip
         tensors = [read(original[name]) for name in group]
         joined = torch.cat(tensors) if len(tensors) > 1 else tensors[0]
         state[ours] = (joined.t() if conv else joined).to(torch.float32).contiguous()

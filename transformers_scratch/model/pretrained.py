@@ -53,9 +53,8 @@ def save_pretrained(model: nn.Module, folder: str | os.PathLike, extra: dict | N
 
 
 def write_export(folder: Path, save_weights: Callable[[str], None], config: dict) -> Path:
-    """``model.safetensors`` (written by ``save_weights(path)``, safetensors' writer) and ``config.json`` in
-    ``folder``, each whole. safetensors' own error for a write that failed (a full disk) is an OSError naming the
-    file, as Python's is."""
+    """``model.safetensors`` (``save_weights(path)`` writes it) and ``config.json`` in ``folder``, each whole;
+    safetensors' own error for a failed write (a full disk) is an OSError naming the file, as Python's is."""
     from safetensors import SafetensorError
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -104,10 +103,8 @@ def read_config(folder: str | os.PathLike) -> dict:
         raise ValueError(f"{str(path)!r} holds no model config; export the model again")
     version = config.get("format", FORMAT)
     if not isinstance(version, int) or version > FORMAT or config.get("model") not in MODELS:
-        raise ValueError(
-            f"{str(path)!r} describes format {config.get('format')} model {config.get('model')!r}; this version "
-            f"reads format {FORMAT} of {', '.join(MODELS)}"
-        )
+        raise ValueError(f"{str(path)!r} describes format {config.get('format')} model {config.get('model')!r}; "
+                         f"this version reads format {FORMAT} of {', '.join(MODELS)}")  # fmt: skip
     return config
 
 
@@ -130,9 +127,8 @@ def from_pretrained(folder: str | os.PathLike, device: str | torch.device = "cpu
         load_model(model, str(weights), strict=True, device=str(device))
     except SafetensorError as e:  # a truncated file, a header past its length: safetensors' own error type
         reason = " ".join(str(e).split())[:200]
-        raise ValueError(
-            f"{str(weights)!r} is not a readable safetensors file ({reason}); export the model again"
-        ) from None
+        raise ValueError(f"{str(weights)!r} is not a readable safetensors file ({reason}); export the model "
+                         "again") from None  # fmt: skip
     except (RuntimeError, ValueError, OSError) as e:  # missing or extra tensors, wrong shapes, a broken file
         reason = " ".join(str(e).split())[:300]
         raise ValueError(f"{str(weights)!r} does not fit {CONFIG} ({reason}); export the model again") from None
