@@ -136,6 +136,17 @@ def test_out_of_range_settings_get_one_line(capsys, text, args, message):
     assert "Does not validate" not in err and "usage:" not in err
 
 
+@pytest.mark.parametrize("dirpath", [None, "checkpoints/run"])
+def test_a_checkpoint_file_name_is_checked_with_or_without_its_folder(dirpath):
+    """A callback made before the trainer gives it a folder (dirpath None) is checked as one with a folder."""
+    for good in ("step{step}-bpc{val/bpc:.4f}", "best/epoch{epoch}"):
+        SafeModelCheckpoint(dirpath=dirpath, filename=good)
+    for bad, says in (("../x", "outside the run's folder"), ("/tmp/x", "outside the run's folder"),
+                      ("last", "or its last.ckpt"), ("{epoch", "is no file name pattern")):  # fmt: skip
+        with pytest.raises(ValueError, match=says):
+            SafeModelCheckpoint(dirpath=dirpath, filename=bad)
+
+
 def test_a_launchers_variables_that_no_launcher_set_get_one_line(capsys, text, monkeypatch):
     """A rank that is no integer was a traceback when torchmetrics was imported; SLURM's ``--ntasks``, which
     Lightning refuses with a RuntimeError, was a traceback from the Trainer."""

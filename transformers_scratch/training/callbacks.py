@@ -237,12 +237,12 @@ class SafeModelCheckpoint(ModelCheckpoint):
         if self.filename is None:
             return
         try:
-            name = os.path.normpath(self.format_checkpoint_name({}))  # every metric it names as 0, in the folder
+            name = self.format_checkpoint_name({})  # every metric it names as 0, in the folder
         except (ValueError, KeyError, IndexError) as e:
             raise ValueError(f"checkpoint.filename {self.filename!r} is no file name pattern ({e}); pass one such "
                              "as 'step{step}-bpc{val/bpc:.4f}'") from None  # fmt: skip
-        folder = os.path.normpath(self.dirpath or ".")
-        if not name.startswith(folder + os.sep) or Path(name).stem == self.CHECKPOINT_NAME_LAST:
+        inside = os.path.relpath(name, self.dirpath or ".")  # a folder not yet set: the trainer's, later
+        if inside.split(os.sep)[0] == ".." or Path(inside).stem == self.CHECKPOINT_NAME_LAST:
             raise ValueError(f"checkpoint.filename {self.filename!r} names a file outside the run's folder, or its "
                              "last.ckpt; pass a name inside it, such as 'step{step}-bpc{val/bpc:.4f}' "
                              "(--checkpoint.dirpath moves the folder)")  # fmt: skip
