@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import math
 import os
 import re
 import sys
@@ -35,7 +34,7 @@ from lightning.pytorch.trainer.connectors.checkpoint_connector import _Checkpoin
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
-from ..bounds import MAX_COUNT, Interval, register
+from ..bounds import MAX_COUNT, Count, Interval, NonNegativeFloat, register
 from ..data.files import shortened
 from ..data.vocab import vocab_state
 from ..model.config import (
@@ -123,15 +122,35 @@ def refuse_nulls(cfg) -> None:
         raise ValueError(f"seed_everything={seed} must lie in [0, {2**32 - 1:,}] (numpy's seeds), or be true/false")
 
 
+class BoundedTrainer(Trainer):
+    """Lightning's Trainer: every aspect of training, as flags.
+
+    The counts it takes a step modulo or divides by (0: a ZeroDivisionError deep in a loop), and the norm it clips
+    by, are bounded on their types here, as every setting of the project's is."""
+
+    def __init__(self, *, accumulate_grad_batches: Count = 1, log_every_n_steps: Count | None = None,
+                 check_val_every_n_epoch: Count | None = 1, gradient_clip_val: NonNegativeFloat | None = None,
+                 **kwargs) -> None:  # fmt: skip
+        """
+        Args:
+            accumulate_grad_batches: Accumulate the gradients of this many batches before each optimizer step.
+            log_every_n_steps: Log every N training steps (None: Lightning's 50).
+            check_val_every_n_epoch: Validate after every N training epochs (None: by val_check_interval alone).
+            gradient_clip_val: Clip the gradients' norm to this value (0 or None: no clipping).
+        """
+        super().__init__(accumulate_grad_batches=accumulate_grad_batches, log_every_n_steps=log_every_n_steps,
+                         check_val_every_n_epoch=check_val_every_n_epoch, gradient_clip_val=gradient_clip_val,
+                         **kwargs)  # fmt: skip
+
+
 def bound_trainer(trainer, sub: str | None = None) -> None:
-    """Lightning's Trainer takes these unchecked: it takes a step modulo its counts or divides by them, clips by a
-    negative norm, starts a process for every CPU device asked for, waits without end for nodes that no
-    launcher starts, and scores no batch at all in ``sub`` (validate, test, predict) with a limit of 0."""
-    for key, example in TRAINER_COUNTS.items():
-        value = trainer.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and not 1 <= value <= MAX_COUNT:
-            raise ValueError(f"trainer.{key}={shortened(str(value))} must lie in [1, {MAX_COUNT:,}]; pass e.g. "
-                             f"--trainer.{key} {example}")  # fmt: skip
+    """What Lightning's Trainer takes unchecked and no one setting's type can say: a count of validation steps
+    (also a fraction, or a time), a process for every CPU device asked for, nodes that no launcher starts, and no
+    batch at all in ``sub`` (validate, test, predict) with a limit of 0."""
+    interval = trainer.get("val_check_interval")  # an integer counts batches: 0 is taken modulo
+    if isinstance(interval, int) and not isinstance(interval, bool) and not 1 <= interval <= MAX_COUNT:
+        raise ValueError(f"trainer.val_check_interval={shortened(str(interval))} must lie in [1, {MAX_COUNT:,}]; "
+                         "pass e.g. --trainer.val_check_interval 250 (or a fraction of an epoch: 0.25)")  # fmt: skip
     devices, cores = str(trainer.get("devices")), os.cpu_count() or 1
     if devices.isdigit() and int(devices) > cores and not torch.cuda.is_available():
         raise ValueError(f"trainer.devices={shortened(devices)}: on a CPU each device is a process of its own, and "
@@ -157,10 +176,6 @@ def bound_trainer(trainer, sub: str | None = None) -> None:
     if (limit := LIMITS.get(sub or "")) and trainer.get(limit) == 0:  # it printed nothing, and exited 0
         raise ValueError(f"trainer.{limit} 0: {sub} would read no batch; leave it out, or pass a count of batches or "
                          "a fraction of the split")  # fmt: skip
-    clip = trainer.get("gradient_clip_val")
-    if clip is not None and not 0 <= clip < math.inf:
-        raise ValueError(f"trainer.gradient_clip_val={shortened(str(clip))} must be a non-negative number (0 or null: "
-                         "no clipping); pass e.g. --trainer.gradient_clip_val 1.0")  # fmt: skip
 
 
 def refuse_unlogged_monitors(cfg, logged: tuple[str, ...] | None) -> None:
@@ -314,11 +329,6 @@ CLUSTER_ENV = ("MASTER_ADDR", "SLURM_NTASKS", "LSB_JOBID", "OMPI_COMM_WORLD_SIZE
 LIMITS = {"validate": "limit_val_batches", "test": "limit_test_batches", "predict": "limit_predict_batches"}
 """The trainer's limit of the batches each scoring command reads."""
 
-# The trainer's counts that Lightning takes a step modulo, or divides by, without checking them (0 is a
-# ZeroDivisionError deep in a loop), with a value to suggest
-TRAINER_COUNTS = {"accumulate_grad_batches": 4, "log_every_n_steps": 50, "check_val_every_n_epoch": 1,
-                  "val_check_interval": 250}  # fmt: skip
-
 
 # What every run has: the bar, the learning-rate log, the phase timers, the throughput and the Ctrl-C/SIGTERM
 # saver. A config's own `trainer.callbacks` list adds to these (CLI.with_project_callbacks); the checkpoint policy
@@ -371,6 +381,7 @@ class CLI(LightningCLI):
             save_config_kwargs={"overwrite": True},
             parser_kwargs=parser_kwargs,
             auto_configure_optimizers=False,  # the modules build their own AdamW groups and schedule
+            trainer_class=BoundedTrainer,
             args=args,  # None: read sys.argv
             run=run,
         )
