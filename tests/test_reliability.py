@@ -106,6 +106,7 @@ def text(tmp_path, monkeypatch) -> Path:
         (["--trainer.barebones", "true"], "trainer.barebones true turns off logging and checkpoints, which every"),
         (["--trainer.enable_checkpointing", "false"], "trainer.enable_checkpointing false: every run here keeps"),
         (["--data.seed", str(10**30)], "data.seed: 1000000000000000000000000000000 is not an integer in [0, 9,223"),
+        (["--seed_everything", "-1"], "seed_everything: -1 is not one of: true, false, an integer in [0, 4,294,"),
         (["--checkpoint.save_top_k", "-5"], "checkpoint.save_top_k: -5 is not an integer in [-1, 16,777,216]"),
         (
             ["--checkpoint.every_n_train_steps", "3", "--checkpoint.every_n_epochs", "2"],
@@ -128,9 +129,9 @@ def text(tmp_path, monkeypatch) -> Path:
     ],
     ids=["heads", "depth", "batch-size", "context", "max-steps", "cooldown", "unknown", "workers-null", "seed-null",
          "log-every-0", "val-every-0", "accumulate-0", "val-interval-0", "accelerator", "missing-package", "rope-base",
-         "clip", "workers", "devices", "devices-negative", "nodes", "barebones", "no-checkpointing", "seed", "top-k",
-         "every-n", "mode", "filename-format", "filename-outside", "filename-last", "monitor", "early-stopping",
-         "csv-flush-0"],
+         "clip", "workers", "devices", "devices-negative", "nodes", "barebones", "no-checkpointing", "seed",
+         "global-seed", "top-k", "every-n", "mode", "filename-format", "filename-outside", "filename-last", "monitor",
+         "early-stopping", "csv-flush-0"],
 )  # fmt: skip
 def test_out_of_range_settings_get_one_line(capsys, text, args, message):
     err = fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), *args, message=message)

@@ -92,6 +92,7 @@ if TYPE_CHECKING:
     NonNegative: TypeAlias = int
     Memory: TypeAlias = int
     Seed: TypeAlias = int
+    GlobalSeed: TypeAlias = int
     Length: TypeAlias = int
     Samples: TypeAlias = int
     Pictured: TypeAlias = int
@@ -116,6 +117,7 @@ else:
     NonNegative = between(int, 0, name="a non-negative integer")
     Memory = between(int, 0, MAX_MEMORY)
     Seed = between(int, 0, MAX_SEED)
+    GlobalSeed = between(int, 0, 2**32 - 1)  # Lightning's seed_everything seeds numpy too, which takes these
     Length = between(int, 1, MAX_SAMPLE)  # characters to sample
     Samples = between(int, 1, 1_000)  # samples of one prompt
     Pictured = between(int, 1, 256)  # tokens an attention panel holds

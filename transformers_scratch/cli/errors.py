@@ -36,8 +36,10 @@ SCAFFOLDING = (
 )  # fmt: skip
 
 
-# jsonargparse's report of a value that is not of a plain type, or of any of a union's, and those types in words
-EXPECTED = re.compile(r"Expected a (?:<class '(\w+)'>|typing\.Literal\[(.*)\])(?:\. Got value: (.*))?$")
+# jsonargparse's report of a value that is not of a plain type, a choice or an interval type (of a union's or one),
+# and those types in words
+EXPECTED = re.compile(r"(?:Expected a (?:<class '(\w+)'>|typing\.Literal\[(.*)\])(?:\. Got value: (.*))?"
+                      r"|Not of type (.+?): .*)$")  # fmt: skip
 KINDS = {"int": "an integer", "float": "a number", "bool": "true, false", "str": "text", "NoneType": "null"}
 
 
@@ -165,7 +167,8 @@ def brief(message: str) -> str:
         reason = f"{given[-1][:40]} {reason}" if reason.startswith("is not") and given else reason
     elif expected := siblings(message, at):  # the types of one union (or one type) that the value is none of
         value = expected[0][3] or (given[-1] if given else "the value")
-        kinds = [kind for m in expected for kind in (KINDS.get(m[1], m[1]) if m[1] else m[2]).split(", ")]
+        kinds = [kind for m in expected
+                 for kind in ([KINDS.get(m[1], m[1])] if m[1] else m[2].split(", ") if m[2] else [m[4]])]  # fmt: skip
         kinds.sort(key=lambda kind: kind == "null")  # last
         reason = f"{shortened(value)} is not " + (kinds[0] if len(kinds) == 1 else f"one of: {', '.join(kinds)}")
     if "import path denylist" in reason:

@@ -34,7 +34,7 @@ from lightning.pytorch.trainer.connectors.checkpoint_connector import _Checkpoin
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
-from ..bounds import MAX_COUNT, Count, Interval, NonNegativeFloat, register
+from ..bounds import MAX_COUNT, Count, GlobalSeed, Interval, NonNegativeFloat, register
 from ..data.files import shortened
 from ..data.vocab import vocab_state
 from ..model.config import (
@@ -117,9 +117,6 @@ def refuse_nulls(cfg) -> None:
     for key, group in {"trainer": Trainer, **CALLBACK_GROUPS}.items():  # classes whose settings are groups
         if key in cfg:
             refuse_null(key, group, cfg[key])
-    seed = cfg.get("seed_everything")
-    if not isinstance(seed, bool) and isinstance(seed, int) and not 0 <= seed < 2**32:
-        raise ValueError(f"seed_everything={seed} must lie in [0, {2**32 - 1:,}] (numpy's seeds), or be true/false")
 
 
 class BoundedTrainer(Trainer):
@@ -394,6 +391,12 @@ class CLI(LightningCLI):
         every = {name: {*skip, "verbose"} if name in ("validate", "test") else skip for name, skip in every.items()}
         asked = self.argv[0] if getattr(self, "argv", None) else None
         return {asked: every[asked]} if asked in every else every
+
+    def add_default_arguments_to_parser(self, parser) -> None:
+        """Lightning's ``--seed_everything``, with numpy's bound on seeds declared on its type."""
+        parser.add_argument("--seed_everything", type=bool | GlobalSeed, default=self.seed_everything_default,
+                            help="Seed every generator with this number before the classes are made; true: a random "
+                            "seed.")  # fmt: skip
 
     def add_arguments_to_parser(self, parser) -> None:
         # Sizes that come from the data are never typed twice.
