@@ -143,3 +143,14 @@ def test_the_attention_grid_of_a_long_text_stays_readable(tmp_path):
     assert 8 <= len(labels) < 96 and labels[0] == "0:a"
     position, token = labels[1].split(":")
     assert token == tokens[int(position)]
+
+
+def test_a_picture_is_written_whole_in_its_names_format_and_a_full_disk_is_an_error_naming_it(tmp_path):
+    curves = {"train/loss": ([1, 2], [0.7, 0.6])}
+    for name, head in (("c.png", b"\x89PNG"), ("c.SVG", b"<?xml"), ("c", b"\x89PNG")):  # no ending: PNG
+        draw_curves(curves, tmp_path / name)
+        assert (tmp_path / name).read_bytes().startswith(head)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c", "c.SVG", "c.png"]  # no temporary file left
+    with pytest.raises(OSError) as caught:  # matplotlib's own writer reported success on the full device
+        draw_curves(curves, "/dev/full")
+    assert caught.value.errno == 28 and caught.value.filename == "/dev/full"

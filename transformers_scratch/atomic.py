@@ -31,17 +31,24 @@ def written_whole(path: Path) -> Iterator[Path]:
             tmp.unlink(missing_ok=True)
 
 
+def write_whole(path: Path, data: bytes | memoryview | str) -> None:
+    """``data`` (text as UTF-8) written whole to ``path``. A writer that streams to a file of its own opening
+    (``torch.save``, matplotlib's) fills a buffer first and hands it here: a disk that refuses the write (a full
+    one) then raises Python's OSError naming the file, where torch's writer raised a RuntimeError naming none and
+    matplotlib's reported success."""
+    with written_whole(path) as tmp:
+        tmp.write_bytes(data.encode() if isinstance(data, str) else data)
+
+
 def saved_whole(obj, path: Path) -> None:
-    """``torch.save(obj)`` written whole to ``path``, serialised in memory first: a disk that refuses the write (a
-    full one) raises Python's OSError naming the file, where torch's own writer raised a RuntimeError naming none."""
+    """``torch.save(obj)`` serialised in memory, then written whole to ``path`` (:func:`write_whole`)."""
     import io
 
     import torch
 
     buffer = io.BytesIO()
     torch.save(obj, buffer)
-    with written_whole(path) as tmp:
-        tmp.write_bytes(buffer.getbuffer())
+    write_whole(path, buffer.getbuffer())
 
 
 def unfinished(folder: Path, name: str = "*") -> Iterator[Path]:

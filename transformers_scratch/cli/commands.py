@@ -12,7 +12,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ..atomic import saved_whole
+from ..atomic import saved_whole, write_whole
 from ..bounds import (
     MAX_SAMPLE,
     Count,
@@ -420,7 +420,7 @@ def context(
         rows = ["curve,position,bytes,bits_per_byte"] + [
             f"{label},{i + 1},{int(c)},{float(b / c):.6f}" for label, (bits, counts) in curves.items()
             for i, (b, c) in enumerate(zip(bits, counts, strict=True)) if c]  # fmt: skip
-        table.write_text("\n".join(rows) + "\n")
+        write_whole(table, "\n".join(rows) + "\n")
     if target is not None:
         mids = [math.sqrt(lo * hi) for lo, hi in ranges]
         draw_context({k: (mids, v) for k, v in binned.items()}, target, f"bits per byte by position ({split})", dpi)

@@ -12,7 +12,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..atomic import written_whole
+from ..atomic import write_whole
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,5 @@ def assemble_python_stdlib(dest: Path) -> dict:
               "sha256": hashlib.sha256(text).hexdigest()}  # fmt: skip
     dest.parent.mkdir(parents=True, exist_ok=True)
     for path, data in ((dest.with_suffix(".json"), json.dumps(record, indent=1).encode()), (dest, text)):
-        with written_whole(path) as part:
-            part.write_bytes(data)
+        write_whole(path, data)
     return record

@@ -229,7 +229,7 @@ def format_scaling(report: dict, model: dict) -> list[str]:
 def draw_scaling(report: dict, out: str, title: str = "") -> None:
     """A log-log picture: one attention's seconds and added memory over the context, per kernel, each line
     labelled with its fitted exponent."""
-    from ..training.pictures import _pyplot
+    from ..training.pictures import _pyplot, save_figure
 
     plt = _pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5))
@@ -247,5 +247,5 @@ def draw_scaling(report: dict, out: str, title: str = "") -> None:
     left.legend(fontsize=8)
     fig.suptitle(title or "one attention over the context")
     fig.tight_layout()
-    fig.savefig(out, dpi=100)
+    save_figure(fig, out, 100)
     plt.close(fig)

@@ -23,7 +23,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from ..atomic import unfinished, written_whole
+from ..atomic import unfinished, write_whole, written_whole
 from .config import ClassifierConfig, EncoderDecoderConfig, LMConfig, XLConfig, read_settings
 from .models import CausalLM, EncoderDecoder, SequenceClassifier
 from .xl import TransformerXL
@@ -63,8 +63,7 @@ def write_export(folder: Path, save_weights: Callable[[str], None], config: dict
             save_weights(str(tmp))
         except SafetensorError as e:
             raise OSError(errno.EIO, str(e), str(folder / WEIGHTS)) from e
-    with written_whole(folder / CONFIG) as tmp:
-        tmp.write_text(json.dumps(config, indent=2) + "\n")
+    write_whole(folder / CONFIG, json.dumps(config, indent=2) + "\n")
     return folder
 
 

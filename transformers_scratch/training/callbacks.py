@@ -29,7 +29,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from torch import Tensor
 from tqdm import tqdm
 
-from ..atomic import written_whole
+from ..atomic import write_whole, written_whole
 from ..bounds import (
     Count,
     NonNegative,
@@ -580,8 +580,7 @@ class PhaseTimes(Callback):
         # (every process asks: under DDP trainer.log_dir is a broadcast, which one process alone would hang on)
         if trainer.is_global_zero and log_dir:
             Path(log_dir).mkdir(parents=True, exist_ok=True)
-            with written_whole(Path(log_dir) / "phases.json") as tmp:
-                tmp.write_text(json.dumps(self.times, indent=1) + "\n")
+            write_whole(Path(log_dir) / "phases.json", json.dumps(self.times, indent=1) + "\n")
 
 
 class PredictionWriter(BasePredictionWriter):
@@ -636,6 +635,5 @@ class PredictionWriter(BasePredictionWriter):
         else:
             Path(self.output).parent.mkdir(parents=True, exist_ok=True)
             replaced = Path(self.output).is_file()  # not a pipe or a device, written to in place
-            with written_whole(Path(self.output)) as tmp:
-                tmp.write_text(text)
+            write_whole(Path(self.output), text)
             note(f"predictions written to {self.output}" + (" (it replaced the file of that name)" if replaced else ""))

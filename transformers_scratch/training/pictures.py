@@ -15,6 +15,7 @@ from typing import Any, cast
 import torch
 from torch import Tensor, nn
 
+from ..atomic import write_whole
 from ..data.files import read_text
 from ..model.attention import recording
 from ..model.sparse import SparseAttend
@@ -93,6 +94,13 @@ def _pyplot():
     return plt
 
 
+def save_figure(fig, out: str | Path, dpi: int) -> None:
+    """The figure drawn in memory in the format its name ends in (no ending: PNG), then written whole."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, dpi=dpi, format=Path(out).suffix[1:].lower() or "png")
+    write_whole(Path(out), buffer.getbuffer())
+
+
 MAX_INCHES = 16.0  # the attention grid's width and height at most, before the colour bar
 
 
@@ -141,7 +149,7 @@ def draw_attention(weights: Tensor, tokens: list[str], out: str | Path, title: s
     fig.suptitle(title or "attention weights: queries down, keys across")
     fig.tight_layout()
     fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.5, label="attention weight")
-    fig.savefig(out, dpi=dpi)
+    save_figure(fig, out, dpi)
     plt.close(fig)
     return fig
 
@@ -202,7 +210,7 @@ def draw_curves(curves: dict[str, tuple[list[int], list[float]]], out: str | Pat
     axes[-1, 0].set_xlabel("step")
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(out, dpi=dpi)
+    save_figure(fig, out, dpi)
     plt.close(fig)
     return fig
 
@@ -222,6 +230,6 @@ def draw_context(curves: dict[str, tuple[list[float], list[float]]], out: str | 
     ax.legend(fontsize=7)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(out, dpi=dpi)
+    save_figure(fig, out, dpi)
     plt.close(fig)
     return fig
