@@ -677,6 +677,17 @@ def test_a_fresh_fit_never_starts_over_another_runs_checkpoints(tmp_path):
     release_run_folder(folder)
 
 
+@pytest.mark.slow
+def test_a_fast_dev_run_writes_no_checkpoint_so_the_real_run_of_its_name_starts(text):
+    args = ("fit", "--config", TINY_LM, "--data.path", str(text), "--model.model.depth", "1", "--data.batch_size",
+            "4", "--sample.length", "0", "--trainer.limit_val_batches", "1")  # fmt: skip
+    quick = run_cli(*args, "--trainer.fast_dev_run", "2", cwd=text.parent)
+    assert quick.returncode == 0 and "fast_dev_run: 2 steps checked; no checkpoint" in quick.stderr, quick.stderr
+    assert not (text.parent / "checkpoints").exists()  # Lightning's save at the end wrote last.ckpt here
+    real = run_cli(*args, "--trainer.max_steps", "1", cwd=text.parent)
+    assert real.returncode == 0 and (text.parent / "checkpoints" / "tiny_charlm" / "last.ckpt").is_file(), real.stderr
+
+
 def test_a_lock_that_is_a_link_is_refused_and_the_file_it_names_kept(tmp_path):
     """The lock is truncated and written with the process id: through a link in a run folder from elsewhere (an
     unpacked archive), a fit overwrote the file the link named."""

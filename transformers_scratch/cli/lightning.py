@@ -605,6 +605,9 @@ class CLI(LightningCLI):
     def after_fit(self) -> None:
         release_run_folder(Path(self.checkpoint_dir))
         trainer, ckpt = self.trainer, self.run.ckpt
+        if trainer.fast_dev_run:  # Lightning's check of every loop, which its own messages announced
+            note(f"fast_dev_run: {trainer.global_step} steps checked; no checkpoint or log was written")
+            return
         spawned = isinstance(trainer.strategy.launcher, _MultiProcessingLauncher)  # they trained, not this process
         if trainer.global_step == (ckpt.step if ckpt else 0) and not spawned:  # no batch, or a resume at its end
             where = f"; {ckpt.source} is at step {ckpt.step} already: raise the limit to go on" if ckpt else ""

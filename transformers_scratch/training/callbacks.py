@@ -326,7 +326,11 @@ class SafeModelCheckpoint(ModelCheckpoint):
             self._defer_save_until_validation = False
 
     def on_train_end(self, trainer, pl_module) -> None:
-        """``last.ckpt`` is the model training ended with, also when the last step was not a saving step."""
+        """``last.ckpt`` is the model training ended with, also when the last step was not a saving step; a
+        ``fast_dev_run`` writes none, as Lightning promises (its own save here wrote one, and the run's folder then
+        refused the real run)."""
+        if trainer.fast_dev_run:
+            return
         super().on_train_end(trainer, pl_module)
         if self.save_last and not self._should_skip_saving_checkpoint(trainer):
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
