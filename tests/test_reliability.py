@@ -1517,6 +1517,9 @@ def test_a_fit_that_trains_no_step_says_it_wrote_no_checkpoint(capsys, text):
     assert "this run trained no step (trainer.max_steps=1000, trainer.max_epochs=-1, trainer.limit_train_batches=0), " \
         "so it wrote no checkpoint\n" in err  # fmt: skip
     assert "this run: checkpoints in" not in err and not Path("checkpoints/none/last.ckpt").exists()
+    main(["fit", "--config", TINY_LM, "--data.path", str(text), "--trainer.max_time", "00:00:00:00",
+          "--trainer.limit_val_batches", "1", "--trainer.logger", "false", "--name", "notime"])  # fmt: skip
+    assert "trainer.max_time=00:00:00:00), so it wrote no checkpoint" in capsys.readouterr().err  # the limit it met
     args = ["fit", "--config", TINY_LM, "--data.path", str(text), "--trainer.max_steps", "2", "--sample.length", "0",
             "--trainer.limit_val_batches", "1", "--trainer.logger", "false", "--name", "done"]  # fmt: skip
     main(args)

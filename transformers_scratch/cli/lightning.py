@@ -611,9 +611,10 @@ class CLI(LightningCLI):
         spawned = isinstance(trainer.strategy.launcher, _MultiProcessingLauncher)  # they trained, not this process
         if trainer.global_step == (ckpt.step if ckpt else 0) and not spawned:  # no batch, or a resume at its end
             where = f"; {ckpt.source} is at step {ckpt.step} already: raise the limit to go on" if ckpt else ""
-            note(f"this run trained no step (trainer.max_steps={trainer.max_steps}, trainer.max_epochs="
-                 f"{trainer.max_epochs}, trainer.limit_train_batches={trainer.limit_train_batches}), so it wrote no "
-                 f"checkpoint{where}")  # fmt: skip
+            limits = {k: self.config.fit.trainer.get(k) for k in ("max_steps", "max_epochs", "max_time",
+                                                                   "limit_train_batches")}  # fmt: skip
+            shown_limits = ", ".join(f"trainer.{k}={v}" for k, v in limits.items() if v is not None)
+            note(f"this run trained no step ({shown_limits}), so it wrote no checkpoint{where}")
             return
         self._validate_in_full()
         ours = run_checkpoint(self.trainer)
