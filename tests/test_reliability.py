@@ -255,6 +255,16 @@ def test_a_batch_this_machine_cannot_hold_ends_the_run_in_one_line(capsys, text,
         main(["fit", "--config", TINY_LM, "--data.path", str(text), "--name", "faulty"])
 
 
+@pytest.mark.skipif(sys.platform != "linux" or torch.cuda.is_available(), reason="the cap is Linux's, on a CPU")
+def test_more_memory_than_the_machine_has_is_an_error_line_not_the_kernels_kill(capsys, text, monkeypatch):
+    """Allocations untouched, each under the machine's memory: the kernel grants them all (and would kill the
+    process once they were filled); under the cap the one past it fails, as an error line."""
+    quarter = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
+    hoard = lambda self, batch, i: [torch.empty(quarter, dtype=torch.uint8) for _ in range(5)]  # noqa: E731
+    monkeypatch.setattr(LitCharLM, "training_step", hoard)
+    fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), message="out of memory: this machine (")
+
+
 @pytest.mark.parametrize("args, message", [
     (["bogus"], "'bogus' is no command; pass one of fit, validate, test, predict, sample, decode, export, attention, "
                 "plot, context, convert_xl, extrapolate, soak (see "),  # argparse listed Lightning's four alone

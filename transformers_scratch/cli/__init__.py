@@ -101,6 +101,22 @@ def run_function(name: str, argv: list[str]) -> None:
     function(**parser.parse_args(argv).as_dict())
 
 
+def cap_memory() -> None:
+    """On Linux without a GPU, the process's memory is capped at the machine's (``RLIMIT_DATA``): an allocation
+    past it is torch's out-of-memory error, one line that says what to lower, where the kernel would kill the
+    process without a word (a batch of 100,000 windows). A lower cap already set stays."""
+    import resource
+
+    import torch
+
+    from ..model.config import memory_bytes
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    cap = memory_bytes() if hard == resource.RLIM_INFINITY else min(memory_bytes(), hard)
+    if sys.platform == "linux" and not torch.cuda.is_available() and (soft == resource.RLIM_INFINITY or soft > cap):
+        resource.setrlimit(resource.RLIMIT_DATA, (cap, hard))
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else list(argv)
     if not args or args[0] in ("-h", "--help"):
@@ -114,6 +130,7 @@ def main(argv: list[str] | None = None) -> None:
     from .errors import error_line, refused
     from .lightning import build_cli
 
+    cap_memory()
     try:
         if args[0] in FUNCTION_NAMES:
             run_function(args[0], args[1:])
