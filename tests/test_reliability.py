@@ -288,6 +288,8 @@ def test_the_experiments_refuse_in_one_line_and_read_paths_where_they_were_given
     monkeypatch.chdir(tmp_path)
     fails(capsys, "soak", *args, message=message.format(cwd=tmp_path.resolve()))
     fails(capsys, "extrapolate", "--kinds", "bogus", message="invalid choice: 'bogus'")
+    for flag in ("--work", "--config", "--data.path"):  # an empty path is the working folder: it ran there
+        fails(capsys, "extrapolate", "--data.path", "x.txt", flag, "", message=f"argument {flag}: '' is not a path")
     fails(
         capsys, "extrapolate", "--data.path", "x", "--windows", "0", message="argument --windows: 0 is not an integer"
     )

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from lightning.pytorch.callbacks import Callback
 
-from ..bounds import Count, NonNegative, NonNegativeFloat
+from ..bounds import Count, NonNegative, NonNegativeFloat, PathName
 from . import Parser, bounded
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "tiny_charlm.yaml"
@@ -43,8 +43,9 @@ class Memory(Callback):
 def main(argv: list[str], build) -> int:
     """``build``: the command line's run builder (``cli.build_cli``), which the CLI hands in."""
     parser = Parser(prog=f"{Path(sys.argv[0]).name} soak", description=__doc__.splitlines()[0])
-    parser.add_argument("--data.path", dest="path", required=True, help="A text file (e.g. tinyshakespeare.txt).")
-    parser.add_argument("--steps", type=bounded(Count), default=2000)
+    parser.add_argument("--data.path", dest="path", type=bounded(PathName), required=True,
+                        help="A text file (e.g. tinyshakespeare.txt).")  # fmt: skip
+    parser.add_argument("--steps", type=bounded(Count), default=2000, help="Training steps.")
     parser.add_argument("--warmup", type=bounded(NonNegative), default=300, help="Steps before the reference reading.")
     parser.add_argument(
         "--bound_mb", type=bounded(NonNegativeFloat), default=20.0, help="Allowed RSS growth after the warm-up."
