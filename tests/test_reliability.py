@@ -271,6 +271,9 @@ def test_more_memory_than_the_machine_has_is_an_error_line_not_the_kernels_kill(
     (["fit"], "the following arguments are required: fit.data, fit.model; a config names them, e.g. --config "
               "configs/first_run.yaml"),
     (["sample"], "the following arguments are required: ckpt_path; sample --help lists its options"),
+    (["fit", "--model.help", "bogus"], ": bogus; pass one of LitCharLM, LitClassifier, LitMaskedLM, LitSeq2Seq, LitXL"),
+    (["fit", "--data.help", "os.system"], "--data.help: 'os.system' is no class of the project's; pass one of "
+                                          "IMDbDataModule, IMDbMLMDataModule, "),  # not "add it to the allowlist"
 ])  # fmt: skip
 def test_no_command_or_no_required_setting_is_refused_with_what_to_pass(capsys, args, message):
     fails(capsys, *args, message=message)

@@ -16,6 +16,7 @@ import torch
 from jsonargparse import ArgumentError
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
+from .. import data, training
 from ..data import DataError
 from ..data.files import shortened
 from ..model.config import memory_bytes
@@ -233,6 +234,11 @@ def usage_slip(message: str, argv: list[str]) -> str | None:
         return f"{first}; a config names them, e.g. --config configs/first_run.yaml"
     if first.startswith(("unrecognized arguments", "the following arguments are required")):
         return f"{first}; {argv[0]} --help lists its options"
+    if asked := re.match(r"--(model|data)\.help: (.*)", first):  # a class that is not the project's
+        why = f"{asked[2].split(chr(39))[1]!r} is no class of the project's" if "denylist" in asked[2] else asked[2]
+        names = [n for n in (training if asked[1] == "model" else data).__all__
+                 if n.endswith("DataModule") or n.startswith("Lit") and n != "LitTransformer"]  # fmt: skip
+        return f"--{asked[1]}.help: {why}; pass one of {', '.join(names)}"
     return None
 
 

@@ -605,7 +605,7 @@ class CLI(LightningCLI):
     def after_fit(self) -> None:
         release_run_folder(Path(self.checkpoint_dir))
         trainer, ckpt = self.trainer, self.run.ckpt
-        if trainer.fast_dev_run:  # Lightning's check of every loop, which its own messages announced
+        if self.config.fit.trainer.get("fast_dev_run"):  # Lightning's check of every loop
             note(f"fast_dev_run: {trainer.global_step} steps checked; no checkpoint or log was written")
             return
         spawned = isinstance(trainer.strategy.launcher, _MultiProcessingLauncher)  # they trained, not this process

@@ -43,15 +43,15 @@ def run(build, args: list[str], cwd: Path) -> tuple[float | None, str]:
 def main(argv: list[str], build) -> int:
     """``build``: the command line's run builder (``cli.build_cli``), which the CLI hands in."""
     parser = Parser(prog=f"{Path(sys.argv[0]).name} extrapolate", description=__doc__.splitlines()[0])
-    path = bounded(PathName)  # an empty one would be the working folder
-    parser.add_argument("--data.path", dest="path", type=path, required=True,
+    a_path = bounded(PathName)  # an empty one would be the working folder
+    parser.add_argument("--data.path", dest="path", type=a_path, required=True,
                         help="A text file (e.g. tinyshakespeare.txt).")  # fmt: skip
     parser.add_argument("--steps", type=bounded(Count), default=1000, help="Training steps per position kind.")
     parser.add_argument("--windows", type=bounded(Count), nargs="+", default=[256, 512, 1024],
                         help="Test windows, in characters (the models train at the config's context).")  # fmt: skip
     parser.add_argument("--kinds", nargs="+", default=KINDS, choices=KINDS, help="Position kinds to train.")
-    parser.add_argument("--work", type=path, default="runs/extrapolate", help="Checkpoints and logs go here.")
-    parser.add_argument("--config", type=path, action="append", default=[], help="More configs on top (repeatable), "
+    parser.add_argument("--work", type=a_path, default="runs/extrapolate", help="Checkpoints and logs go here.")
+    parser.add_argument("--config", type=a_path, action="append", default=[], help="More configs on top (repeatable), "
                         "e.g. configs/extrapolate_enwik8.yaml for the tutorial's enwik8 sizes.")  # fmt: skip
     args = parser.parse_args(argv)
     os.environ.setdefault("WANDB_MODE", "disabled")
