@@ -1147,6 +1147,10 @@ def test_a_checkpoint_of_an_older_layout_loads_or_says_so(tmp_path, capsys):
     ({"positions": "xpos"}, "has model settings this version refuses (model positions='xpos' is not one of "
                             "learned|sinusoidal|rope|alibi)"),
     ({"emb": -16}, "has model settings this version refuses (model emb=-16 is not an integer in [1, 16,777,216])"),
+    ({"tie_weights": "false"}, "has model settings this version refuses (model tie_weights='false' is not one of "
+                               "true|false)"),  # a string: truthy, it tied the weights
+    ({"sparse": [16]}, "has model settings this version refuses (model sparse=[16] is no mapping of sparse settings "
+                       "(or null))"),  # an AttributeError's traceback
 ])  # fmt: skip
 @pytest.mark.parametrize("command", ["fit", "test", "sample", "export"])
 def test_a_checkpoint_of_a_newer_layout_is_named_with_the_fix_by_every_command(

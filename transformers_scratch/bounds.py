@@ -146,21 +146,26 @@ def is_count(value, high: float = math.inf) -> bool:
 
 
 def checked(hint, value, where: str):
-    """``value`` against its annotation's interval type (``Positive``, ``Positive | None``) or choices
-    (``Literal[...]``): as its base type, or None where the annotation admits None; a refusal names ``where``.
-    Other annotations pass it as is."""
+    """``value`` against its annotation's interval type (``Positive``, ``Positive | None``), choices
+    (``Literal[...]``) or plain type (``bool``): as its base type, or None where the annotation admits None; a
+    refusal names ``where``. Other annotations (a settings class, read from a mapping later) pass it as is."""
     args = get_args(hint) if get_origin(hint) in (Union, type(int | None)) else (hint,)
     choices = [c for a in args if get_origin(a) is Literal for c in get_args(a)]
     cls = next((a for a in args if isinstance(a, type) and issubclass(a, Interval)), None)
     others = [a for a in args if isinstance(a, type) and a is not cls]  # None's type, bool beside choices, ...
-    if (not choices and cls is None) or value in choices or any(isinstance(value, a) for a in others):
+    plain = any(a in (bool, int, float, str) for a in others)  # a file's "yes" is no bool, though truthy
+    if (not choices and cls is None and not plain) or value in choices or any(isinstance(value, a) for a in others):
         return value
     if cls is None:
-        raise ValueError(f"{where}={str(value)[:40]!r} is not one of {'|'.join(map(str, choices))}")
+        kinds = [*map(str, choices), *(PLAIN.get(a, a.__name__) for a in others)]
+        raise ValueError(f"{where}={str(value)[:40]!r} is not one of {'|'.join(kinds)}")
     try:
         return cls.check(value)
     except ValueError as e:
         raise ValueError(f"{where}={e}") from None
+
+
+PLAIN = {bool: "true|false", type(None): "null"}  # how a refusal names a plain type
 
 
 def check_fields(config, where: str = "model ") -> None:

@@ -119,6 +119,8 @@ class TransformerConfig:
     def __post_init__(self) -> None:
         if isinstance(self.sparse, dict):  # settings read back from a checkpoint or an export
             self.sparse = SparseConfig(**self.sparse)
+        if not isinstance(self.sparse, SparseConfig | None):
+            raise ValueError(f"model sparse={str(self.sparse)[:40]} is no mapping of sparse settings (or null)")
         check_fields(self)
         # before any check that reads the sizes digit by digit: a width may have 40 digits
         table = 3 * self.context * self.emb if self.positions == "sinusoidal" else 0  # a buffer: 3 copies to build
