@@ -604,6 +604,23 @@ def test_wandb_refusing_to_start_a_run_is_one_line(tmp_path, monkeypatch):
     wandb.teardown()
 
 
+@pytest.mark.parametrize("netrc", ["folder", "binary", "malformed"])
+def test_a_netrc_that_cannot_be_read_means_no_key_with_a_note(tmp_path, monkeypatch, capsys, netrc):
+    """~/.netrc as a folder or binary was a one-line error naming nothing ("Is a directory", a codec's message), and
+    the run did not start: it holds no key that W&B could read, so the run logs offline, and says why."""
+    from transformers_scratch.training.loggers import _has_credentials
+
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("NETRC", str(tmp_path / ".netrc"))
+    if netrc == "folder":
+        (tmp_path / ".netrc").mkdir()
+    else:
+        (tmp_path / ".netrc").write_bytes(b"\xff\xfe\x00" if netrc == "binary" else b"machine api.wandb.ai login")
+    assert _has_credentials() is False
+    assert "~/.netrc holds no key W&B can read (" in capsys.readouterr().err
+
+
 def test_wandb_online_with_no_key_or_network_is_refused_before_anything_is_logged(tmp_path, monkeypatch):
     """offline false asks for W&B online; with no key (no WANDB_API_KEY, no ~/.netrc) W&B itself raised a
     UsageError at the first logged value, a traceback after the run had started."""

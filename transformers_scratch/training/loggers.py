@@ -22,6 +22,7 @@ from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_info
 
 from ..bounds import Count, PathName
+from .console import note
 
 WANDB_MODES = ("online", "offline", "dryrun", "disabled", "shared", "run")  # wandb.Settings' mode
 
@@ -31,7 +32,10 @@ def _has_credentials() -> bool:
         return True
     try:
         return netrc.netrc().authenticators("api.wandb.ai") is not None  # written by `wandb login`
-    except (FileNotFoundError, netrc.NetrcParseError):
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError, netrc.NetrcParseError) as e:  # a folder, binary or malformed: W&B reads no key either
+        note(f"~/.netrc holds no key W&B can read ({e}), so W&B logs offline")
         return False
 
 
