@@ -596,6 +596,12 @@ def test_wandb_refusing_to_start_a_run_is_one_line(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=r"^W&B did not start the run \(Invalid project name 'a/b'"):
         assert WandbLogger(save_dir=str(tmp_path / "logs")).experiment is None
     monkeypatch.delenv("WANDB_PROJECT")
+    (tmp_path / "settings").write_bytes(b"\xff[default]\n")  # W&B's own settings file, not UTF-8: named by no one
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path))
+    wandb.teardown()
+    with pytest.raises(ValueError, match=rf"^W&B could not read its settings file {tmp_path}/settings, which is "):
+        assert WandbLogger(save_dir=str(tmp_path / "logs")).experiment is None
+    monkeypatch.delenv("WANDB_CONFIG_DIR")
     monkeypatch.setenv("WANDB_CONSOLE", "zzz")  # a value W&B's settings type refuses: pydantic's report was many lines
     wandb.teardown()
     with pytest.raises(ValueError, match=r"^W&B refuses its setting console='zzz' \(Input should be .*\); correct "

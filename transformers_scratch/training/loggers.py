@@ -101,6 +101,10 @@ class WandbLogger(_WandbLogger):
             raise ValueError(f"W&B did not start the run ({reason}); correct the setting it names (a WANDB_* variable "
                              "or the WandbLogger's; `wandb login` gives a key), or set WANDB_MODE=offline (no key "
                              "needed) or disabled") from None  # fmt: skip
+        except UnicodeDecodeError as e:  # W&B reads its settings file as text, and names no file
+            folder = os.environ.get("WANDB_CONFIG_DIR") or "~/.config/wandb"
+            raise ValueError(f"W&B could not read its settings file {folder}/settings, which is not UTF-8 text "
+                             f"(byte {e.start}); fix or move it, or set WANDB_MODE=disabled") from None  # fmt: skip
         except ValidationError as e:  # a setting W&B's types refuse, such as WANDB_CONSOLE=zzz: named by its variable
             first = e.errors()[0]
             name, given = ".".join(map(str, first["loc"])) or "a setting", str(first.get("input"))[:40]
