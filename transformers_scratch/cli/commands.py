@@ -49,7 +49,7 @@ def text_or_file(text: str | None, path: str | None, flag: str, what: str, kind:
         text = read_text(path, f"--{flag}_file {path!r}", MAX_TEXT_FILE, kind)
     if not text:
         where = f"--{flag}_file {path!r}" if path is not None else f"--{flag}"
-        raise ValueError(f"{where} is empty (an empty prompt); give {what}")
+        raise ValueError(f"{where} is empty; give {what}")
     return text
 
 
