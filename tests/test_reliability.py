@@ -1173,6 +1173,18 @@ def test_a_checkpoint_of_a_newer_layout_is_named_with_the_fix_by_every_command(
     assert not (tmp_path / "exported").exists() and not Path("checkpoints/n").exists()
 
 
+@pytest.mark.parametrize("optim, message", [
+    ([1, 2], "OptimConfig settings [1, 2] are no mapping of settings"),  # it was kept, a list, as the module's optim
+    ({"lr": float("nan")}, "model.optim lr=nan is not a number in [0.0, "),  # it named model.optim as a flag's
+])  # fmt: skip
+def test_a_checkpoints_optimiser_settings_out_of_bounds_name_the_checkpoint(capsys, tmp_path, optim, message):
+    module = LitCharLM(TINY)
+    module.hparams.optim = optim
+    ckpt = write_checkpoint(tmp_path / "odd.ckpt", module, {"vocab_symbols": None})
+    fails(capsys, "sample", "--ckpt_path", str(ckpt), "--prompt", "the ",
+          message=f"--ckpt_path {str(ckpt)!r} holds settings this version refuses ({message}")  # fmt: skip
+
+
 RESUMABLE = ["--config", TINY_LM, "--data.batches_per_epoch", "4", "--trainer.limit_val_batches", "1",
              "--sample.length", "0", "--trainer.enable_progress_bar", "false"]  # fmt: skip
 

@@ -171,7 +171,10 @@ class Checkpoint:
         takes_args = inspect.signature(module_class).parameters  # settings since dropped (older layouts) left out
         assert self.state is not None, "read with weights=False"
         try:
-            module = module_class(**{k: v for k, v in hparams.items() if k in takes_args})
+            try:
+                module = module_class(**{k: v for k, v in hparams.items() if k in takes_args})
+            except ValueError as e:  # a setting of the module's own out of its bounds (model.optim's)
+                raise ValueError(f"{self.source} holds settings this version refuses ({e}); {RETRAIN}") from None
             self.check_fits(module)
             module.load_state_dict(self.state)
         except (TypeError, RuntimeError, KeyError) as e:

@@ -53,6 +53,8 @@ def as_config(value, cls):
     """A config from what a checkpoint or the CLI hands over: an instance, a dict of its fields, or None."""
     if value is None:
         return cls()
+    if not isinstance(value, dict | cls):
+        raise ValueError(f"{cls.__name__} settings {str(value)[:40]} are no mapping of settings")
     return cls(**value) if isinstance(value, dict) else value
 
 
