@@ -93,6 +93,16 @@ def test_the_value_an_optional_interval_hides_is_put_back():
     assert line.endswith("kv_heads: 0 is not an integer in [1, 16,777,216]"), line
 
 
+def test_a_class_by_a_name_that_none_has_is_named_with_where_to_look(tmp_path):
+    """jsonargparse's "Expected a path but NAME either not accessible or invalid" (a flag) and "Expected a dot
+    import path string: NAME" (a config) say nothing of classes: a misspelt callback's name read as a file's."""
+    fix = "is no class it takes, nor a file of its settings; name a class by its name or import path (--"
+    assert refusal("--model", "Modle") == f"model: 'Modle' {fix}model.help CLASS shows one's settings)"
+    (tmp_path / "c.yaml").write_text("trainer:\n  models:\n    - class_path: Modle\n")
+    assert refusal("--config", str(tmp_path / "c.yaml")).endswith(f"'Modle' {fix}trainer.models.help CLASS shows "
+                                                                 "one's settings)")  # fmt: skip
+
+
 def test_a_flag_with_no_value_is_named():
     assert refusal("--length") == "--length needs a value, and nothing follows it; pass one, e.g. --length VALUE " \
         "(or --length=VALUE)"  # fmt: skip
