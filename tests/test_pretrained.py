@@ -124,7 +124,9 @@ def test_an_export_is_untrusted_its_sizes_checked_before_anything_is_allocated(t
     assert "\n" not in str(refused.value) and len(str(refused.value)) < 600
 
 
-@pytest.mark.parametrize("content", [b"\x00\x01\x02", b"[1, 2]", b'{"format": 1, "model": "CausalLM"}'])
+# the last: nested past what Python reads (a RecursionError)
+@pytest.mark.parametrize("content", [b"\x00\x01\x02", b"[1, 2]", b'{"format": 1, "model": "CausalLM"}',
+                                     b'{"x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"])  # fmt: skip
 def test_an_export_whose_config_is_not_one_is_refused(tmp_path, content):
     save_pretrained(trained_a_little("lm"), tmp_path / "out")
     (tmp_path / "out" / "config.json").write_bytes(content)

@@ -85,7 +85,7 @@ def read_json(path: Path, fix: str, error: type[ValueError] = ValueError) -> dic
         raise error(f"{str(path)!r} holds {path.stat().st_size:,} bytes, more than {MAX_CONFIG_BYTES:,}; {fix}")
     try:
         value = json.loads(path.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:  # RecursionError: nested past reading
         raise error(f"{str(path)!r} is not JSON ({type(e).__name__}); {fix}") from None
     if not isinstance(value, dict):
         raise error(f"{str(path)!r} holds no model config; {fix}")
