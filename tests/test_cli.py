@@ -456,7 +456,7 @@ def test_the_enwik8_model_trains_at_context_4096(tmp_path):
 def test_sample_refuses_an_empty_prompt(trained):
     assert_fails_cleanly(
         cli("sample", "--ckpt_path", "checkpoints/tiny_charlm/last.ckpt", "--prompt", "", cwd=trained[0]),
-        "empty prompt",
+        "--prompt is empty; give the text to continue",
     )
 
 
