@@ -126,12 +126,13 @@ def text(tmp_path, monkeypatch) -> Path:
              "--trainer.logger.flush_logs_every_n_steps", "0"],
             "trainer.logger.flush_logs_every_n_steps: 0 is not an integer in [1, 16,777,216]",  # Lightning: modulo 0
         ),
+        (["--weights_only", "false"], "--weights_only false would unpickle the checkpoint"),  # it was ignored
     ],
     ids=["heads", "depth", "batch-size", "context", "max-steps", "cooldown", "unknown", "workers-null", "seed-null",
          "log-every-0", "val-every-0", "accumulate-0", "val-interval-0", "accelerator", "missing-package", "rope-base",
          "clip", "workers", "devices", "devices-negative", "nodes", "barebones", "no-checkpointing", "seed",
          "global-seed", "top-k", "every-n", "mode", "filename-format", "filename-outside", "filename-last", "monitor",
-         "early-stopping", "csv-flush-0"],
+         "early-stopping", "csv-flush-0", "weights-only"],
 )  # fmt: skip
 def test_out_of_range_settings_get_one_line(capsys, text, args, message):
     err = fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), *args, message=message)

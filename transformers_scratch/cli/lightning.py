@@ -204,6 +204,9 @@ def settle_output(sub: str | None, cfg) -> None:
 def read_run_checkpoint(cfg, name: str) -> Checkpoint | None:
     """The run's ``--ckpt_path``, read once (its shapes, not its weights: Lightning restores them); ``last`` is
     this run's own ``last.ckpt`` (one run, one place)."""
+    if cfg.get("weights_only") is False:  # Lightning's flag: every checkpoint here is read as data, whatever it says
+        raise ValueError("--weights_only false would unpickle the checkpoint, running any code it holds; every "
+                         "checkpoint here is read as data: leave the flag out")  # fmt: skip
     if cfg.get("ckpt_path") is None:
         return None
     if cfg.ckpt_path == "last":
