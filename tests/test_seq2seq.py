@@ -13,8 +13,8 @@ from inprocess import run_cli as cli
 
 from transformers_scratch import EncoderDecoder, EncoderDecoderConfig, from_pretrained
 from transformers_scratch.data import IGNORE_INDEX as IGNORE
-from transformers_scratch.data import TransductionDataModule
-from transformers_scratch.data.transduction import TrainingBatches, collate, decode, encode, example, split_of
+from transformers_scratch.data import TransductionDataModule, transduction
+from transformers_scratch.data.transduction import TrainingBatches, collate, decode, draw, encode, example, split_of
 from transformers_scratch.training.modules import LitSeq2Seq
 from transformers_scratch.training.optim import OptimConfig
 
@@ -78,11 +78,20 @@ def test_a_batch_teaches_begin_then_target_then_end():
     assert torch.equal(tgt_in[0, 1:], tgt_out[0, :-1])  # teacher forcing: the input is the target shifted right
 
 
-def test_bad_settings_get_one_clear_error():
+def test_bad_settings_get_one_clear_error(monkeypatch):
     with pytest.raises(ValueError, match="data.min_length 5 and data.max_length 3"):
         TransductionDataModule(min_length=5, max_length=3)
     with pytest.raises(ValueError, match="data.val_size 500 is more than the"):
         TransductionDataModule(max_length=1, val_size=500).setup("fit")  # only 10 sources of one digit
+    draws = []  # a split that runs dry is said to once it stops giving new sources: not after 200 draws an example
+    monkeypatch.setattr(transduction, "draw", lambda *a: draws.append(1) or draw(*a))
+    with pytest.raises(ValueError, match="data.val_size 100000 is more than the 486 distinct val examples"):
+        TransductionDataModule(task="add", max_length=2, val_size=100_000).setup("fit")
+    assert len(draws) < 100_000  # it drew 20,000,000 sources, for minutes
+    # add's numbers print with up to 4,300 digits; a held-out set is drawn whole, one by one
+    for setting, value, bound in (("max_length", 4097, "[1, 4,096]"), ("val_size", 100_001, "[1, 100,000]")):
+        with pytest.raises(ValueError, match=rf"data.{setting}={value} is not an integer in \{bound}"):
+            TransductionDataModule(**{setting: value})
     with pytest.raises(ValueError, match="'x' in '1x' is not in the tasks' alphabet"):
         encode("1x")
     with pytest.raises(ValueError, match=r"label_smoothing=1.0 is not a number in \[0.0, 1.0\)"):

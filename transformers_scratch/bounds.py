@@ -108,6 +108,8 @@ if TYPE_CHECKING:
     Base: TypeAlias = float
     Workers: TypeAlias = int
     TopK: TypeAlias = int
+    Digits: TypeAlias = int
+    HeldOut: TypeAlias = int
 else:
     PathName = _Path
     Positive = between(int, 1, name="a positive integer")
@@ -132,6 +134,8 @@ else:
     NonNegativeFloat = between(float, 0.0, name="a non-negative number")
     Workers = between(int, 0, MAX_WORKERS)
     TopK = between(int, -1, MAX_COUNT)  # checkpoints kept by their score: -1 every one, 0 none
+    Digits = between(int, 1, 4_096)  # a generated task's numbers: Python writes an int of at most 4,300 digits
+    HeldOut = between(int, 1, 100_000)  # distinct held-out examples a task draws: about 10 s each 100,000
     Base = between(float, 1.0, open_low=True)  # RoPE's: the longest wavelength grows with it; at 1 or below none does
 
 

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from ..bounds import Count, Seed, Workers, check_args
+from ..bounds import Count, Digits, HeldOut, Seed, Workers, check_args
 from ..model.models import EncoderDecoder
 from .ids import IGNORE_INDEX
 from .progress import ResumableData
@@ -118,12 +118,12 @@ class TransductionDataModule(ResumableData):
     def __init__(
         self,
         task: Literal["reverse", "sort", "add"] = "reverse",
-        min_length: Count = 1,
-        max_length: Count = 12,
+        min_length: Digits = 1,
+        max_length: Digits = 12,
         batch_size: Count = 64,
         batches_per_epoch: Count = 500,
-        val_size: Count = 1000,
-        test_size: Count = 2000,
+        val_size: HeldOut = 1000,
+        test_size: HeldOut = 2000,
         num_workers: Workers = 0,
         seed: Seed = 1234,
     ) -> None:
@@ -160,10 +160,12 @@ class TransductionDataModule(ResumableData):
 
     def held_out(self, split: str, size: int) -> list[tuple[str, str]]:
         """``size`` distinct examples of ``split``, drawn from a generator of its own."""
-        rng, seen, out = random.Random(f"{split}-{self.seed}"), set(), []
-        for _ in range(200 * size):
+        rng, seen, misses = random.Random(f"{split}-{self.seed}"), set(), 0
+        out: list[tuple[str, str]] = []
+        while misses <= 20 * len(out) + 10_000:  # that many draws in a row found nothing new: the split is spent
             src, tgt = draw(self.task, rng, self.min_length, self.max_length, split)
-            if src not in seen:
+            misses = misses + 1 if src in seen else 0
+            if not misses:
                 seen.add(src)
                 out.append((src, tgt))
                 if len(out) == size:
