@@ -105,15 +105,17 @@ def cap_memory() -> None:
     """On Linux without a GPU, the process's memory is capped at the machine's (``RLIMIT_DATA``): an allocation
     past it is torch's out-of-memory error, one line that says what to lower, where the kernel would kill the
     process without a word (a batch of 100,000 windows). A lower cap already set stays."""
-    import resource
-
     import torch
+
+    if sys.platform != "linux" or torch.cuda.is_available():
+        return
+    import resource
 
     from ..model.config import memory_bytes
 
     soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
     cap = memory_bytes() if hard == resource.RLIM_INFINITY else min(memory_bytes(), hard)
-    if sys.platform == "linux" and not torch.cuda.is_available() and (soft == resource.RLIM_INFINITY or soft > cap):
+    if soft == resource.RLIM_INFINITY or soft > cap:
         resource.setrlimit(resource.RLIMIT_DATA, (cap, hard))
 
 

@@ -164,12 +164,14 @@ class TransductionDataModule(ResumableData):
         out: list[tuple[str, str]] = []
         while misses <= 20 * len(out) + 10_000:  # that many draws in a row found nothing new: the split is spent
             src, tgt = draw(self.task, rng, self.min_length, self.max_length, split)
-            misses = misses + 1 if src in seen else 0
-            if not misses:
-                seen.add(src)
-                out.append((src, tgt))
-                if len(out) == size:
-                    return out
+            if src in seen:
+                misses += 1
+                continue
+            seen.add(src)
+            out.append((src, tgt))
+            misses = 0
+            if len(out) == size:
+                return out
         raise ValueError(
             f"data.{split}_size {size} is more than the {len(out)} distinct {split} examples found of "
             f"{self.task} at lengths {self.min_length}..{self.max_length}; lower it or raise data.max_length"
