@@ -1699,6 +1699,8 @@ def test_sigterm_stops_predict_on_a_large_file(tmp_path):
     stopped = run_process("-c", PREDICT_SIGNALLED, *args, cwd=tmp_path, env=quiet)
     assert stopped.returncode == 143, stopped.stderr[-3000:]
     assert "SIGTERM: predict stopped" in stopped.stderr and "went on" not in stopped.stderr
+    scored = stopped.stdout.strip().splitlines()[-1]  # the batches it had scored: written, not lost
+    assert scored.startswith(f"{big}: ") and scored.endswith(f" bits per byte over {3 * 64 * 32:,} bytes"), scored
 
 
 def damage_loops(c):

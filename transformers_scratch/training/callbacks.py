@@ -197,7 +197,7 @@ class StopOnSignal(Callback):
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         name = self.signal.name if self.signal is not None else "a signal"
         if isinstance(exception, Interrupted) and trainer.predicting:
-            note(f"{name}: predict stopped; what it had written stays")
+            note(f"{name}: predict stopped; the predictions made until then are written")
         elif isinstance(exception, Interrupted) and (ours := run_checkpoint(trainer)) is not None:
             note(f"{name} at step {trainer.global_step}: saved {shown(ours.save_now(trainer))}; continue with "
                  "--ckpt_path last")  # fmt: skip
@@ -625,6 +625,10 @@ class PredictionWriter(BasePredictionWriter):
         for p, text in zip(prediction.tolist(), texts, strict=True):
             best = max(range(len(p)), key=p.__getitem__)
             self.lines.append(f"{names[best]}\t{p[best]:.4f}\t{text[:70]}")
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        if isinstance(exception, Interrupted):  # stopped by a signal: what it computed is written, not lost
+            self.write_on_epoch_end(trainer, pl_module, [], [])
 
     def write_on_epoch_end(self, trainer, pl_module, predictions, batch_indices) -> None:
         if self.count:
