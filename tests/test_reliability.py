@@ -1578,7 +1578,9 @@ def test_a_run_name_is_a_folder_name(text, capsys):
     fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), "--name", "../elsewhere",
           message="is not a folder name")  # fmt: skip
     err = fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), "--name", "x" * 5000,
-                message="(5,000 characters) is not a folder name")  # fmt: skip
+                message="... (5,000 characters)' is not a folder name")  # fmt: skip
+    fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), "--name", "ünï",
+          message="run name 'ünï' is not a folder name: use up to 100 ASCII letters")  # fmt: skip
     assert len(err) < 1000
 
 

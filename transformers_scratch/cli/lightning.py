@@ -80,10 +80,8 @@ def run_name(cfg) -> str:
     configs = cfg.get("config") or []
     name = cfg.get("name") or (Path(str(configs[0])).stem if configs else "run")
     if not NAME.fullmatch(str(name)):
-        raise ValueError(
-            f"run name {str(name)[:40]!r}{'...' if len(str(name)) > 40 else ''} ({len(str(name)):,} characters) is "
-            "not a folder name: use up to 100 letters, digits, '_', '-' and '.', e.g. --name shakespeare_2"
-        )
+        raise ValueError(f"run name {shortened(str(name))!r} is not a folder name: use up to 100 ASCII letters, "
+                         "digits, '_', '-' and '.' (not '-' or '.' first), e.g. --name shakespeare_2")  # fmt: skip
     return str(name)
 
 
