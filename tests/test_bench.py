@@ -468,11 +468,15 @@ def test_the_long_context_command_measures_every_kernel_and_a_model_step(tmp_pat
     assert (tmp_path / "s.png").stat().st_size > 0
 
 
-def test_the_long_context_table_measures_the_kernels_it_is_given(tmp_path, monkeypatch):
+def test_the_long_context_tables_measure_the_kernels_they_are_given(tmp_path, monkeypatch):
     report = bench_in_process(monkeypatch, tmp_path, "--long-context", "--start-context", "64", "--max-context", "64",
                               "--kernels", "fixed/split", "sdpa", "--attn-heads", "2", "--attn-head-width", "8",
                               "--model-steps", "0")["scaling"]  # fmt: skip
     assert [row["kernel"] for row in report["attention"]] == ["fixed/split", "sdpa"] and report["model"] == []
+    report = bench_in_process(monkeypatch, tmp_path, "--long-context", "--start-context", "64", "--max-context", "64",
+                              "--kernels", "sdpa", "--model-kernels", "strided/alternate", "--depth", "2", "--emb",
+                              "16", "--heads", "2", "--model-steps", "1")["scaling"]  # fmt: skip
+    assert [row["kernel"] for row in report["model"]] == ["strided/alternate"] and report["model"][0]["points"]
 
 
 @pytest.mark.parametrize(

@@ -281,6 +281,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="long context: the one-attention table's kernels (default: all of them)")  # fmt: skip
     p.add_argument("--model-steps", type=bounded(NonNegative), default=2,
                    help="long context: timed steps of each model step (0: no model table)")  # fmt: skip
+    p.add_argument("--model-kernels", nargs="+", choices=[k for k in KERNELS if k != "explicit"], metavar="KERNEL",
+                   help="long context: the whole-model table's (default: sdpa strided/split fixed/split)")  # fmt: skip
     p.add_argument("--start-context", type=count, help="long context: the first context (1024; the search: 512)")
     p.add_argument("--max-context", type=count, default=65536)
     p.add_argument("--memory-budget-gb", type=positive, default=4.0, help="CPU long-context budget (peak RSS)")
@@ -327,7 +329,7 @@ def main(argv: list[str] | None = None) -> None:
 # Flags that one kind of run reads, by the flags that ask for it: given without one, a flag would do nothing
 ONLY = {
     ("--long-context",): ("--search", "--plot", "--attn-heads", "--attn-head-width", "--kernels", "--model-steps",
-                          "--start-context", "--max-context", "--memory-budget-gb", "--precision"),
+                          "--model-kernels", "--start-context", "--max-context", "--memory-budget-gb", "--precision"),
     ("--end-to-end", "--speedrun"): ("--data.path", "--nanogpt-train", "--threads", "--fit-args"),
     ("--end-to-end",): ("--rounds", "--max-steps"),
     ("--speedrun",): ("--budget", "--nanogpt-budget", "--seeds"),

@@ -169,7 +169,7 @@ def scaling(args, model: dict, device: str, run_isolated, train_job) -> dict:
         row["exponent"] = exponent([(p["context"], p["seconds"]) for p in row["points"]])
         kernels.append(row)
     models = []
-    for kernel in MODEL_KERNELS if args.model_steps > 0 else ():  # 0: the attention table alone
+    for kernel in (args.model_kernels or MODEL_KERNELS) if args.model_steps > 0 else ():  # 0: the attention table alone
         row = {"kernel": kernel, "points": []}
         for t in sizes:
             sizes_t = {**model, "context": t, **sparse_settings(kernel, t)}
