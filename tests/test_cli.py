@@ -5,6 +5,7 @@ import csv
 import gzip
 import json
 import math
+import os
 import re
 import shutil
 import site
@@ -366,6 +367,21 @@ def test_the_help_lists_every_command_under_the_name_it_was_invoked_by(tmp_path)
     assert "A LitCharLM or LitXL checkpoint written by fit" in " ".join(sample.stdout.split())  # from the docstring
     # a bound shows as what it takes, not as its class (type: <class 'Length'>)
     assert "(type: an integer in [1, 1,000,000], default: 600)" in " ".join(sample.stdout.split())
+
+
+@pytest.mark.slow
+def test_output_into_a_pipe_whose_reader_is_gone_ends_quietly_as_unix_tools_do(trained):
+    """``cli.py sample ... | head``: once the reader has stopped, the command ends with SIGPIPE's status (141) and
+    no line, neither a traceback nor an error about a pipe the user closed on purpose."""
+    cwd, _, _ = trained
+    ckpt = str(cwd / "checkpoints" / "tiny_charlm" / "last.ckpt")
+    for args in (["--help"], ["sample", "--ckpt_path", ckpt, "--prompt", "the ", "--length", "5"]):
+        read, write = os.pipe()
+        os.close(read)  # the reader is gone before the first byte
+        with os.fdopen(write, "wb") as gone:
+            done = subprocess.run([sys.executable, str(ROOT / "cli.py"), *args], cwd=cwd, stdout=gone,
+                                  stderr=subprocess.PIPE, text=True, timeout=300)  # fmt: skip
+        assert (done.returncode, done.stderr) == (141, ""), (args, done.stderr[-2000:])
 
 
 def test_every_option_of_a_command_has_its_help():

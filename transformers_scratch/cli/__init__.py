@@ -15,6 +15,7 @@ import os
 import sys
 from functools import cache
 from pathlib import Path
+from typing import NoReturn
 
 # The help names every command without importing any: torch, Lightning and the rest are imported when a command
 # runs (``cli.py --help`` in a fraction of a second, not the seconds those imports take).
@@ -119,10 +120,19 @@ def cap_memory() -> None:
         resource.setrlimit(resource.RLIMIT_DATA, (cap, hard))
 
 
+def stopped_reading() -> NoReturn:
+    """The output's reader stopped reading (``| head``): the command ends there, quietly, as Unix tools do."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # so that the exit's flush of stdout has nowhere to fail
+    sys.exit(141)  # 128 + SIGPIPE, the status of a tool that the signal ended
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else list(argv)
     if not args or args[0] in ("-h", "--help"):
-        print(usage())
+        try:
+            print(usage(), flush=True)
+        except BrokenPipeError:
+            stopped_reading()
         return
     if bad := next((key for key in RANKS if not os.environ.get(key, "0").removeprefix("-").isdigit()), None):
         print(f"error: {bad}={os.environ[bad][:40]!r} is not an integer: a rank or count that a launcher (torchrun, "
@@ -143,6 +153,8 @@ def main(argv: list[str] | None = None) -> None:
         else:  # argparse would list Lightning's commands alone
             every = ", ".join([*LIGHTNING, *FUNCTION_NAMES, *EXPERIMENT_NAMES])
             raise ValueError(f"{args[0][:40]!r} is no command; pass one of {every} (see {prog()} --help)")
+    except BrokenPipeError:
+        stopped_reading()
     except Exception as e:
         if os.environ.get("TS_DEBUG") or not refused(e):  # a fault of the project's: its traceback
             raise
