@@ -627,6 +627,38 @@ def test_a_netrc_that_cannot_be_read_means_no_key_with_a_note(tmp_path, monkeypa
     assert "~/.netrc holds no key W&B can read (" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("home", ["unset", "unwritable"])
+def test_wandbs_service_keeps_its_log_off_the_console_where_the_user_has_no_cache_folder(tmp_path, monkeypatch,
+                                                                                         capfd, home):  # fmt: skip
+    """With no HOME, or one that cannot be written (a container's user), W&B's service printed its own log on
+    stderr, some 15 lines a run ("failed to get logger path"): its log goes into the run's W&B folder instead,
+    and the rest of the process sees the user's cache setting as it was."""
+    import wandb
+
+    from transformers_scratch.training.loggers import WandbLogger
+
+    for name in ("WANDB_API_KEY", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("NETRC", str(tmp_path / ".netrc"))
+    if home == "unset":
+        monkeypatch.delenv("HOME")
+    else:
+        (tmp_path / "home").write_text("a file, where a folder would be")
+        monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    wandb.finish()  # an earlier test's run, and service, would be reused
+    wandb.teardown()
+    capfd.readouterr()
+    try:
+        assert WandbLogger(save_dir=str(tmp_path / "logs")).experiment is not None
+    finally:
+        wandb.finish()
+        wandb.teardown()
+    assert "XDG_CACHE_HOME" not in os.environ
+    assert "logger path" not in capfd.readouterr().err
+    assert list((tmp_path / "logs" / "wandb" / "cache" / "wandb" / "logs").glob("core-debug-*"))
+
+
 def test_wandb_online_with_no_key_or_network_is_refused_before_anything_is_logged(tmp_path, monkeypatch):
     """offline false asks for W&B online; with no key (no WANDB_API_KEY, no ~/.netrc) W&B itself raised a
     UsageError at the first logged value, a traceback after the run had started."""

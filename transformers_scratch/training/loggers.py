@@ -39,6 +39,19 @@ def _has_credentials() -> bool:
         return False
 
 
+def _usable_cache() -> bool:
+    """Whether the user's cache folder, where W&B's service writes its own log, can hold it (not so with no
+    ``HOME``, or one that cannot be written: a container's user)."""
+    home = os.environ.get("XDG_CACHE_HOME") or (os.environ.get("HOME") and os.path.join(os.environ["HOME"], ".cache"))
+    if not home:
+        return False
+    try:
+        Path(home, "wandb", "logs").mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return False
+    return True
+
+
 def _reachable(host: str = "api.wandb.ai", port: int = 443, timeout: float = 3.0) -> bool:
     try:
         with socket.create_connection((host, port), timeout=timeout):
@@ -94,7 +107,10 @@ class WandbLogger(_WandbLogger):
 
         if self.save_dir:
             Path(self.save_dir).mkdir(parents=True, exist_ok=True)  # wandb wants its folder to exist
+        cache = os.environ.get("XDG_CACHE_HOME")
         try:
+            if not _usable_cache() and self.save_dir:  # W&B's service would print its own log on stderr, line by line
+                os.environ["XDG_CACHE_HOME"] = str(Path(self.save_dir, "wandb", "cache").resolve())
             return super().experiment
         except UsageError as e:  # W&B's refusal (online with no API key, a project name it refuses): its traceback
             reason = (str(e).splitlines() or ["no reason given"])[0][:200]
@@ -113,6 +129,11 @@ class WandbLogger(_WandbLogger):
                 f"W&B refuses its setting {name}={given!r} ({first['msg'][:200]}); correct "
                 f"{where[0] if where else f'the WandbLogger setting {name}'}, or unset it"
             ) from None
+        finally:  # the service started has read it: the rest of the process sees the user's own
+            if cache is None:
+                os.environ.pop("XDG_CACHE_HOME", None)
+            else:
+                os.environ["XDG_CACHE_HOME"] = cache
 
 
 class _AppendingWriter(ExperimentWriter):
