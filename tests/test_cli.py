@@ -306,7 +306,9 @@ def test_export_writes_a_model_that_loads_without_the_project_cli(trained):
     config = json.loads((cwd / "exported" / "config.json").read_text())
     assert config["model"] == "CausalLM" and bytes(config["vocab"]["bytes"]) == vocab.symbols  # a file vocabulary
     again = cli("export", "--ckpt_path", ckpt, "--out", "exported", cwd=cwd)
-    assert_fails_cleanly(again, "'exported' already holds model.safetensors and config.json; pass another folder")
+    assert_fails_cleanly(again, "--out 'exported' already holds model.safetensors and config.json; pass another")
+    again = cli("export", "--ckpt_path", ckpt, "--out", "exported", "--format", "hf", cwd=cwd)
+    assert_fails_cleanly(again, "--out 'exported' is not empty; pass a new or empty folder")
     onto = cli("export", "--ckpt_path", ckpt, "--out", ckpt, cwd=cwd)  # the flag at fault, not the checkpoint's
     assert_fails_cleanly(onto, f"--out {ckpt!r} is a file, and export writes a folder; pass a folder")
 

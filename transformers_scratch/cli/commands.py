@@ -163,12 +163,17 @@ def export(ckpt_path: PathName, out: PathName, format: Literal["project", "hf"] 
     """
     if Path(out).exists() and not Path(out).is_dir():  # checked before the checkpoint is read
         raise ValueError(f"--out {out!r} is a file, and export writes a folder; pass a folder, e.g. exported/NAME")
-    if format == "hf":
-        module, _ = Checkpoint(ckpt_path).trained(LitCharLM, LitMaskedLM, command="export --format hf")
-        folder = save_hf(module.model, out)
-    else:
-        module, vocab = Checkpoint(ckpt_path).trained(LitCharLM, LitClassifier, LitSeq2Seq, LitXL, command="export")
-        folder = save_pretrained(module.model, out, {"vocab": export_vocab(module, vocab)})
+    try:
+        if format == "hf":
+            module, _ = Checkpoint(ckpt_path).trained(LitCharLM, LitMaskedLM, command="export --format hf")
+            folder = save_hf(module.model, out)
+        else:
+            module, vocab = Checkpoint(ckpt_path).trained(LitCharLM, LitClassifier, LitSeq2Seq, LitXL, command="export")
+            folder = save_pretrained(module.model, out, {"vocab": export_vocab(module, vocab)})
+    except FileExistsError as e:
+        if e.errno is not None:  # the system's, which the error path names
+            raise
+        raise ValueError(f"--out {e}") from None  # the writers' refusal of a folder that holds a model
     print(f"exported {type(module).__name__}'s model to {folder}/ (model.safetensors, config.json)")
 
 
