@@ -162,6 +162,21 @@ def test_a_launchers_variables_that_no_launcher_set_get_one_line(capsys, text, m
     assert "ntasks" in err
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("setting, message", [
+    ("TORCH_LOGS=nonsense", "error: torch did not start (Invalid log settings: nonsense, must be a comma separated "),
+    ("TORCHINDUCTOR_CACHE_DIR=/dev/null/x", "error: torch did not start ([Errno 20] Not a directory: '/dev/null/x'); "
+                                            "correct or unset TORCHINDUCTOR_CACHE_DIR"),
+])  # fmt: skip
+def test_a_setting_that_torch_refuses_as_it_starts_gets_one_line(tmp_path, setting, message):
+    """torch reads these as it is imported, before any command runs: a traceback from deep in its import was all."""
+    name, value = setting.split("=")
+    done = run_process(str(ROOT / "cli.py"), "fit", "--config", "configs/tiny_charlm.yaml", cwd=tmp_path,
+                       env={name: value})  # fmt: skip
+    assert done.returncode == 1 and done.stderr.startswith(message), done.stderr[-2000:]
+    assert f"correct or unset {name}\n" in done.stderr and "Traceback" not in done.stderr
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a machine with a GPU takes the setting")
 def test_a_gpu_asked_for_where_there_is_none_is_refused_with_the_fix(capsys, text):
     """Lightning's "No supported gpu backend found!" named the trainer but no fix."""

@@ -138,9 +138,18 @@ def main(argv: list[str] | None = None) -> None:
         print(f"error: {bad}={os.environ[bad][:40]!r} is not an integer: a rank or count that a launcher (torchrun, "
               f"SLURM) sets, read when torch starts; unset it\n{DEBUG_HINT}", file=sys.stderr)  # fmt: skip
         sys.exit(1)
-    from ..training.console import INTERRUPTED, clipped, close_bars
-    from .errors import error_line, refused
-    from .lightning import build_cli
+    given = [(k, v) for k, v in os.environ.items() if k.startswith(("TORCH", "PYTORCH", "TRITON")) and len(v) > 1]
+    try:  # torch reads settings of its own as it starts: TORCH_LOGS, TORCHINDUCTOR_CACHE_DIR, ...
+        from ..training.console import INTERRUPTED, clipped, close_bars
+        from .errors import error_line, refused
+        from .lightning import build_cli
+    except (ValueError, OSError) as e:
+        if os.environ.get("TS_DEBUG"):
+            raise
+        named, said = [k for k, v in given if v in str(e)], " ".join(str(e).split()).split(". ")[0][:200]
+        print(f"error: torch did not start ({said}); correct or unset "
+              f"{' or '.join(named) or 'the TORCH_* setting at fault'}\n{DEBUG_HINT}", file=sys.stderr)  # fmt: skip
+        sys.exit(1)
 
     cap_memory()
     try:
