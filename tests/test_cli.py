@@ -11,6 +11,7 @@ import shutil
 import site
 import subprocess
 import sys
+import threading
 import zipfile
 from pathlib import Path
 
@@ -334,6 +335,16 @@ def test_plot_draws_a_runs_learning_curves(trained):
     assert (cwd / "logs" / "tiny_charlm" / "version_0" / "curves.png").is_file()
     missing = cli("plot", "logs/tiny_charlm/version_9", cwd=cwd)
     assert_fails_cleanly(missing, "'logs/tiny_charlm/version_9/metrics.csv' does not exist")
+    pipe = cwd / "metrics.pipe"  # as <(ssh host cat logs/.../metrics.csv) hands a remote run's log over
+    os.mkfifo(pipe)
+    logged = (cwd / "logs" / "tiny_charlm" / "version_0" / "metrics.csv").read_bytes()
+    writer = threading.Thread(target=lambda: pipe.write_bytes(logged), daemon=True)  # blocks until plot reads
+    writer.start()
+    piped = cli("plot", str(pipe), "--out", "piped.png", cwd=cwd)
+    writer.join(timeout=5)
+    assert piped.returncode == 0 and (cwd / "piped.png").is_file(), piped.stderr[-3000:]
+    nowhere = cli("plot", str(pipe), cwd=cwd)  # refused before the pipe is opened
+    assert_fails_cleanly(nowhere, f"run {str(pipe)!r} is a pipe, with no folder to hold the picture; pass --out ")
 
 
 def test_a_learned_position_checkpoint_refuses_windows_past_its_context(trained):

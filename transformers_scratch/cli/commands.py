@@ -320,18 +320,21 @@ def plot(run: PathName, out: PathName | None = None, dpi: Dpi = 100) -> None:
     """Draw a run's learning curves (training loss, validation metrics, learning rate) from its metrics.csv.
 
     Args:
-        run: A run's log folder (logs/<name>/version_N) or its metrics.csv.
+        run: A run's log folder (logs/<name>/version_N) or its metrics.csv (a pipe too: <(ssh host cat ...)).
         out: The PNG to write (default: RUN/curves.png).
         dpi: Resolution of the PNG.
     """
     from ..training.pictures import draw_curves, learning_curves
 
-    metrics = Path(run) if Path(run).suffix == ".csv" else Path(run) / "metrics.csv"
-    if not metrics.is_file():
+    given = Path(run)
+    metrics = given if given.suffix == ".csv" or (given.exists() and not given.is_dir()) else given / "metrics.csv"
+    if not metrics.exists() or metrics.is_dir():
         raise FileNotFoundError(
             f"{str(metrics)!r} does not exist; pass a run's log folder such as logs/imdb/version_0 (fit writes "
             "metrics.csv there)"
         )
+    if out is None and not metrics.is_file():
+        raise ValueError(f"run {run!r} is a pipe, with no folder to hold the picture; pass --out curves.png")
     curves = learning_curves(metrics)
     if not curves:
         raise ValueError(f"{str(metrics)!r} holds no training loss, validation metric or learning rate to draw yet")
