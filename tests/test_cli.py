@@ -397,6 +397,20 @@ def test_output_into_a_pipe_whose_reader_is_gone_ends_quietly_as_unix_tools_do(t
         assert (done.returncode, done.stderr) == (141, ""), (args, done.stderr[-2000:])
 
 
+def test_a_broken_pipe_that_is_not_the_output_is_an_error_line(tmp_path, monkeypatch):
+    """Only the standard output's reader stopping ends a command quietly: a pipe broken elsewhere (a service's, a
+    worker's) is a failure, and said so."""
+    import transformers_scratch.training.pictures as pictures
+
+    def broken(*_):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(pictures, "learning_curves", broken)
+    (tmp_path / "metrics.csv").write_text("step,train/loss\n0,1.0\n")
+    result = cli("plot", str(tmp_path), cwd=tmp_path)
+    assert result.returncode == 1 and "error: [Errno 32] Broken pipe" in result.stderr, result.stderr[-2000:]
+
+
 def test_every_option_of_a_command_has_its_help():
     """A command's options are its function's parameters, and each one's help is its line in the docstring."""
     import inspect

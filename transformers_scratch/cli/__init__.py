@@ -126,6 +126,18 @@ def stopped_reading() -> NoReturn:
     sys.exit(141)  # 128 + SIGPIPE, the status of a tool that the signal ended
 
 
+def output_closed() -> bool:
+    """Whether the standard output is a pipe whose reader has closed it (the poll of its writing end says so)."""
+    import select
+
+    try:
+        poll = select.poll()
+        poll.register(1, select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poll.poll(0))
+    except (OSError, AttributeError):  # no poll (Windows), or no standard output
+        return False
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else list(argv)
     if not args or args[0] in ("-h", "--help"):
@@ -162,9 +174,9 @@ def main(argv: list[str] | None = None) -> None:
         else:  # argparse would list Lightning's commands alone
             every = ", ".join([*LIGHTNING, *FUNCTION_NAMES, *EXPERIMENT_NAMES])
             raise ValueError(f"{args[0][:40]!r} is no command; pass one of {every} (see {prog()} --help)")
-    except BrokenPipeError:
-        stopped_reading()
     except Exception as e:
+        if isinstance(e, BrokenPipeError) and output_closed():  # not another pipe (a service's, a worker's)
+            stopped_reading()
         if os.environ.get("TS_DEBUG") or not refused(e):  # a fault of the project's: its traceback
             raise
         close_bars()
