@@ -99,6 +99,9 @@ def text(tmp_path, monkeypatch) -> Path:
         (["--trainer.precision", "transformer-engine"], "trainer: Requirement 'transformer_engine"),  # not installed
         (["--model.model.rope_base", "1e-320"], "model.model.rope_base: 1e-320 is not a number in (1.0, inf)"),
         (["--trainer.gradient_clip_val", "-1"], "trainer.gradient_clip_val: -1.0 is not a non-negative number"),
+        (["--trainer.min_steps", "-1"], "trainer.min_steps: -1 is not a non-negative integer"),
+        (["--trainer.min_epochs", "-3"], "trainer.min_epochs: -3 is not a non-negative integer"),
+        (["--trainer.num_sanity_val_steps", "-5"], "trainer.num_sanity_val_steps: -5 is not an integer in [-1, 16,"),
         (["--data.num_workers", "100000"], "data.num_workers: 100000 is not an integer in [0, 64]"),
         (["--trainer.devices", "1000"], "trainer.devices=1000: on a CPU each device is a process of its own"),
         (["--trainer.devices", "-2"], "trainer: `devices` selected with `CPUAccelerator` should be an int > 0"),
@@ -130,7 +133,8 @@ def text(tmp_path, monkeypatch) -> Path:
     ],
     ids=["heads", "depth", "batch-size", "context", "max-steps", "cooldown", "unknown", "workers-null", "seed-null",
          "log-every-0", "val-every-0", "accumulate-0", "val-interval-0", "accelerator", "missing-package", "rope-base",
-         "clip", "workers", "devices", "devices-negative", "nodes", "barebones", "no-checkpointing", "seed",
+         "clip", "min-steps", "min-epochs", "sanity-steps", "workers", "devices", "devices-negative", "nodes",
+         "barebones", "no-checkpointing", "seed",
          "global-seed", "top-k", "every-n", "mode", "filename-format", "filename-outside", "filename-last", "monitor",
          "early-stopping", "csv-flush-0", "weights-only"],
 )  # fmt: skip

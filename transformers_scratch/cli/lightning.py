@@ -34,7 +34,7 @@ from lightning.pytorch.trainer.connectors.checkpoint_connector import _Checkpoin
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
-from ..bounds import MAX_COUNT, Count, GlobalSeed, Interval, NonNegativeFloat, register
+from ..bounds import MAX_COUNT, Count, GlobalSeed, Interval, NonNegative, NonNegativeFloat, TopK, register
 from ..data.files import shortened
 from ..data.vocab import vocab_state
 from ..model.config import (
@@ -125,16 +125,22 @@ class BoundedTrainer(Trainer):
 
     def __init__(self, *, accumulate_grad_batches: Count = 1, log_every_n_steps: Count | None = None,
                  check_val_every_n_epoch: Count | None = 1, gradient_clip_val: NonNegativeFloat | None = None,
-                 **kwargs) -> None:  # fmt: skip
+                 min_steps: NonNegative | None = None, min_epochs: NonNegative | None = None,
+                 num_sanity_val_steps: TopK | None = None, **kwargs) -> None:  # fmt: skip
         """
         Args:
             accumulate_grad_batches: Accumulate the gradients of this many batches before each optimizer step.
             log_every_n_steps: Log every N training steps (None: Lightning's 50).
             check_val_every_n_epoch: Validate after every N training epochs (None: by val_check_interval alone).
             gradient_clip_val: Clip the gradients' norm to this value (0 or None: no clipping).
+            min_steps: Train at least this many steps, whatever stops the run earlier (None: no minimum).
+            min_epochs: Train at least this many epochs (None: no minimum).
+            num_sanity_val_steps: Validation batches run before training, to catch a bug early (-1: all of them;
+                None: Lightning's 2).
         """
         super().__init__(accumulate_grad_batches=accumulate_grad_batches, log_every_n_steps=log_every_n_steps,
                          check_val_every_n_epoch=check_val_every_n_epoch, gradient_clip_val=gradient_clip_val,
+                         min_steps=min_steps, min_epochs=min_epochs, num_sanity_val_steps=num_sanity_val_steps,
                          **kwargs)  # fmt: skip
 
 
