@@ -108,9 +108,10 @@ class WandbLogger(_WandbLogger):
         if self.save_dir:
             Path(self.save_dir).mkdir(parents=True, exist_ok=True)  # wandb wants its folder to exist
         cache = os.environ.get("XDG_CACHE_HOME")
+        moved = self._experiment is None and bool(self.save_dir) and not _usable_cache()  # as the run starts
         try:
-            if not _usable_cache() and self.save_dir:  # W&B's service would print its own log on stderr, line by line
-                os.environ["XDG_CACHE_HOME"] = str(Path(self.save_dir, "wandb", "cache").resolve())
+            if moved:  # W&B's service would print its own log on stderr, line by line
+                os.environ["XDG_CACHE_HOME"] = str(Path(str(self.save_dir), "wandb", "cache").resolve())
             return super().experiment
         except UsageError as e:  # W&B's refusal (online with no API key, a project name it refuses): its traceback
             reason = (str(e).splitlines() or ["no reason given"])[0][:200]
@@ -130,9 +131,9 @@ class WandbLogger(_WandbLogger):
                 f"{where[0] if where else f'the WandbLogger setting {name}'}, or unset it"
             ) from None
         finally:  # the service started has read it: the rest of the process sees the user's own
-            if cache is None:
+            if moved and cache is None:
                 os.environ.pop("XDG_CACHE_HOME", None)
-            else:
+            elif moved:
                 os.environ["XDG_CACHE_HOME"] = cache
 
 
