@@ -121,7 +121,7 @@ def decode(ckpt_path: PathName, input: str | None = None, input_file: PathName |
     Args:
         ckpt_path: A LitSeq2Seq checkpoint written by fit.
         input: One source, e.g. '31415' or '315+4096'.
-        input_file: A file of sources, one a line.
+        input_file: A file of sources, one a line: output line N is source line N's (a blank one stays blank).
         batch_size: Sources decoded together.
     """
     from ..data.transduction import encode
@@ -145,8 +145,12 @@ def decode(ckpt_path: PathName, input: str | None = None, input_file: PathName |
         if len(source) > context:
             raise ValueError(f"{at}: {source[:40]!r} has {len(source):,} characters, more than the model's context "
                              f"{context}; pass shorter sources, or train with a larger data.max_length")  # fmt: skip
+    written, at = 0, iter(n for n, _ in numbered)
     for outputs in decode_sources(module, [source for _, source in numbered], batch_size):
-        print("\n".join(outputs))
+        for output in outputs:  # output line N is source line N's: a blank source line stays blank
+            n = next(at)
+            print("\n" * (n - written - 1) + output)
+            written = n
 
 
 def export(ckpt_path: PathName, out: PathName, format: Literal["project", "hf"] = "project") -> None:
