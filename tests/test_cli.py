@@ -503,9 +503,19 @@ def test_sample_refuses_an_empty_prompt(trained):
     )
 
 
-def test_sample_refuses_characters_outside_the_vocabulary(trained):
-    result = cli("sample", "--ckpt_path", "checkpoints/tiny_charlm/last.ckpt", "--prompt", "the CAT", cwd=trained[0])
-    assert_fails_cleanly(result, "prompt character 'C' is not in the model's vocabulary")
+@pytest.mark.parametrize(("prompt", "bad"), [("the CAT", "'C'"), ("the \udce9t\udce9", "'\\udce9'")])
+def test_sample_refuses_characters_outside_the_vocabulary(trained, prompt, bad):
+    """A C locale's argument holds its non-ASCII bytes as surrogates: read as those bytes, and named."""
+    result = cli("sample", "--ckpt_path", "checkpoints/tiny_charlm/last.ckpt", "--prompt", prompt, cwd=trained[0])
+    assert_fails_cleanly(result, f"prompt character {bad} is not in the model's vocabulary")
+
+
+def test_output_that_the_outputs_encoding_cannot_write_gets_one_line_with_the_fix(trained):
+    cwd = trained[0]
+    result = cli_process(
+        "plot", "logs/tiny_charlm/version_0", "--out", "courbes-\u00e9.png", cwd=cwd, env={"PYTHONIOENCODING": "ascii"}
+    )  # a C locale's console, or a Windows code page's
+    assert_fails_cleanly(result, "the output's encoding, ascii, cannot write '\\xe9'; use a UTF-8 locale")
 
 
 def test_sample_needs_an_existing_checkpoint(tmp_path):

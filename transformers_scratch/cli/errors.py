@@ -81,6 +81,9 @@ def _line(e: BaseException, argv: list[str]) -> str:
         return f"{named}{e.strerror or type(e).__name__}; {fix}"
     # a piped config (regular files are read, and named, before parsing), or a flag's YAML, that the loader refused
     piped = " or ".join(repr(path) for path in config_paths(argv) if not os.path.isfile(path))
+    if isinstance(e, UnicodeEncodeError):  # the output's encoding: a C locale's ascii, a Windows code page
+        return (f"the output's encoding, {e.encoding}, cannot write {e.object[e.start : e.end][:8]!r}; use a UTF-8 "
+                "locale (LANG=C.UTF-8), or set PYTHONIOENCODING=utf-8")  # fmt: skip
     if isinstance(e, UnicodeDecodeError):
         if not piped:  # every file the project reads is named where it is read: this one was not
             return f"a file this command read is not UTF-8 text (byte {e.start:,}); pass it in UTF-8"

@@ -54,9 +54,9 @@ class ByteVocab:
         """A prompt -> long ids (1, t), or an error naming the first character the model has never seen."""
         if not text:
             raise ValueError("empty prompt; give at least one character, e.g. --prompt 'The '")
-        ids = self.lookup(text.encode("utf-8"))
+        ids = self.lookup(text.encode("utf-8", "surrogateescape"))  # a C locale's argument: its bytes as given
         if (ids < 0).any():
-            bad = next(c for c in text if (self.table[list(c.encode("utf-8"))] < 0).any())
+            bad = next(c for c in text if (self.table[list(c.encode("utf-8", "surrogateescape"))] < 0).any())
             known = bytes(self.alphabet.tolist()).decode("utf-8", errors="replace")
             raise ValueError(
                 f"prompt character {bad!r} is not in the model's vocabulary of {self.size} characters; "
@@ -169,7 +169,7 @@ class TokenizerVocab:
     def encode_text(self, text: str) -> Tensor:
         if not text:
             raise ValueError("empty prompt; give at least one character, e.g. --prompt 'The '")
-        return self.encode(text.encode("utf-8"))[None]  # (1, t)
+        return self.encode(text.encode("utf-8", "surrogateescape"))[None]  # (1, t)
 
     def decode(self, ids: Tensor) -> str:
         with self.native("decode"):
