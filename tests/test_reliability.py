@@ -166,6 +166,19 @@ def test_a_launchers_variables_that_no_launcher_set_get_one_line(capsys, text, m
     assert "ntasks" in err
 
 
+@pytest.mark.parametrize("made, message", [
+    (lambda: os.close(1), "error: the standard output is closed (>&-), and the output would be lost; send it to "),
+    (lambda: os.rmdir(os.getcwd()), "error: the working folder no longer exists (removed after the shell entered "),
+])  # fmt: skip
+def test_a_closed_output_or_a_removed_working_folder_is_one_line_before_anything_runs(tmp_path, made, message):
+    """``sample ... >&-`` printed into nothing and exited 0; a working folder removed under the shell ended in a
+    fatal error of torch's math library as it loaded."""
+    (tmp_path / "here").mkdir()
+    done = subprocess.run([sys.executable, str(ROOT / "cli.py"), "sample", "--ckpt_path", "x.ckpt", "--prompt", "a"],
+                          cwd=tmp_path / "here", preexec_fn=made, stderr=subprocess.PIPE, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 1 and done.stderr.startswith(message), done.stderr[-2000:]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("setting, message", [
     ("TORCH_LOGS=nonsense", "error: torch did not start (Invalid log settings: nonsense, must be a comma separated "),

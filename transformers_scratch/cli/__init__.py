@@ -138,6 +138,26 @@ def output_closed() -> bool:
         return False
 
 
+def process_at_fault() -> str | None:
+    """What of the process no command runs with: a launcher's rank that is no integer (torch reads it as it
+    starts), an output closed by the shell (``>&-``: the output would be lost), a working folder deleted."""
+    if bad := next((key for key in RANKS if not os.environ.get(key, "0").removeprefix("-").isdigit()), None):
+        return (f"{bad}={os.environ[bad][:40]!r} is not an integer: a rank or count that a launcher (torchrun, "
+                "SLURM) sets, read when torch starts; unset it")  # fmt: skip
+    if sys.stdout is None:
+        return "the standard output is closed (>&-), and the output would be lost; send it to a file or /dev/null"
+    try:
+        os.getcwd()
+    except OSError:
+        return "the working folder no longer exists (removed after the shell entered it); cd to a folder that does"
+    return None
+
+
+def fail(line: str) -> NoReturn:
+    print(f"error: {line}\n{DEBUG_HINT}", file=sys.stderr)
+    sys.exit(1)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else list(argv)
     if not args or args[0] in ("-h", "--help"):
@@ -146,10 +166,8 @@ def main(argv: list[str] | None = None) -> None:
         except BrokenPipeError:
             stopped_reading()
         return
-    if bad := next((key for key in RANKS if not os.environ.get(key, "0").removeprefix("-").isdigit()), None):
-        print(f"error: {bad}={os.environ[bad][:40]!r} is not an integer: a rank or count that a launcher (torchrun, "
-              f"SLURM) sets, read when torch starts; unset it\n{DEBUG_HINT}", file=sys.stderr)  # fmt: skip
-        sys.exit(1)
+    if line := process_at_fault():
+        fail(line)
     given = [(k, v) for k, v in os.environ.items() if k.startswith(("TORCH", "PYTORCH", "TRITON")) and len(v) > 1]
     try:  # torch reads settings of its own as it starts: TORCH_LOGS, TORCHINDUCTOR_CACHE_DIR, ...
         from ..training.console import INTERRUPTED, clipped, close_bars
@@ -159,9 +177,7 @@ def main(argv: list[str] | None = None) -> None:
         if os.environ.get("TS_DEBUG"):
             raise
         named, said = [k for k, v in given if v in str(e)], " ".join(str(e).split()).split(". ")[0][:200]
-        print(f"error: torch did not start ({said}); correct or unset "
-              f"{' or '.join(named) or 'the TORCH_* setting at fault'}\n{DEBUG_HINT}", file=sys.stderr)  # fmt: skip
-        sys.exit(1)
+        fail(f"torch did not start ({said}); correct or unset {' or '.join(named) or 'the TORCH_* setting at fault'}")
 
     cap_memory()
     try:
