@@ -307,6 +307,7 @@ def yaml_text(value) -> bytes:
 @example(config=b"checkpoint: null\n")  # found: jsonargparse took a null group, and cfg.checkpoint.monitor raised
 @example(config=b"trainer:\n  accelerator: c\n")  # found: Lightning's refusal named neither trainer nor the file
 @example(config=b'"\\x1E": null\n')  # found: a key holding a line separator cut the one line short
+@example(config=b"model: ''\n")  # found: an empty class name was a TypeError in the error path
 def test_a_config_file(made, tmp_path_factory, config):
     folder = fresh(made, tmp_path_factory)
     (folder / "fuzz.yaml").write_bytes(config)

@@ -177,8 +177,8 @@ def brief(message: str) -> str:
         reason = f"{shortened(value)} is not " + (kinds[0] if len(kinds) == 1 else f"one of: {', '.join(kinds)}")
     class_named = r"Expected a path but (.*) either not accessible or invalid|Expected a dot import path string: (.*)"
     if named := re.fullmatch(class_named, reason):  # a class by a name that none has
-        flag = keys[-1] if keys else "SETTING"
-        reason = (f"{shortened(named[1] or named[2])!r} is no class it takes, nor a file of its settings; name a "
+        flag = ".".join(keys) or "SETTING"
+        reason = (f"{shortened(named[1] or named[2] or '')!r} is no class it takes, nor a file of its settings; name a "
                   f"class by its name or import path (--{flag}.help CLASS shows one's settings)")  # fmt: skip
     if "import path denylist" in reason:
         reason = (f"{reason.split(chr(39))[1]!r} is refused: a config may name classes and functions from "
