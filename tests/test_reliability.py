@@ -181,12 +181,16 @@ def test_a_closed_output_or_a_removed_working_folder_is_one_line_before_anything
 
 @pytest.mark.slow
 @pytest.mark.parametrize("setting, message", [
-    ("TORCH_LOGS=nonsense", "error: torch did not start (Invalid log settings: nonsense, must be a comma separated "),
-    ("TORCHINDUCTOR_CACHE_DIR=/dev/null/x", "error: torch did not start ([Errno 20] Not a directory: '/dev/null/x'); "
-                                            "correct or unset TORCHINDUCTOR_CACHE_DIR"),
+    ("TORCH_LOGS=nonsense", "error: the libraries did not load (Invalid log settings: nonsense, must be a comma "),
+    ("TORCHINDUCTOR_CACHE_DIR=/dev/null/x", "error: the libraries did not load ([Errno 20] Not a directory: "
+                                            "'/dev/null/x'); correct or unset TORCHINDUCTOR_CACHE_DIR"),
+    ("MPLBACKEND=nonsense", "error: the libraries did not load (Key backend: 'nonsense' is not a valid value for "),
+    ("TQDM_MININTERVAL=abc", "error: the libraries did not load (could not convert string to float: 'abc'); correct "
+                             "or unset TQDM_MININTERVAL"),
 ])  # fmt: skip
-def test_a_setting_that_torch_refuses_as_it_starts_gets_one_line(tmp_path, setting, message):
-    """torch reads these as it is imported, before any command runs: a traceback from deep in its import was all."""
+def test_a_setting_that_a_library_refuses_as_it_loads_gets_one_line(tmp_path, setting, message):
+    """torch, matplotlib and tqdm read these as they load, before any command runs: a traceback from deep in an
+    import was all, and matplotlib's and tqdm's refusals were named as torch's."""
     name, value = setting.split("=")
     done = run_process(str(ROOT / "cli.py"), "fit", "--config", "configs/tiny_charlm.yaml", cwd=tmp_path,
                        env={name: value})  # fmt: skip

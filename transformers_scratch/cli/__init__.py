@@ -38,6 +38,7 @@ EXPERIMENT_NAMES = ("extrapolate", "soak")  # argparse scripts of experiments/ t
 PACKAGE = Path(__file__).resolve().parents[1]
 RANKS = ("RANK", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")  # a launcher's variables
 DEBUG_HINT = "(set TS_DEBUG=1 to see the traceback)"
+LIBRARY_SETTINGS = ("TORCH", "PYTORCH", "TRITON", "CUDA", "OMP_", "MKL_", "MPL", "TQDM_", "PL_", "WANDB_", "HF_")
 
 
 @cache
@@ -168,8 +169,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     if line := process_at_fault():
         fail(line)
-    given = [(k, v) for k, v in os.environ.items() if k.startswith(("TORCH", "PYTORCH", "TRITON")) and len(v) > 1]
-    try:  # torch reads settings of its own as it starts: TORCH_LOGS, TORCHINDUCTOR_CACHE_DIR, ...
+    given = [(k, v) for k, v in os.environ.items() if k.startswith(LIBRARY_SETTINGS) and len(v) > 1]
+    try:  # the libraries read settings of their own as they load: TORCH_LOGS, MPLBACKEND, TQDM_MININTERVAL, ...
         from ..training.console import INTERRUPTED, clipped, close_bars
         from .errors import error_line, refused
         from .lightning import build_cli
@@ -177,7 +178,7 @@ def main(argv: list[str] | None = None) -> None:
         if os.environ.get("TS_DEBUG"):
             raise
         named, said = [k for k, v in given if v in str(e)], " ".join(str(e).split()).split(". ")[0][:200]
-        fail(f"torch did not start ({said}); correct or unset {' or '.join(named) or 'the TORCH_* setting at fault'}")
+        fail(f"the libraries did not load ({said}); correct or unset {' or '.join(named) or 'the setting at fault'}")
 
     cap_memory()
     try:
