@@ -607,6 +607,11 @@ def test_wandb_refusing_to_start_a_run_is_one_line(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=r"^W&B refuses its setting console='zzz' \(Input should be .*\); correct "
                                          r"WANDB_CONSOLE, or unset it$"):  # fmt: skip
         assert WandbLogger(save_dir=str(tmp_path / "logs")).experiment is None
+    monkeypatch.delenv("WANDB_CONSOLE")
+    monkeypatch.setenv("WANDB_TAGS", "t" * 65)  # W&B reads it as a list, whose text is no longer the variable's
+    wandb.teardown()
+    with pytest.raises(ValueError, match=r"^W&B refuses its setting run_tags=.*; correct WANDB_TAGS, or unset it$"):
+        assert WandbLogger(save_dir=str(tmp_path / "logs")).experiment is None
     wandb.teardown()
 
 

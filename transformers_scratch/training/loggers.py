@@ -125,7 +125,8 @@ class WandbLogger(_WandbLogger):
         except ValidationError as e:  # a setting W&B's types refuse, such as WANDB_CONSOLE=zzz: named by its variable
             first = e.errors()[0]
             name, given = ".".join(map(str, first["loc"])) or "a setting", str(first.get("input"))[:40]
-            where = [key for key, value in os.environ.items() if key.startswith("WANDB_") and value[:40] == given]
+            where = sorted((key for key, value in os.environ.items() if key.startswith("WANDB_") and len(value) > 1
+                            and value in str(first.get("input"))), key=lambda key: -len(os.environ[key]))  # fmt: skip
             raise ValueError(
                 f"W&B refuses its setting {name}={given!r} ({first['msg'][:200]}); correct "
                 f"{where[0] if where else f'the WandbLogger setting {name}'}, or unset it"
