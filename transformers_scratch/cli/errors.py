@@ -276,13 +276,14 @@ def config_at_fault(line: str, argv: list[str]) -> str | None:
 
 
 def _keys(settings, prefix: str = "") -> list[str]:
-    """Every dotted key of a config's settings, ``init_args`` left out."""
+    """Every dotted key of a config's settings, ``init_args`` left out below the top (a class's settings)."""
     if not isinstance(settings, dict):
         return []
     keys = []
     for key, value in settings.items():
-        dotted = prefix if key == "init_args" else f"{prefix}{key}."
-        keys += ([dotted[:-1]] if key != "init_args" else []) + _keys(value, dotted)
+        through = key == "init_args" and bool(prefix)
+        dotted = prefix if through else f"{prefix}{key}."
+        keys += ([] if through else [dotted[:-1]]) + _keys(value, dotted)
     return keys
 
 
