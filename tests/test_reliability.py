@@ -1569,6 +1569,20 @@ def test_a_group_of_settings_set_to_null_gets_one_line(capsys, text, content, me
     assert not Path("checkpoints").exists()
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--data.class_path", "null"], "error: --data.class_path 'null' is no class name; name a class by its name or "),
+    (["--model.class_path=[1]"], "error: --model.class_path '[1]' is no class name"),
+    (["--data.init_args", "3"], "error: --data.init_args '3' is no mapping of the class's settings; give them as "),
+    (["--config", "c.yaml"], "error: --config 'c.yaml': trainer.logger.init_args 'null' is no mapping of the "),
+])  # fmt: skip
+def test_a_class_given_by_parts_that_are_no_name_or_no_mapping_gets_one_line(capsys, text, args, message):
+    """jsonargparse failed inside on these, in Python's words (``'NoneType' object has no attribute 'keys'``),
+    and the line named the config file, not the flag that gave the value."""
+    Path("c.yaml").write_text("trainer:\n  logger:\n    - class_path: transformers_scratch.training.loggers.CSVLogger"
+                              "\n      init_args: null\n")  # fmt: skip
+    fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), *args, message=message)
+
+
 def test_a_null_checkpoint_folder_is_the_runs_own(capsys, text):
     """``checkpoint: {dirpath: null}`` is Lightning's "the default folder": here, checkpoints/NAME/."""
     Path("null.yaml").write_text("checkpoint: {dirpath: null}\n")

@@ -11,6 +11,7 @@ import stat
 import yaml
 from jsonargparse import set_dumper, set_loader
 
+from ..data.files import shortened
 from ..model.config import OLD_SPARSE, nested_sparse
 
 MAX_CHARS = 1_000_000  # a config file, or one value on the command line
@@ -126,16 +127,29 @@ def check_config_files(args: list[str]) -> list[dict]:
             raise not_yaml(repr(path), str(e)) from None
         if not isinstance(settings, dict):
             raise no_mapping(repr(path), text)
-        refuse_flat_sparse(settings, f"--config {path!r}: ")
+        check_settings(settings, f"--config {path!r}: ")
         read.append(settings)
     return read
 
 
-def refuse_flat_sparse(settings: dict, where: str, key: str = "") -> None:
-    """A config written with the earlier flat sparse settings (``attention: sparse``, ``sparse_block: 128``) is
-    refused with the nested spelling of the same settings."""
+def check_class_part(label: str, value) -> None:
+    """A class's ``class_path`` that is no text, or ``init_args`` that are no mapping (``label``: the flag or key
+    that gives it): jsonargparse fails inside on either, in Python's words ('NoneType' object has no attribute)."""
+    part, shown = label.rpartition(".")[2], "null" if value is None else shortened(str(value))
+    if part == "class_path" and not isinstance(value, str):
+        raise ConfigError(f"{label} {shown!r} is no class name; name a class by its name or import path")
+    if part == "init_args" and not isinstance(value, dict):
+        raise ConfigError(f"{label} {shown!r} is no mapping of the class's settings; give them as NAME: VALUE pairs")
+
+
+def check_settings(settings: dict, where: str, key: str = "") -> None:
+    """A config's class parts (:func:`check_class_part`); the earlier flat sparse settings (``attention: sparse``,
+    ``sparse_block: 128``), refused with the nested spelling of the same settings."""
     if not isinstance(settings, dict):
         return
+    for name in ("class_path", "init_args"):
+        if name in settings:
+            check_class_part(f"{where}{key}{name}", settings[name])
     if settings.get("attention") == "sparse" or any(name in settings for name in OLD_SPARSE):
         nested = nested_sparse(settings).get("sparse", {})
         spelled = "{" + ", ".join(f"{k}: {v}" for k, v in nested.items()) + "}"
@@ -144,15 +158,21 @@ def refuse_flat_sparse(settings: dict, where: str, key: str = "") -> None:
                           f"`sparse: {spelled}` (null for dense), beside attention sdpa; write that "
                           "instead")  # fmt: skip
     for name, value in settings.items():
-        refuse_flat_sparse(value, where, f"{key}{name}.")
+        for each in value if isinstance(value, list) else [value]:  # a list of classes: loggers, callbacks
+            check_settings(each, where, f"{key}{name}.")
 
 
 def check_values(args: list[str]) -> None:
     """A command-line value longer than :data:`MAX_CHARS`, named by its flag; a flag of the earlier flat sparse
     settings, with the nested spelling."""
     for i, arg in enumerate(args):
-        flag, _, value = arg.partition("=") if arg.startswith("--") else (args[i - 1] if i else "", "", arg)
+        flag, given, value = arg.partition("=") if arg.startswith("--") else (args[i - 1] if i else "", "=", arg)
         name = flag.rpartition(".")[2]
+        if given and name in ("class_path", "init_args") and len(value) <= MAX_CHARS:
+            try:
+                check_class_part(flag, load(value))
+            except yaml.YAMLError:  # not YAML: text, which jsonargparse reads as it reads any value
+                pass
         if name in OLD_SPARSE or (name == "attention" and value == "sparse"):
             new = f"{flag.rpartition('.')[0]}.sparse.{OLD_SPARSE[name]}" if name in OLD_SPARSE else "a sparse setting"
             said = flag if name in OLD_SPARSE else f"{flag} sparse"

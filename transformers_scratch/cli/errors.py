@@ -288,8 +288,9 @@ def _keys(settings, prefix: str = "") -> list[str]:
 
 
 def _named(key: str, line: str) -> bool:
-    """Whether a report names this dotted key: quoted, whole, or its last part as jsonargparse quotes an option; an
-    empty key, at any depth, as its report of one quotes it (``""``)."""
-    if f'"{key}"' in line or f"'{key.rsplit('.', 1)[-1]}'" in line or ('""' in line and "" in key.split(".")):
+    """Whether a report names this dotted key: quoted, whole, or its last part as jsonargparse quotes an option or
+    a key that is no text (``got: 1.``); an empty key, at any depth, as its report of one quotes it (``""``)."""
+    last = key.rsplit(".", 1)[-1]
+    if f'"{key}"' in line or f"'{last}'" in line or f"got: {last}." in line or ('""' in line and "" in key.split(".")):
         return True
     return bool(key) and re.search(rf"(?<![\w.]){re.escape(key)}(?!\w)", line) is not None
