@@ -145,10 +145,10 @@ def decode(ckpt_path: PathName, input: str | None = None, input_file: PathName |
         if len(source) > context:
             raise ValueError(f"{at}: {source[:40]!r} has {len(source):,} characters, more than the model's context "
                              f"{context}; pass shorter sources, or train with a larger data.max_length")  # fmt: skip
-    written, at = 0, iter(n for n, _ in numbered)
+    written, numbers = 0, iter(n for n, _ in numbered)
     for outputs in decode_sources(module, [source for _, source in numbered], batch_size):
         for output in outputs:  # output line N is source line N's: a blank source line stays blank
-            n = next(at)
+            n = next(numbers)
             print("\n" * (n - written - 1) + output)
             written = n
 
