@@ -289,8 +289,9 @@ def _keys(settings, prefix: str = "") -> list[str]:
 
 def _named(key: str, line: str) -> bool:
     """Whether a report names this dotted key: quoted, whole, or its last part as jsonargparse quotes an option or
-    a key that is no text (``got: 1.``); an empty key, at any depth, as its report of one quotes it (``""``)."""
+    a key that is no text (``got: 1.``), or, where no setting has that name (``""``, ``"a b"``), alone."""
     last = key.rsplit(".", 1)[-1]
-    if f'"{key}"' in line or f"'{last}'" in line or f"got: {last}." in line or ('""' in line and "" in key.split(".")):
+    odd = not last.isidentifier() and f'"{last}"' in line  # an empty key, a key with a space: at any depth
+    if f'"{key}"' in line or f"'{last}'" in line or f"got: {last}." in line or odd:
         return True
     return bool(key) and re.search(rf"(?<![\w.]){re.escape(key)}(?!\w)", line) is not None
