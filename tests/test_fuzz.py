@@ -31,9 +31,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import HealthCheck, example, given, seed, settings
+from hypothesis import HealthCheck, assume, example, given, seed, settings
 from hypothesis import strategies as st
 
+from transformers_scratch.bounds import MAX_SAMPLE
 from transformers_scratch.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -517,11 +518,16 @@ FLAGS = {
 @example(flag=("fit", "--trainer.max_steps"), value="9" * 40)  # a run without end: its max_time stops it
 @example(flag=("fit", "--model.model.emb"), value="9" * 40)  # found: minutes seeking a divisor of 40 digits
 @example(flag=("fit", "--data.batch_size"), value="null")  # found: "'<=' not supported ... 'NoneType'", no flag
+@example(flag=("sample", "--length"), value="9" * 40)  # past the bound on a call's characters: refused at once
 def test_a_command_line_value(made, tmp_path_factory, flag, value):
     folder = fresh(made, tmp_path_factory)
     name, flag = flag
     if "\x00" in value:  # no command line can carry a NUL byte
         value = value.replace("\x00", "")
+    try:  # a long sample asked for takes its time (about 1 ms a character here): the time bound is for hangs
+        assume(not (flag == "--length" and 20_000 < float(value) <= MAX_SAMPLE))
+    except ValueError:
+        pass
     scoring = ["--config", TINY_LM, "--data.path", str(made / "text.txt"), *TINY, "--trainer.logger", "false",
                "--ckpt_path", str(made / "checkpoints/made/last.ckpt"), "--trainer.limit_test_batches", "1",
                "--trainer.limit_predict_batches", "1"]  # fmt: skip
