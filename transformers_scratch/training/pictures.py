@@ -162,9 +162,12 @@ def learning_curves(metrics_csv: str | Path) -> dict[str, tuple[list[int], list[
     path = Path(metrics_csv)
     text = read_text(path, repr(str(path)), MAX_METRICS, "the metrics.csv that fit wrote")
     reader = csv.DictReader(io.StringIO(text, newline=""))
-    if "step" not in (reader.fieldnames or []):
+    try:
+        columns, rows = list(reader.fieldnames or []), list(reader)
+    except csv.Error as e:  # a field past csv's limit (131,072 characters)
+        raise ValueError(f"{str(path)!r} line {reader.line_num + 1}: {e}; pass the metrics.csv fit wrote") from None
+    if "step" not in columns:
         raise ValueError(f"{str(path)!r} has no step column; pass the metrics.csv that fit wrote")
-    rows, columns = list(reader), list(reader.fieldnames or [])
     for line, row in enumerate(rows, start=2):
         if None in row or None in row.values():
             raise ValueError(f"{str(path)!r} line {line} has {len(columns)} columns in its header and not "
