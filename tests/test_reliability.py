@@ -1504,6 +1504,7 @@ CALLBACK_LAUGHS = f"trainer:\n  callbacks:\n    - &c {TIMER}\n" + "    - *c\n" *
             "the longest value is at model.init_args.note",
         ),
         (b"a: 1\n" * 300_000, "is longer than 1,000,000 characters"),
+        (b"seed_everything: " + b"9" * 5_000 + b"\n", "a number of 5,000 digits is past every setting's bound"),
     ],
     ids=[
         "binary",
@@ -1519,6 +1520,7 @@ CALLBACK_LAUGHS = f"trainer:\n  callbacks:\n    - &c {TIMER}\n" + "    - *c\n" *
         "huge",
         "huge-nested",
         "many-lines",
+        "past-pythons-digits",
     ],
 )
 # fmt: skip
@@ -1538,6 +1540,8 @@ def test_yaml_that_the_loader_refuses_names_the_flag_or_the_piped_config_it_came
     args = ["fit", "--config", TINY_LM, "--data.path", str(text)]
     says = "error: --model.model '{depth: 2, depth: 3}': 'depth' is set twice in one mapping; keep one"
     fails(capsys, *args, "--model.model", "{depth: 2, depth: 3}", message=says)
+    err = fails(capsys, *args, "--model.optim.lr", "9" * 5_000, message="error: --model.optim.lr '9999")  # not a file's
+    assert "a number of 5,000 digits is past every setting's bound; pass a smaller one" in err  # not Python's fix
     read, write = os.pipe()
     os.write(write, b"trainer:\n  max_steps: 2\n  max_steps: 3\n")
     os.close(write)

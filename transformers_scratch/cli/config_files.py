@@ -43,6 +43,12 @@ class GuardedLoader(yaml.SafeLoader):
         finally:
             self.depth -= 1
 
+    def construct_yaml_int(self, node):
+        """A number longer than Python reads from text (4,300 digits), refused with the fix: no bound here is near."""
+        if (digits := sum(c.isdigit() for c in str(node.value))) > 4_300:
+            raise ConfigError(f"a number of {digits:,} digits is past every setting's bound; pass a smaller one")
+        return super().construct_yaml_int(node)
+
     def construct_mapping(self, node, deep=False):
         """A key set twice in one mapping is refused: PyYAML keeps the last, and the first looks as if it held."""
         lines: dict = {}
@@ -53,6 +59,9 @@ class GuardedLoader(yaml.SafeLoader):
                 raise ConfigError(f"{str(name)[:40]!r} is set twice in one mapping{at}; keep one")
             lines[name] = line
         return super().construct_mapping(node, deep)
+
+
+GuardedLoader.add_constructor("tag:yaml.org,2002:int", GuardedLoader.construct_yaml_int)
 
 
 def load(text: str):
