@@ -313,6 +313,7 @@ def yaml_text(value) -> bytes:
 @example(config=b"init_args: null\n")  # found: init_args at the top, not a class's, named no file
 @example(config=b"trainer:\n  1: 2\n")  # a key below the top that is no text named no file
 @example(config=b"odel:\n  init_args:\n    model:\n      p# a: 1\n")  # found: a key with a space, the same
+@example(config=b"checkpoint: false\n")  # found: one value for a group was an AttributeError
 @example(config=b"data:\n  class_path: null\n")  # jsonargparse failed inside, in Python's words
 def test_a_config_file(made, tmp_path_factory, config):
     folder = fresh(made, tmp_path_factory)

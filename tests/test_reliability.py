@@ -1559,12 +1559,14 @@ def test_yaml_that_the_loader_refuses_names_the_flag_or_the_piped_config_it_came
         ("trainer: null\n", "trainer: null: trainer is a group of Trainer's settings, not one value"),
         ("sample: null\n", "sample: null: sample is a group of SampleText's settings"),
         ("predictions: null\n", "predictions: null: predictions is a group of PredictionWriter's settings"),
+        ("checkpoint: false\n", "checkpoint: false: checkpoint is a group of SafeModelCheckpoint's settings"),
+        ("sample: [1]\n", "sample: [1]: sample is a group of SampleText's settings, not one value"),
         ("checkpoint: {save_top_k: null}\n", "--checkpoint.save_top_k null: SafeModelCheckpoint's save_top_k takes "
          "an integer in [-1, 16,777,216], not null; pass one, or drop the flag (its default: 1)"),
         ("trainer: {accelerator: null}\n", "--trainer.accelerator null: Trainer's accelerator takes a value of type "
          "str or Accelerator"),
     ],
-    ids=["checkpoint", "trainer", "sample", "predictions", "save-top-k", "accelerator"],
+    ids=["checkpoint", "trainer", "sample", "predictions", "false", "list", "save-top-k", "accelerator"],
 )  # fmt: skip
 def test_a_group_of_settings_set_to_null_gets_one_line(capsys, text, content, message):
     """jsonargparse takes null for a whole group (found by the config door: ``checkpoint: null`` reached

@@ -294,9 +294,12 @@ def refuse_null(key: str, cls: Any, values) -> None:
     class given by ``class_path`` (``--data.num_workers null`` reached the DataLoader), and for a whole group of a
     callback's arguments (``checkpoint: null`` in a config). Either is refused here, naming the flag: a group set to
     null, and an argument set to null whose type does not admit None (with its default)."""
-    if values is None:
+    if not hasattr(values, "items"):  # null, or one value (checkpoint: false)
+        shown = (
+            "null" if values is None else str(values).lower() if isinstance(values, bool) else shortened(str(values))
+        )
         raise ValueError(
-            f"{key}: null: {key} is a group of {cls.__name__}'s settings, not one value; give them as a mapping "
+            f"{key}: {shown}: {key} is a group of {cls.__name__}'s settings, not one value; give them as a mapping "
             f"(e.g. `{key}: {{...}}` in a config), or leave {key} out for its defaults"
         )
     try:
