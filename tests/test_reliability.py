@@ -304,7 +304,9 @@ def test_more_memory_than_the_machine_has_is_an_error_line_not_the_kernels_kill(
 
 @pytest.mark.parametrize("args, message", [
     (["bogus"], "'bogus' is no command; pass one of fit, validate, test, predict, sample, decode, export, attention, "
-                "plot, context, convert_xl, extrapolate, soak (see "),  # argparse listed Lightning's four alone
+                "plot, context, convert_xl, extrapolate, soak first (see "),  # argparse listed Lightning's four alone
+    (["--print_config"], "'--print_config' comes before any command; pass one of fit, validate, test, predict, "
+                         "sample, decode,"),  # Lightning's "expected subcommand" named its four alone
     (["fit"], "the following arguments are required: fit.data, fit.model; a config names them, e.g. --config "
               "configs/first_run.yaml"),
     (["sample"], "the following arguments are required: ckpt_path; sample --help lists its options"),

@@ -186,11 +186,12 @@ def main(argv: list[str] | None = None) -> None:
             run_function(args[0], args[1:])
         elif args[0] in EXPERIMENT_NAMES:
             sys.exit(_tables()[1][args[0]](args[1:], build_cli))
-        elif args[0] in LIGHTNING or args[0].startswith("-"):
+        elif args[0] in LIGHTNING:
             build_cli(argv)  # None: LightningCLI reads sys.argv itself
         else:  # argparse would list Lightning's commands alone
             every = ", ".join([*LIGHTNING, *FUNCTION_NAMES, *EXPERIMENT_NAMES])
-            raise ValueError(f"{args[0][:40]!r} is no command; pass one of {every} (see {prog()} --help)")
+            what = "comes before any command" if args[0].startswith("-") else "is no command"  # --print_config
+            raise ValueError(f"{args[0][:40]!r} {what}; pass one of {every} first (see {prog()} --help)")
     except Exception as e:
         if isinstance(e, BrokenPipeError) and output_closed():  # not another pipe (a service's, a worker's)
             stopped_reading()
