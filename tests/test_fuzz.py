@@ -314,6 +314,7 @@ def yaml_text(value) -> bytes:
 @example(config=b"trainer:\n  1: 2\n")  # a key below the top that is no text named no file
 @example(config=b"odel:\n  init_args:\n    model:\n      p# a: 1\n")  # found: a key with a space, the same
 @example(config=b"checkpoint: false\n")  # found: one value for a group was an AttributeError
+@example(config=b'"\\n": null\n')  # found: a key holding a line break cut the line before the file
 @example(config=b"data:\n  class_path: null\n")  # jsonargparse failed inside, in Python's words
 def test_a_config_file(made, tmp_path_factory, config):
     folder = fresh(made, tmp_path_factory)

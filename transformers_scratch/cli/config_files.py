@@ -152,10 +152,13 @@ def check_class_part(label: str, value) -> None:
 
 
 def check_settings(settings: dict, where: str, key: str = "") -> None:
-    """A config's class parts (:func:`check_class_part`); the earlier flat sparse settings (``attention: sparse``,
-    ``sparse_block: 128``), refused with the nested spelling of the same settings."""
+    """A config's keys (printable text) and class parts (:func:`check_class_part`); the earlier flat sparse
+    settings (``attention: sparse``, ``sparse_block: 128``), refused with the nested spelling of the same ones."""
     if not isinstance(settings, dict):
         return
+    if (odd := next((k for k in settings if isinstance(k, str) and not k.isprintable()), None)) is not None:
+        raise ConfigError(f"{where}{key}{odd[:40]!r} holds a line break or control character, which no setting's "
+                          "name has; write the key in plain text")  # fmt: skip
     for name in ("class_path", "init_args"):
         if name in settings:
             check_class_part(f"{where}{key}{name}", settings[name])
