@@ -517,6 +517,7 @@ FLAGS = {
 @example(flag=("fit", "--sample.length"), value="100000000")  # found: an hour's sample at each validation
 @example(flag=("fit", "--trainer.accumulate_grad_batches"), value="9" * 40)  # found: Lightning's OverflowError
 @example(flag=("attention", "--dpi"), value="9" * 40)  # found: matplotlib's renderer refusing the picture's size
+@example(flag=("attention", "--dpi"), value="1")  # found: FreeType's RuntimeError on a label under a pixel high
 @example(flag=("fit", "--trainer.max_steps"), value="9" * 40)  # a run without end: its max_time stops it
 @example(flag=("fit", "--model.model.emb"), value="9" * 40)  # found: minutes seeking a divisor of 40 digits
 @example(flag=("fit", "--data.batch_size"), value="null")  # found: "'<=' not supported ... 'NoneType'", no flag

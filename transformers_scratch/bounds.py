@@ -124,7 +124,8 @@ else:
     Samples = between(int, 1, 1_000)  # samples of one prompt
     Pictured = between(int, 1, 256)  # tokens an attention panel holds
     SampleLength = between(int, 0, 100_000)  # a sample after each validation: a minute or so on a CPU; 0: none
-    Dpi = between(int, 1, 1_200)  # a picture's resolution; matplotlib's renderer takes sizes in C ints
+    Dpi = between(int, 20, 1_200)  # a picture's resolution: FreeType refused the labels' size at 4; past 1,200
+    # matplotlib's renderer overflows its C ints
     Rate = between(float, 0.0, 1.0, open_high=True)  # dropout, label smoothing, a momentum: [0, 1)
     Unit = between(float, 0.0, 1.0)  # a fraction
     LearningRate = between(float, 0.0, MAX_RATE)  # 0 holds the weights (a check that nothing else moves them)
