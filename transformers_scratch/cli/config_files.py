@@ -141,10 +141,15 @@ def check_config_files(args: list[str]) -> list[dict]:
     return read
 
 
+def written(value) -> str:
+    """A loaded value as a config writes it: null, true, 3, [1] (shortened)."""
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else shortened(str(value))
+
+
 def check_class_part(label: str, value) -> None:
     """A class's ``class_path`` that is no text, or ``init_args`` that are no mapping (``label``: the flag or key
     that gives it): jsonargparse fails inside on either, in Python's words ('NoneType' object has no attribute)."""
-    part, shown = label.rpartition(".")[2], "null" if value is None else shortened(str(value))
+    part, shown = label.rpartition(".")[2], written(value)
     if part == "class_path" and not isinstance(value, str):
         raise ConfigError(f"{label} {shown!r} is no class name; name a class by its name or import path")
     if part == "init_args" and not isinstance(value, dict):

@@ -62,7 +62,7 @@ from ..training.loggers import CSVLogger, WandbLogger
 from ..training.modules import LitTransformer
 from ..training.optim import OptimConfig
 from ..training.run_folder import NAME, claim_run_folder, release_run_folder
-from .config_files import check_config_files, check_values
+from .config_files import check_config_files, check_values, written
 from .errors import ALLOWED_IMPORTS, named_as
 
 # A config names classes and callables by import path; only these packages may be named (checked by jsonargparse
@@ -295,12 +295,9 @@ def refuse_null(key: str, cls: Any, values) -> None:
     callback's arguments (``checkpoint: null`` in a config). Either is refused here, naming the flag: a group set to
     null, and an argument set to null whose type does not admit None (with its default)."""
     if not hasattr(values, "items"):  # null, or one value (checkpoint: false)
-        shown = (
-            "null" if values is None else str(values).lower() if isinstance(values, bool) else shortened(str(values))
-        )
         raise ValueError(
-            f"{key}: {shown}: {key} is a group of {cls.__name__}'s settings, not one value; give them as a mapping "
-            f"(e.g. `{key}: {{...}}` in a config), or leave {key} out for its defaults"
+            f"{key}: {written(values)}: {key} is a group of {cls.__name__}'s settings, not one value; give them as a "
+            f"mapping (e.g. `{key}: {{...}}` in a config), or leave {key} out for its defaults"
         )
     try:
         hints = get_type_hints(cls.__init__)
