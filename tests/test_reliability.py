@@ -311,6 +311,8 @@ def test_more_memory_than_the_machine_has_is_an_error_line_not_the_kernels_kill(
               "configs/first_run.yaml"),
     (["sample"], "the following arguments are required: ckpt_path; sample --help lists its options"),
     (["fit", "--model.help", "bogus"], ": bogus; pass one of LitCharLM, LitClassifier, LitMaskedLM, LitSeq2Seq, LitXL"),
+    (["fit", "--model", "LitCharLM", "--model.model=Foo"], "model.model: 'Foo' is no class it takes, nor a file of "
+     "its settings; name a class by its name or import path (--model.model.help CLASS shows"),  # not --model.help
     (["fit", "--data.help", "os.system"], "--data.help: 'os.system' is no class of the project's; pass one of "
                                           "IMDbDataModule, IMDbMLMDataModule, "),  # not "add it to the allowlist"
 ])  # fmt: skip
