@@ -124,11 +124,11 @@ class WandbLogger(_WandbLogger):
                              f"(byte {e.start}); fix or move it, or set WANDB_MODE=disabled") from None  # fmt: skip
         except ValidationError as e:  # a setting W&B's types refuse, such as WANDB_CONSOLE=zzz: named by its variable
             first = e.errors()[0]
-            name, given = ".".join(map(str, first["loc"])) or "a setting", str(first.get("input"))[:40]
+            name, given = ".".join(map(str, first["loc"])) or "a setting", str(first.get("input"))
             where = sorted((key for key, value in os.environ.items() if key.startswith("WANDB_") and len(value) > 1
-                            and value in str(first.get("input"))), key=lambda key: -len(os.environ[key]))  # fmt: skip
+                            and value in given), key=lambda key: -len(os.environ[key]))  # fmt: skip
             raise ValueError(
-                f"W&B refuses its setting {name}={given!r} ({first['msg'][:200]}); correct "
+                f"W&B refuses its setting {name}={given[:40]!r} ({first['msg'][:200]}); correct "
                 f"{where[0] if where else f'the WandbLogger setting {name}'}, or unset it"
             ) from None
         finally:  # the service started has read it: the rest of the process sees the user's own
