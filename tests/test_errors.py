@@ -156,6 +156,12 @@ def test_a_flag_that_gives_the_group_or_appends_to_the_list_names_no_config(tmp_
     assert line == "trainer.models: the following arguments are required: monitor", line
 
 
+def test_a_class_given_by_its_class_path_flag_names_no_config_that_sets_its_group(tmp_path):
+    (tmp_path / "a.yaml").write_text("model:\n  class_path: test_errors.Model\n  init_args: {note: x}\n")
+    line = refusal("--config", str(tmp_path / "a.yaml"), "--model.class_path", "{")
+    assert line.startswith("model: '{' is no class it takes"), line
+
+
 def test_an_unknown_option_given_by_a_flag_names_no_config_that_sets_its_group(tmp_path):
     (tmp_path / "a.yaml").write_text("model:\n  class_path: test_errors.Model\n  init_args: {sizes: {emb: 4}}\n")
     assert refusal("--config", str(tmp_path / "a.yaml"), "--model.sizes.embb", "3") == (

@@ -258,7 +258,7 @@ def config_at_fault(line: str, argv: list[str]) -> str | None:
     flags = {arg.split("=", 1)[0].removeprefix("--").replace("init_args.", "").rstrip("+") for arg in argv
              if arg[:2] == "--"}  # fmt: skip
     key, option = plain.split(": ", 1)[0], re.search(r"Option '(\w+)' is not accepted", plain)  # an unknown name
-    if key in flags or option and f"{key}.{option[1]}" in flags:  # brief's line begins with the key at fault
+    if key in flags or f"{key}.class_path" in flags or option and f"{key}.{option[1]}" in flags:  # the key at fault
         return None
     if any(key.startswith(f"{flag}.") for flag in flags):  # a flag gave the group that holds it: --model.model '{}'
         return None
