@@ -1509,6 +1509,8 @@ CALLBACK_LAUGHS = f"trainer:\n  callbacks:\n    - &c {TIMER}\n" + "    - *c\n" *
         ),
         (b"a: 1\n" * 300_000, "is longer than 1,000,000 characters"),
         (b"seed_everything: " + b"9" * 5_000 + b"\n", "a number of 5,000 digits is past every setting's bound"),
+        (b"trainer: !!set {max_steps}\n", "!!set (line 1) is a YAML type that no setting takes; write a mapping"),
+        (b"trainer: !!omap [{max_stepz: 3}]\n", "!!omap (line 1) is a YAML type that no setting takes"),
     ],
     ids=[
         "binary",
@@ -1525,6 +1527,8 @@ CALLBACK_LAUGHS = f"trainer:\n  callbacks:\n    - &c {TIMER}\n" + "    - *c\n" *
         "huge-nested",
         "many-lines",
         "past-pythons-digits",
+        "a-set",
+        "an-ordered-map",
     ],
 )
 # fmt: skip
@@ -1536,6 +1540,21 @@ def test_a_hostile_config_file_gets_one_line(tmp_path, capsys, monkeypatch, cont
     err = fails(capsys, "fit", "--config", "a.yaml", "--config", "b.yaml", "--config", "bad.yaml", message=message)
     assert "'bad.yaml'" in err and "'a.yaml'" not in err  # which of the files, of several
     assert len(err) < 1000  # nothing long echoed back
+
+
+def test_a_configs_merge_keys_and_date_like_text_are_read_as_jsonargparses_own_loader_reads_them(capsys):
+    """The guarded loader refused a merge key (``<<: *anchor``) as no YAML, and read a run named 2026-11-27 as a
+    date, which no setting takes; jsonargparse's loader reads the first as YAML does and the second as text."""
+    Path("m.yaml").write_text(
+        "name: 2026-11-27\ntrainer:\n  callbacks:\n  - class_path: lightning.pytorch.callbacks.EarlyStopping\n"
+        "    init_args: &stop {monitor: val/bpc, patience: 3}\n"
+        "  - class_path: lightning.pytorch.callbacks.EarlyStopping\n    init_args: {<<: *stop, patience: 5}\n"
+    )
+    with pytest.raises(SystemExit) as exit_:
+        main(["fit", "--config", TINY_LM, "--config", "m.yaml", "--print_config"])
+    out = capsys.readouterr().out
+    assert exit_.value.code in (0, None) and "name: '2026-11-27'" in out, out[-2000:]
+    assert out.count("monitor: val/bpc") == 2 and "patience: 3" in out and "patience: 5" in out, out[-2000:]
 
 
 def test_yaml_that_the_loader_refuses_names_the_flag_or_the_piped_config_it_came_in(capsys, text):

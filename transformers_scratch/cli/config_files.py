@@ -50,9 +50,12 @@ class GuardedLoader(yaml.SafeLoader):
         return super().construct_yaml_int(node)
 
     def construct_mapping(self, node, deep=False):
-        """A key set twice in one mapping is refused: PyYAML keeps the last, and the first looks as if it held."""
+        """A key set twice in one mapping is refused: PyYAML keeps the last, and the first looks as if it held.
+        A merge key (``<<: *defaults``) is YAML's, and the keys it brings give way to the mapping's own."""
         lines: dict = {}
         for key, _ in node.value:
+            if key.tag == MERGE:
+                continue
             name, line = self.construct_object(key, deep=True), key.start_mark.line + 1
             if isinstance(name, str | int | float | bool) and name in lines:
                 at = f" (lines {lines[name]} and {line})" if lines[name] < line else ""  # a one-line value: none
@@ -60,8 +63,22 @@ class GuardedLoader(yaml.SafeLoader):
             lines[name] = line
         return super().construct_mapping(node, deep)
 
+    def construct_unplain(self, node):
+        """A value of a YAML type that no setting takes: jsonargparse read a set or an ordered map given for a group
+        of settings as no settings at all, and a date as no text."""
+        raise ConfigError(f"!!{node.tag.rpartition(':')[2]} (line {node.start_mark.line + 1}) is a YAML type that no "
+                          "setting takes; write a mapping, a list, text or a number")  # fmt: skip
 
+
+MERGE = "tag:yaml.org,2002:merge"
 GuardedLoader.add_constructor("tag:yaml.org,2002:int", GuardedLoader.construct_yaml_int)
+for _tag in ("set", "omap", "pairs", "binary", "timestamp"):
+    GuardedLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", GuardedLoader.construct_unplain)
+# a value that looks like a date (a run named 2026-11-27) is text, as jsonargparse's own loader reads it
+GuardedLoader.yaml_implicit_resolvers = {
+    first: [(tag, pattern) for tag, pattern in resolvers if not tag.endswith(":timestamp")]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
 
 
 def load(text: str):
