@@ -1511,6 +1511,7 @@ CALLBACK_LAUGHS = f"trainer:\n  callbacks:\n    - &c {TIMER}\n" + "    - *c\n" *
         (b"seed_everything: " + b"9" * 5_000 + b"\n", "a number of 5,000 digits is past every setting's bound"),
         (b"trainer: !!set {max_steps}\n", "!!set (line 1) is a YAML type that no setting takes; write a mapping"),
         (b"trainer: !!omap [{max_stepz: 3}]\n", "!!omap (line 1) is a YAML type that no setting takes"),
+        (b"? [a, b]\n: 1\n", "is not valid YAML (while constructing a mapping"),  # a key no mapping can hold
     ],
     ids=[
         "binary",
@@ -1529,6 +1530,7 @@ CALLBACK_LAUGHS = f"trainer:\n  callbacks:\n    - &c {TIMER}\n" + "    - *c\n" *
         "past-pythons-digits",
         "a-set",
         "an-ordered-map",
+        "a-list-as-a-key",
     ],
 )
 # fmt: skip

@@ -57,7 +57,9 @@ class GuardedLoader(yaml.SafeLoader):
             if key.tag == MERGE:
                 continue
             name, line = self.construct_object(key, deep=True), key.start_mark.line + 1
-            if isinstance(name, str | int | float | bool) and name in lines:
+            if not isinstance(name, str | int | float | bool):  # a list or a mapping as a key: PyYAML refuses it
+                continue
+            if name in lines:
                 at = f" (lines {lines[name]} and {line})" if lines[name] < line else ""  # a one-line value: none
                 raise ConfigError(f"{str(name)[:40]!r} is set twice in one mapping{at}; keep one")
             lines[name] = line
