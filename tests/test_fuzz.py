@@ -300,9 +300,25 @@ def yaml_text(value) -> bytes:
     return yaml.safe_dump(value, allow_unicode=True).encode()
 
 
+# YAML's own forms, which safe_dump never writes: other types' tags, keys that are lists, anchors and merge keys
+FORMS = ["!!set {a, b}", "!!omap [{a: 1}]", "!!pairs [{a: 1}]", "!!binary aGk=", "!!timestamp 2001-12-14", "2026-11-27",
+         "{? [a]: 1}", "{? {a: 1}: 1}", "&x {a: 1}", "{<<: {max_steps: 2}, max_steps: 3}", "{<<: 1}", "!x 1",
+         "!!python/name:os.system", "!!str 1"]  # fmt: skip
+
+
+def nested(keys: list[str], form: str) -> bytes:
+    """``form`` as the value of the dotted key ``keys``, one key a line."""
+    return "".join(
+        f"{'  ' * i}{key}:{f' {form}' if i == len(keys) - 1 else ''}\n" for i, key in enumerate(keys)
+    ).encode()
+
+
+yaml_forms = st.builds(nested, st.lists(st.sampled_from(KEYS), min_size=1, max_size=3), st.sampled_from(FORMS))
+
+
 @fuzz()
 @given(config=st.one_of(yaml_values.map(yaml_text), mutated((ROOT / "configs" / "tiny_charlm.yaml").read_bytes()),
-                        st.binary(max_size=200)))  # fmt: skip
+                        st.binary(max_size=200), yaml_forms))  # fmt: skip
 @example(config=b"data:\n  init_args:\n    path: /dev/zero\n")
 @example(config=b"? ''\n: null\n")  # found: jsonargparse's "Empty nested key" named no file
 @example(config=b"checkpoint: null\n")  # found: jsonargparse took a null group, and cfg.checkpoint.monitor raised
@@ -316,6 +332,8 @@ def yaml_text(value) -> bytes:
 @example(config=b"checkpoint: false\n")  # found: one value for a group was an AttributeError
 @example(config=b'"\\n": null\n')  # found: a key holding a line break cut the line before the file
 @example(config=b"data:\n  class_path: null\n")  # jsonargparse failed inside, in Python's words
+@example(config=b"trainer: !!set {max_steps}\n")  # found: a set for a group was read as no settings at all
+@example(config=b"? [a, b]\n: 1\n")  # found: a list as a key was a TypeError in the duplicate-key check
 def test_a_config_file(made, tmp_path_factory, config):
     folder = fresh(made, tmp_path_factory)
     (folder / "fuzz.yaml").write_bytes(config)
