@@ -187,6 +187,8 @@ def test_a_closed_output_or_a_removed_working_folder_is_one_line_before_anything
     ("MPLBACKEND=nonsense", "error: the libraries did not load (Key backend: 'nonsense' is not a valid value for "),
     ("TQDM_MININTERVAL=abc", "error: the libraries did not load (could not convert string to float: 'abc'); correct "
                              "or unset TQDM_MININTERVAL"),
+    ("JSONARGPARSE_DEBUG=1", "error: the libraries did not load (Invalid boolean value for environment variable "
+                             "JSONARGPARSE_DEBUG: 1); correct or unset JSONARGPARSE_DEBUG"),
 ])  # fmt: skip
 def test_a_setting_that_a_library_refuses_as_it_loads_gets_one_line(tmp_path, setting, message):
     """torch, matplotlib and tqdm read these as they load, before any command runs: a traceback from deep in an

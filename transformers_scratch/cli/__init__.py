@@ -38,7 +38,8 @@ EXPERIMENT_NAMES = ("extrapolate", "soak")  # argparse scripts of experiments/ t
 PACKAGE = Path(__file__).resolve().parents[1]
 RANKS = ("RANK", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")  # a launcher's variables
 DEBUG_HINT = "(set TS_DEBUG=1 to see the traceback)"
-LIBRARY_SETTINGS = ("TORCH", "PYTORCH", "TRITON", "CUDA", "OMP_", "MKL_", "MPL", "TQDM_", "PL_", "WANDB_", "HF_")
+LIBRARY_SETTINGS = ("TORCH", "PYTORCH", "TRITON", "CUDA", "OMP_", "MKL_", "MPL", "TQDM_", "PL_", "WANDB_", "HF_",
+                    "JSONARGPARSE_")  # fmt: skip
 
 
 @cache
@@ -169,7 +170,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     if line := process_at_fault():
         fail(line)
-    given = [(k, v) for k, v in os.environ.items() if k.startswith(LIBRARY_SETTINGS) and len(v) > 1]
+    given = [(k, v) for k, v in os.environ.items() if k.startswith(LIBRARY_SETTINGS)]
     try:  # the libraries read settings of their own as they load: TORCH_LOGS, MPLBACKEND, TQDM_MININTERVAL, ...
         from ..training.console import INTERRUPTED, clipped, close_bars
         from .errors import error_line, refused
@@ -177,7 +178,8 @@ def main(argv: list[str] | None = None) -> None:
     except (ValueError, OSError) as e:
         if os.environ.get("TS_DEBUG"):
             raise
-        named, said = [k for k, v in given if v in str(e)], " ".join(str(e).split()).split(". ")[0][:200]
+        named = [k for k, v in given if k in str(e) or len(v) > 1 and v in str(e)]  # by its name, or its value
+        said = " ".join(str(e).split()).split(". ")[0][:200]
         fail(f"the libraries did not load ({said}); correct or unset {' or '.join(named) or 'the setting at fault'}")
 
     cap_memory()
