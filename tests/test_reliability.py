@@ -1546,6 +1546,15 @@ def test_a_hostile_config_file_gets_one_line(tmp_path, capsys, monkeypatch, cont
     assert len(err) < 1000  # nothing long echoed back
 
 
+def test_a_value_from_the_environment_is_named_by_its_variable_not_by_the_config_beside_it(capsys, monkeypatch):
+    """With jsonargparse's settings from the environment on, a variable's refused value was blamed on the config
+    that sets the same key."""
+    monkeypatch.setenv("JSONARGPARSE_DEFAULT_ENV", "true")
+    monkeypatch.setenv("PL_FIT__TRAINER__MAX_STEPS", "abc")
+    says = "error: PL_FIT__TRAINER__MAX_STEPS: trainer.max_steps: abc is not an integer"
+    fails(capsys, "fit", "--config", TINY_LM, message=says)
+
+
 def test_a_configs_merge_keys_and_date_like_text_are_read_as_jsonargparses_own_loader_reads_them(capsys):
     """The guarded loader refused a merge key (``<<: *anchor``) as no YAML, and read a run named 2026-11-27 as a
     date, which no setting takes; jsonargparse's loader reads the first as YAML does and the second as text."""

@@ -98,9 +98,19 @@ def _line(e: BaseException, argv: list[str]) -> str:
     line = not_a_config(message, argv) or missing_value(message, argv) or usage_slip(message, argv)
     if line is None:
         line = brief(message)
-        culprit = config_at_fault(line, argv)
-        line = f"--config {culprit!r}: {line}" if culprit else line
+        culprit, variable = config_at_fault(line, argv), variable_at_fault(line, argv)
+        line = f"{variable}: {line}" if variable else f"--config {culprit!r}: {line}" if culprit else line
     return line
+
+
+def variable_at_fault(line: str, argv: list[str]) -> str | None:
+    """With jsonargparse reading settings from the environment (``JSONARGPARSE_DEFAULT_ENV=true``), the variable
+    whose value a report refuses, set for its key or a group above it (PL_FIT__TRAINER__MAX_STEPS, PL_FIT__TRAINER)."""
+    if os.environ.get("JSONARGPARSE_DEFAULT_ENV", "").lower() != "true":
+        return None
+    parts = [f"PL_{argv[0]}", *line.split(": ", 1)[0].replace("init_args.", "").split(".")]
+    names = ["__".join(parts[:n]).upper() for n in range(len(parts), 1, -1)]
+    return next((name for name in names if os.environ.get(name) and os.environ[name] in line), None)
 
 
 def causes(e: BaseException | None):
