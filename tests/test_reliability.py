@@ -119,6 +119,8 @@ def text(tmp_path, monkeypatch) -> Path:
         (["--checkpoint.filename", "{epoch"], "checkpoint.filename '{epoch' is no file name pattern (expected '}'"),
         (["--checkpoint.filename", "../x"], "checkpoint.filename '../x' names a file outside the run's folder, or"),
         (["--checkpoint.filename", "last"], "checkpoint.filename 'last' names a file outside the run's folder, or its"),
+        (["--checkpoint.save_last", "false"], "checkpoint.save_last false: every run here keeps checkpoints/NAME/"),
+        (["--checkpoint.save_weights_only", "true"], "checkpoint.save_weights_only true: every run here keeps"),
         (["--checkpoint.monitor", "val/bcp"], "checkpoint.monitor 'val/bcp' (SafeModelCheckpoint) is no metric that"),
         (
             ["--trainer.callbacks+=EarlyStopping", "--trainer.callbacks.monitor", "val/bcp"],
@@ -135,7 +137,8 @@ def text(tmp_path, monkeypatch) -> Path:
          "log-every-0", "val-every-0", "accumulate-0", "val-interval-0", "accelerator", "missing-package", "rope-base",
          "clip", "min-steps", "min-epochs", "sanity-steps", "workers", "devices", "devices-negative", "nodes",
          "barebones", "no-checkpointing", "seed",
-         "global-seed", "top-k", "every-n", "mode", "filename-format", "filename-outside", "filename-last", "monitor",
+         "global-seed", "top-k", "every-n", "mode", "filename-format", "filename-outside", "filename-last",
+         "no-last", "weights-alone", "monitor",
          "early-stopping", "csv-flush-0", "weights-only"],
 )  # fmt: skip
 def test_out_of_range_settings_get_one_line(capsys, text, args, message):
@@ -1546,7 +1549,7 @@ def test_a_hostile_config_file_gets_one_line(tmp_path, capsys, monkeypatch, cont
     assert len(err) < 1000  # nothing long echoed back
 
 
-def test_a_value_from_the_environment_is_named_by_its_variable_not_by_the_config_beside_it(capsys, monkeypatch):
+def test_a_value_from_the_environment_is_named_by_its_variable_not_by_the_config_beside_it(capsys, monkeypatch, text):
     """With jsonargparse's settings from the environment on, a variable's refused value was blamed on the config
     that sets the same key."""
     monkeypatch.setenv("JSONARGPARSE_DEFAULT_ENV", "true")
@@ -1555,7 +1558,7 @@ def test_a_value_from_the_environment_is_named_by_its_variable_not_by_the_config
     fails(capsys, "fit", "--config", TINY_LM, message=says)
 
 
-def test_a_configs_merge_keys_and_date_like_text_are_read_as_jsonargparses_own_loader_reads_them(capsys):
+def test_a_configs_merge_keys_and_date_like_text_are_read_as_jsonargparses_own_loader_reads_them(capsys, text):
     """The guarded loader refused a merge key (``<<: *anchor``) as no YAML, and read a run named 2026-11-27 as a
     date, which no setting takes; jsonargparse's loader reads the first as YAML does and the second as text."""
     Path("m.yaml").write_text(
@@ -1839,6 +1842,26 @@ def test_a_damaged_training_state_is_refused_in_one_line_naming_the_checkpoint(c
         torch.save(bad, "bad.ckpt")
         fails(capsys, "fit", *args, "--trainer.max_steps", "4", "--ckpt_path", "bad.ckpt", "--name", "resumed",
               message=f"error: --ckpt_path 'bad.ckpt': {message}")  # fmt: skip
+
+
+def test_a_resume_that_fails_to_restore_leaves_the_checkpoint_it_read_as_it_was(capsys, text):
+    """A restore that failed after the loops (at step 2) saved the half-restored run over last.ckpt: a fresh
+    optimizer where the file held a trained one. A file of weights alone is refused before any restore."""
+    args = [*RESUMABLE, "--data.path", str(text), "--trainer.logger", "false"]
+    main(["fit", *args, "--trainer.max_steps", "2"])
+    last = Path("checkpoints/tiny_charlm/last.ckpt")
+    state = torch.load(last, weights_only=True)
+    state["optimizer_states"][0]["param_groups"][0]["params"] = [0]  # refused by torch's optimizer as it loads
+    torch.save(state, last)
+    before = last.read_bytes()
+    fails(capsys, "fit", *args, "--trainer.max_steps", "4", "--ckpt_path", "last",
+          message="parameter group that doesn't match the size of optimizer's group")  # fmt: skip
+    assert last.read_bytes() == before
+    for key in ("optimizer_states", "loops"):
+        state.pop(key)
+    torch.save(state, "weights.ckpt")
+    fails(capsys, "fit", *args, "--trainer.max_steps", "4", "--ckpt_path", "weights.ckpt", "--name", "other",
+          message="error: --ckpt_path 'weights.ckpt' holds the weights alone, with no optimizer")  # fmt: skip
 
 
 def test_a_checkpoints_record_of_its_best_files_never_reaches_outside_the_run_folder(tmp_path):

@@ -223,10 +223,16 @@ class SafeModelCheckpoint(ModelCheckpoint):
 
     def __init__(self, *, dirpath: PathName | None = None, save_top_k: TopK = 1, mode: Literal["min", "max"] = "min",
                  every_n_train_steps: NonNegative | None = None, every_n_epochs: NonNegative | None = None,
+                 save_last: bool | Literal["link"] | None = True, save_weights_only: bool = False,
                  **kwargs) -> None:  # fmt: skip
+        if save_last not in (True, "link") or save_weights_only:  # a run's last.ckpt is what it resumes from
+            shown_last = "null" if save_last is None else str(save_last).lower()
+            given = "save_weights_only true" if save_last in (True, "link") else f"save_last {shown_last}"
+            raise ValueError(f"checkpoint.{given}: every run here keeps checkpoints/NAME/last.ckpt whole, to resume, "
+                             "sample and export; leave it out (cli.py export writes the weights alone)")  # fmt: skip
         try:
             super().__init__(dirpath=dirpath, save_top_k=save_top_k, mode=mode, every_n_train_steps=every_n_train_steps,
-                             every_n_epochs=every_n_epochs, **kwargs)  # fmt: skip
+                             every_n_epochs=every_n_epochs, save_last=save_last, **kwargs)  # fmt: skip
         except MisconfigurationException as e:  # settings that exclude each other: named as the checkpoint key's
             raise ValueError(f"checkpoint: {e}") from None
         self.check_filename()
@@ -252,9 +258,11 @@ class SafeModelCheckpoint(ModelCheckpoint):
         them in ``last.ckpt``; a stop on a signal saves its own (:class:`StopOnSignal`), and a divergence or a
         second Ctrl-C saves nothing. One process only: a save waits for every rank, and one that failed alone
         would wait for ranks that are inside another collective."""
-        if isinstance(exception, Interrupted | TrainingDiverged | KeyboardInterrupt) or not self.save_last:
+        start = getattr(self, "trained_from", None)  # None before training: a restore failed midway saved its half
+        if isinstance(exception, Interrupted | TrainingDiverged | KeyboardInterrupt) or start is None:
             return
-        if trainer.state.fn == "fit" and trainer.world_size == 1 and not trainer.fast_dev_run and trainer.global_step:
+        if trainer.state.fn == "fit" and trainer.world_size == 1 and not trainer.fast_dev_run and trainer.global_step \
+                > start:  # fmt: skip
             note(f"{type(exception).__name__} at step {trainer.global_step}: saved {shown(self.save_now(trainer))}")
 
     def save_now(self, trainer) -> Path:
@@ -271,6 +279,11 @@ class SafeModelCheckpoint(ModelCheckpoint):
             trainer.strategy.checkpoint_io = SafeCheckpointIO(io, self)
         self.io = trainer.strategy.checkpoint_io
         self.first_bad: Tensor | None = None  # on the device: the first step whose loss was not finite, or -1
+        self.trained_from: int | None = None  # the step training started from, once it has (a resume restored)
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        super().on_train_start(trainer, pl_module)
+        self.trained_from = trainer.global_step
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Lightning's record of the checkpoints written, each path made real: a resumed run deletes the worst of
