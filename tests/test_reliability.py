@@ -132,6 +132,8 @@ def text(tmp_path, monkeypatch) -> Path:
             "trainer.logger.flush_logs_every_n_steps: 0 is not an integer in [1, 16,777,216]",  # Lightning: modulo 0
         ),
         (["--weights_only", "false"], "--weights_only false would unpickle the checkpoint"),  # it was ignored
+        (["--model", "LitClassifier"], "data TextDataModule: a LitClassifier reads IMDbDataModule's batches; pass"),
+        (["--model", "LitTransformer"], "model LitTransformer is what the models share, not one to train; pass one"),
     ],
     ids=["heads", "depth", "batch-size", "context", "max-steps", "cooldown", "unknown", "workers-null", "seed-null",
          "log-every-0", "val-every-0", "accumulate-0", "val-interval-0", "accelerator", "missing-package", "rope-base",
@@ -139,7 +141,7 @@ def text(tmp_path, monkeypatch) -> Path:
          "barebones", "no-checkpointing", "seed",
          "global-seed", "top-k", "every-n", "mode", "filename-format", "filename-outside", "filename-last",
          "no-last", "weights-alone", "monitor",
-         "early-stopping", "csv-flush-0", "weights-only"],
+         "early-stopping", "csv-flush-0", "weights-only", "model-and-data-apart", "base-module"],
 )  # fmt: skip
 def test_out_of_range_settings_get_one_line(capsys, text, args, message):
     err = fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), *args, message=message)
@@ -1556,6 +1558,16 @@ def test_a_value_from_the_environment_is_named_by_its_variable_not_by_the_config
     monkeypatch.setenv("PL_FIT__TRAINER__MAX_STEPS", "abc")
     says = "error: PL_FIT__TRAINER__MAX_STEPS: trainer.max_steps: abc is not an integer"
     fails(capsys, "fit", "--config", TINY_LM, message=says)
+
+
+def test_a_model_named_with_no_settings_takes_their_defaults_with_the_datas_sizes(text):
+    """``fit --model LitCharLM --data TextDataModule`` with no config: the model's settings were None, and linking
+    the data's sizes into them failed in Python's words ('NoneType' object does not support item assignment)."""
+    main(["fit", "--model", "LitCharLM", "--data", "TextDataModule", "--data.path", str(text), "--data.context", "32",
+          "--data.batch_size", "2", "--trainer.max_steps", "1", "--trainer.limit_val_batches", "1", "--sample.length",
+          "0", "--trainer.logger", "false", "--final_validation", "false"])  # fmt: skip
+    settings = torch.load("checkpoints/run/last.ckpt", weights_only=True)["hyper_parameters"]["model"]
+    assert (settings["context"], settings["vocab_size"], settings["depth"]) == (32, 256, LMConfig().depth), settings
 
 
 def test_a_configs_merge_keys_and_date_like_text_are_read_as_jsonargparses_own_loader_reads_them(capsys, text):

@@ -373,7 +373,7 @@ def test_the_memory_goes_into_the_checkpoint_and_comes_back_bit_for_bit():
         (["--data.context", "0"], "data.context: 0 is not an integer in [1, 16,777,216]"),
         (["--model.eval_mem_len", "200000"], "model.eval_mem_len: 200000 is not an integer in [0, 100,000]"),
         (["--model.model.kv_heads", "2"], "Transformer-XL has no such option"),
-        (["--data.class_path", "transformers_scratch.data.TextDataModule"], "LitXL reads ordered streams"),
+        (["--data.class_path", "transformers_scratch.data.TextDataModule"], "a LitXL reads OrderedTextDataModule's"),
     ],
     ids=["memory", "segment", "eval-memory", "kv-heads", "random-windows"],
 )

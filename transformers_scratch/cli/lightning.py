@@ -19,7 +19,7 @@ import os
 import re
 import sys
 import warnings
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from types import UnionType
 from typing import Any, Literal, Union, cast, get_args, get_origin, get_type_hints
@@ -56,7 +56,7 @@ from ..training.callbacks import (
     Throughput,
     run_checkpoint,
 )
-from ..training.checkpoints import Checkpoint, check_ckpt_path, check_linked_context, restoring
+from ..training.checkpoints import Checkpoint, check_ckpt_path, check_linked_context, restoring, settings_class
 from ..training.console import note, quiet, shown, silence
 from ..training.loggers import CSVLogger, WandbLogger
 from ..training.modules import LitTransformer
@@ -327,6 +327,10 @@ CALLBACK_GROUPS: dict[str, type] = {"checkpoint": SafeModelCheckpoint, "sample":
                                     "predictions": PredictionWriter}  # fmt: skip
 
 
+DATA_OF = {"LitCharLM": "TextDataModule", "LitXL": "OrderedTextDataModule", "LitClassifier": "IMDbDataModule",
+           "LitMaskedLM": "IMDbMLMDataModule", "LitSeq2Seq": "TransductionDataModule"}  # fmt: skip
+"""The data module whose batches each model reads (a model knows nothing of the data; the command line pairs them)."""
+
 CLUSTER_ENV = ("MASTER_ADDR", "SLURM_NTASKS", "LSB_JOBID", "OMPI_COMM_WORLD_SIZE")
 """What a launcher of several nodes sets (torchrun, a manual launch, SLURM, LSF, MPI): Lightning's environments."""
 
@@ -506,6 +510,15 @@ class CLI(LightningCLI):
         if ckpt is None or not ckpt.model:  # no checkpoint decides the model: its context comes from the data
             check_linked_context((cfg.model.get("init_args") or {}).get("model") or {}, data)
         model_class = class_of(cfg.model)
+        if (reads := DATA_OF.get(model_class.__name__)) is None:  # LitTransformer
+            raise ValueError(f"model {model_class.__name__} is what the models share, not one to train; pass one of "
+                             f"{', '.join(DATA_OF)}")  # fmt: skip
+        if reads != _class_name(cfg.data):
+            raise ValueError(f"data {_class_name(cfg.data)}: a {model_class.__name__} reads {reads}'s batches; "
+                             f"pass --data {reads}, or a config of configs/ that pairs them")  # fmt: skip
+        init = cfg.model.get("init_args")
+        if init is not None and "model" in init and init.model is None and (sizes := settings_class(model_class)):
+            init.model = Namespace(**asdict(sizes()))  # no sizes given: the defaults, which the data's links fill in
         if cfg.checkpoint.monitor is None and hasattr(model_class, "checkpoint_metric"):
             monitor, mode, pattern = model_class.checkpoint_metric
             if cfg.checkpoint.mode not in ("min", mode):  # "min" is the default: only another choice was asked

@@ -51,6 +51,12 @@ def absent(path: str) -> str:
     return "is a folder" + (", an export (transformers_scratch.from_pretrained reads it), not a checkpoint" * export)
 
 
+def settings_class(module_class: Any) -> Any:
+    """The dataclass of a module's ``model`` settings (``LMConfig`` for a ``LitCharLM``), or None."""
+    hint = get_type_hints(module_class.__init__).get("model")
+    return next((a for a in get_args(hint) if isinstance(a, type) and dataclasses.is_dataclass(a)), None)
+
+
 def _load(path: str, flag: str, example: str, what: str, fix: str) -> Any:
     """``torch.load`` as data, on the CPU: a broken file fails anywhere in torch's reader, with any type of error,
     and is refused in one line."""
@@ -120,8 +126,7 @@ class Checkpoint:
         anything is built (:func:`~..model.config.read_settings`): a model larger than its weights, and too large
         to build cheaply (:data:`CHEAP`), is refused before it is allocated; a smaller one is built, and its first
         weight that differs named (:meth:`check_fits`). A dict of every setting."""
-        hint = get_type_hints(module_class.__init__).get("model")
-        cls = next((a for a in get_args(hint) if isinstance(a, type) and dataclasses.is_dataclass(a)), None)
+        cls = settings_class(module_class)
         if cls is None or self.model is None:
             return self.model
         cfg = read_settings(cls, self.model, self.source)

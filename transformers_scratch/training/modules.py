@@ -528,15 +528,6 @@ class LitXL(BitsPerByte, LitTransformer):
         self.memory: list[Tensor] | None = None  # the training streams' memory
         self.eval_memory: list[Tensor] | None = None
 
-    @staticmethod
-    def _segment(batch) -> tuple[Tensor, Tensor, bool]:
-        if len(batch) != 3:
-            raise ValueError(
-                "LitXL reads ordered streams: use data class_path transformers_scratch.data.OrderedTextDataModule "
-                "(its batches say where the streams begin)"
-            )
-        return batch
-
     def _carried(self, memory: list[Tensor] | None, fresh: bool, x: Tensor) -> list[Tensor] | None:
         if fresh or memory is None:
             return None
@@ -549,7 +540,7 @@ class LitXL(BitsPerByte, LitTransformer):
 
     def logits_of(self, batch, training: bool) -> tuple[Tensor, Tensor]:
         """A segment's logits, carrying the training memory, or in scoring the evaluation memory and settings."""
-        x, y, fresh = self._segment(batch)
+        x, y, fresh = batch  # ordered streams (OrderedTextDataModule): the batch says where they begin
         if training:
             logits, self.memory = self.net(x, self._carried(self.memory, fresh, x))
         else:
