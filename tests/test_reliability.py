@@ -908,13 +908,14 @@ def test_predict_reads_a_pipe_once(lm_ckpt, text, capsys, tmp_path):
     assert "bits per byte over 2,999 bytes" in capsys.readouterr().out
 
 
-def test_a_fit_that_fails_after_training_steps_keeps_them_in_last_ckpt(text):
+def test_a_fit_that_fails_after_training_steps_keeps_them_in_last_ckpt(capsys, text):
     """A config's EarlyStopping raises at the epoch's end when no validation has run yet (max_steps within the
-    first epoch): the steps trained are saved before the error, and the run resumes from them."""
-    with pytest.raises(RuntimeError, match="Early stopping conditioned on metric `val/bpc` which is not available"):
-        main(["fit", "--config", TINY_LM, "--data.path", str(text), "--trainer.max_steps", "3", "--sample.length", "0",
-              "--trainer.logger", "false", "--trainer.callbacks+=EarlyStopping", "--trainer.callbacks.monitor",
-              "val/bpc"])  # fmt: skip
+    first epoch): the steps trained are saved before the error, and the run resumes from them. The error is the
+    config's callback's, in one line."""
+    fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), "--trainer.max_steps", "3", "--sample.length",
+          "0", "--trainer.logger", "false", "--trainer.callbacks+=EarlyStopping", "--trainer.callbacks.monitor",
+          "val/bpc", message="error: trainer.callbacks: EarlyStopping failed (RuntimeError: Early stopping "
+          "conditioned on metric `val/bpc` which is not available")  # fmt: skip
     assert torch.load("checkpoints/tiny_charlm/last.ckpt", weights_only=True)["global_step"] == 3
 
 
@@ -1558,6 +1559,17 @@ def test_a_value_from_the_environment_is_named_by_its_variable_not_by_the_config
     monkeypatch.setenv("PL_FIT__TRAINER__MAX_STEPS", "abc")
     says = "error: PL_FIT__TRAINER__MAX_STEPS: trainer.max_steps: abc is not an integer"
     fails(capsys, "fit", "--config", TINY_LM, message=says)
+
+
+def test_a_callback_that_a_config_adds_and_that_does_not_fit_the_run_gets_one_line(capsys, text):
+    """BackboneFinetuning on a model with no backbone failed inside Lightning's code, a traceback; a progress bar
+    added to the list (``+=``) was refused beside the project's own, as one bar too many."""
+    args = ["--config", TINY_LM, "--data.path", str(text), "--data.batches_per_epoch", "2", "--trainer.max_steps",
+            "1", "--trainer.limit_val_batches", "1", "--sample.length", "0", "--trainer.logger", "false"]  # fmt: skip
+    says = "BackboneFinetuning failed (AttributeError: 'LitCharLM' object has no attribute 'backbone'); it does not"
+    fails(capsys, "fit", *args, "--trainer.callbacks+=BackboneFinetuning", message=f"error: trainer.callbacks: {says}")
+    main(["fit", *args, "--trainer.callbacks+=TQDMProgressBar", "--name", "bar"])
+    assert Path("checkpoints/bar/last.ckpt").is_file()
 
 
 def test_a_model_named_with_no_settings_takes_their_defaults_with_the_datas_sizes(text):

@@ -48,7 +48,16 @@ def refused(e: BaseException) -> bool:
     """Whether ``e`` refuses the user's input, files or machine (one line), rather than showing a fault (a
     traceback): a module of the project's own that is missing is a fault."""
     own = isinstance(e, ModuleNotFoundError) and (e.name or "").partition(".")[0] == __name__.partition(".")[0]
-    return (isinstance(e, REFUSALS) and not own) or out_of_memory(e)
+    return (isinstance(e, REFUSALS) and not own) or out_of_memory(e) or callback_at_fault(e) is not None
+
+
+def callback_at_fault(e: BaseException) -> str | None:
+    """The class of a callback that a config added (``from_config``) in whose code ``e`` was raised: one that
+    does not fit the run, such as BackboneFinetuning on a model with no backbone."""
+    tb = e.__traceback__
+    while tb is not None and not getattr(tb.tb_frame.f_locals.get("self"), "from_config", False):
+        tb = tb.tb_next
+    return None if tb is None else type(tb.tb_frame.f_locals["self"]).__name__
 
 
 def out_of_memory(e: BaseException) -> bool:
@@ -66,6 +75,10 @@ def error_line(e: BaseException, argv: list[str]) -> str:
 
 
 def _line(e: BaseException, argv: list[str]) -> str:
+    if not isinstance(e, REFUSALS) and (callback := callback_at_fault(e)):
+        reason = (str(e).splitlines() or [""])[0][:200]
+        return (f"trainer.callbacks: {callback} failed ({type(e).__name__}: {reason}); it does not fit this run: "
+                "correct its settings, or leave it out")  # fmt: skip
     if isinstance(e, OSError) and e.errno == errno.ENAMETOOLONG:
         return (f"the path {shortened(str(e.filename or ''))!r} is longer than this system allows (255 bytes a "
                 f"name, {os.pathconf('/', 'PC_PATH_MAX'):,} a path); pass a shorter path")  # fmt: skip

@@ -495,9 +495,12 @@ class CLI(LightningCLI):
         lacks (``precision transformer-engine``), or a cluster's settings it does not take (a RuntimeError, such as
         SLURM's ``--ntasks``), or CPU devices that are no count (a TypeError): its refusal is named as the trainer's."""
         try:
-            return super().instantiate_trainer(**kwargs)
+            trainer: Any = super().instantiate_trainer(**kwargs)
         except (MisconfigurationException, ValueError, ModuleNotFoundError, RuntimeError, TypeError) as e:
             raise ValueError(named_as("trainer", e)) from e
+        for callback in trainer.callbacks:  # a config's own: a failure in its code is the config's (errors.py)
+            callback.from_config = type(callback).__name__ in self.added
+        return trainer
 
     def before_instantiate_classes(self) -> None:
         cfg = self.config[self.subcommand] if self.subcommand else self.config
@@ -534,6 +537,7 @@ class CLI(LightningCLI):
             print("note: no GPU with bf16 here, so trainer.precision bf16-mixed runs as 32-true", file=sys.stderr)
             cfg.trainer.precision = "32-true"
         callbacks = self.with_project_callbacks(cfg.trainer.get("callbacks") or [])
+        self.added = {_class_name(c) for c in callbacks} - {_class_name(Namespace(**c)) for c in PROJECT_CALLBACKS}
         if cfg.trainer.get("logger") is False and any(_class_name(c) == "LearningRateMonitor" for c in callbacks):
             # Lightning refuses a LearningRateMonitor without a logger; with logging off it has nothing to do.
             if self.subcommand != "predict":  # predict runs without loggers whatever it is given
@@ -555,14 +559,15 @@ class CLI(LightningCLI):
                 "val/bpc --checkpoint.save_top_k 1 --checkpoint.dirpath DIR (or `checkpoint:` in a config)"
             )
         given = {_class_name(c) for c in callbacks}
+        bar = any(name.endswith("ProgressBar") and name != "ProgressBar" for name in given)  # the config's own
         missing = []
         for default in PROJECT_CALLBACKS:
             name = default["class_path"].rsplit(".", 1)[-1]
-            if name in given or (name == "ProgressBar" and any(n.endswith("ProgressBar") for n in given)):
+            if name in given or (name == "ProgressBar" and bar):
                 continue
             init_args = Namespace(**default.get("init_args", {}))
             missing.append(Namespace(class_path=default["class_path"], init_args=init_args))
-        return missing + list(callbacks)
+        return missing + [c for c in callbacks if not (bar and _class_name(c) == "ProgressBar")]
 
     def _continue_logs(self, cfg, run: dict) -> None:
         """A resumed run logs into the CSV version and the W&B run it started (the checkpoint names them)."""
