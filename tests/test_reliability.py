@@ -1572,6 +1572,14 @@ def test_a_callback_that_a_config_adds_and_that_does_not_fit_the_run_gets_one_li
     assert Path("checkpoints/bar/last.ckpt").is_file()
 
 
+def test_an_empty_list_of_loggers_is_logging_off(capsys, text):
+    """``--trainer.logger []`` was Lightning's refusal of the learning-rate monitor that every run has."""
+    main(["fit", "--config", TINY_LM, "--data.path", str(text), "--data.batches_per_epoch", "2", "--trainer.max_steps",
+          "1", "--trainer.limit_val_batches", "1", "--sample.length", "0", "--trainer.logger", "[]"])  # fmt: skip
+    assert "the LearningRateMonitor callback is left out" in capsys.readouterr().err
+    assert Path("checkpoints/tiny_charlm/last.ckpt").is_file() and not Path("logs").exists()
+
+
 def test_a_model_named_with_no_settings_takes_their_defaults_with_the_datas_sizes(text):
     """``fit --model LitCharLM --data TextDataModule`` with no config: the model's settings were None, and linking
     the data's sizes into them failed in Python's words ('NoneType' object does not support item assignment)."""

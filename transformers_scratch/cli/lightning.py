@@ -538,10 +538,11 @@ class CLI(LightningCLI):
             cfg.trainer.precision = "32-true"
         callbacks = self.with_project_callbacks(cfg.trainer.get("callbacks") or [])
         self.added = {_class_name(c) for c in callbacks} - {_class_name(Namespace(**c)) for c in PROJECT_CALLBACKS}
-        if cfg.trainer.get("logger") is False and any(_class_name(c) == "LearningRateMonitor" for c in callbacks):
+        if cfg.trainer.get("logger") in (False, []) and any(_class_name(c) == "LearningRateMonitor" for c in callbacks):
             # Lightning refuses a LearningRateMonitor without a logger; with logging off it has nothing to do.
             if self.subcommand != "predict":  # predict runs without loggers whatever it is given
-                print("note: --trainer.logger false, so the LearningRateMonitor callback is left out", file=sys.stderr)
+                print("note: logging is off (trainer.logger), so the LearningRateMonitor callback is left out",
+                      file=sys.stderr)  # fmt: skip
             callbacks = [c for c in callbacks if _class_name(c) != "LearningRateMonitor"]
         if cfg.trainer.get("enable_progress_bar") is False:  # Lightning refuses a progress bar it may not show
             callbacks = [c for c in callbacks if _class_name(c) != "ProgressBar"]
