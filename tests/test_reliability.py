@@ -1085,6 +1085,22 @@ def test_a_file_vocabulary_checkpoint_needs_file_vocabulary_data(capsys, text, t
           "pass --data.vocab file")  # fmt: skip
 
 
+def test_a_file_vocabulary_checkpoint_scores_a_file_of_fewer_characters_with_its_own(capsys, tmp_path, monkeypatch):
+    """The model's vocabulary size was linked from the data's file, not the checkpoint's: a held-out file of fewer
+    characters built a smaller model, refused as a damaged checkpoint."""
+    monkeypatch.chdir(tmp_path)
+    Path("train.txt").write_text("abcabc abc cab bac " * 200)
+    Path("held.txt").write_text("abba bab " * 300)  # no c
+    Path("other.txt").write_text("xyz " * 600)
+    args = ["--config", TINY_LM, "--data.vocab", "file", "--trainer.logger", "false", "--sample.length", "0",
+            "--trainer.limit_val_batches", "1"]  # fmt: skip
+    main(["fit", *args, "--data.path", "train.txt", "--data.batches_per_epoch", "2", "--trainer.max_steps", "1"])
+    ckpt = ["--ckpt_path", "checkpoints/tiny_charlm/last.ckpt"]
+    main(["validate", *args, "--data.path", "held.txt", *ckpt])
+    assert "val/bpc" in capsys.readouterr().out
+    fails(capsys, "validate", *args, "--data.path", "other.txt", *ckpt, message="bytes outside the vocabulary of 4")
+
+
 def test_an_imdb_checkpoint_needs_its_vocabulary_size(capsys, text, tmp_path):
     module = LitClassifier(ClassifierConfig(vocab_size=4, context=8, emb=16, heads=2, depth=1))
     ckpt = write_checkpoint(tmp_path / "imdb.ckpt", module, {"vocab": ["good", "bad"]})

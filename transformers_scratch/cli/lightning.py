@@ -34,7 +34,7 @@ from lightning.pytorch.trainer.connectors.checkpoint_connector import _Checkpoin
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
-from ..bounds import MAX_COUNT, Count, GlobalSeed, Interval, NonNegative, NonNegativeFloat, TopK, register
+from ..bounds import MAX_COUNT, Count, GlobalSeed, Interval, NonNegative, NonNegativeFloat, TopK, is_count, register
 from ..data.files import shortened
 from ..data.vocab import vocab_state
 from ..model.config import (
@@ -411,7 +411,8 @@ class CLI(LightningCLI):
 
     def add_arguments_to_parser(self, parser) -> None:
         # Sizes that come from the data are never typed twice.
-        parser.link_arguments("data.vocab_size", "model.init_args.model.vocab_size", apply_on="instantiate")
+        parser.link_arguments("data.vocab_size", "model.init_args.model.vocab_size", compute_fn=self.vocab_size,
+                              apply_on="instantiate")  # fmt: skip
         parser.link_arguments("data.num_classes", "model.init_args.model.num_classes", apply_on="instantiate")
         parser.link_arguments("data.context", "model.init_args.model.context", apply_on="instantiate")
         # What every run shares; a config changes only what differs (e.g. `checkpoint: {save_top_k: 3}`).
@@ -695,6 +696,15 @@ class CLI(LightningCLI):
         vocab = self.model.read_pretrained()  # read once: fit loads it
         if vocab is not None:
             self.datamodule.load_state_dict(vocab_state(vocab))
+
+    def vocab_size(self, data_size: int) -> int:
+        """The model's vocabulary size: the data's, or the checkpoint's where one decides the architecture (its
+        vocabulary is then the data's, :meth:`_restore_vocab`: a file of fewer characters is scored with it)."""
+        ckpt = self.run.ckpt if hasattr(self, "run") else None
+        if ckpt is None or ckpt.vocab is None or not isinstance(ckpt.model, dict):
+            return data_size
+        trained = ckpt.model.get("vocab_size")
+        return trained if isinstance(trained, int) and is_count(trained) else data_size
 
     def _restore_vocab(self) -> None:
         """Give the data module the vocabulary of the checkpoint it will serve, whatever class wrote it (read
