@@ -500,7 +500,7 @@ class CLI(LightningCLI):
         except (MisconfigurationException, ValueError, ModuleNotFoundError, RuntimeError, TypeError) as e:
             raise ValueError(named_as("trainer", e)) from e
         for callback in trainer.callbacks:  # a config's own: a failure in its code is the config's (errors.py)
-            callback.from_config = type(callback).__name__ in self.added
+            callback.from_config = type(callback).__name__ in getattr(self, "added", ())
         return trainer
 
     def before_instantiate_classes(self) -> None:
