@@ -740,6 +740,21 @@ def test_a_fresh_fit_never_starts_over_another_runs_checkpoints(tmp_path):
     release_run_folder(folder)
 
 
+def test_a_resume_of_another_runs_checkpoint_never_writes_over_this_names_run(capsys, text):
+    """``fit --name a --ckpt_path checkpoints/b/last.ckpt`` wrote b's continuation over a's last.ckpt, and into a's
+    log version; a checkpoint inside the folder (a best one) still resumes there."""
+    args = [*RESUMABLE, "--data.path", str(text), "--trainer.logger", "false"]
+    for name in ("a", "b"):
+        main(["fit", *args, "--trainer.max_steps", "2", "--name", name])
+    before = Path("checkpoints/a/last.ckpt").read_bytes()
+    fails(capsys, "fit", *args, "--trainer.max_steps", "4", "--name", "a", "--ckpt_path", "checkpoints/b/last.ckpt",
+          message="checkpoints/a/ already holds a run (last.ckpt); resume it with --ckpt_path last, start another "
+          "with --name NAME")  # fmt: skip
+    assert Path("checkpoints/a/last.ckpt").read_bytes() == before
+    main(["fit", *args, "--trainer.max_steps", "4", "--name", "c", "--ckpt_path", "checkpoints/b/last.ckpt"])
+    assert torch.load("checkpoints/c/last.ckpt", weights_only=True)["global_step"] == 4
+
+
 @pytest.mark.slow
 def test_a_fast_dev_run_writes_no_checkpoint_so_the_real_run_of_its_name_starts(text):
     args = ("fit", "--config", TINY_LM, "--data.path", str(text), "--model.model.depth", "1", "--data.batch_size",

@@ -612,7 +612,8 @@ class CLI(LightningCLI):
             self.datamodule.prepare_data()
             self.datamodule.setup("fit")
         if getattr(rank_zero_only, "rank", 0) == 0:  # DDP's other processes run this CLI too
-            claim_run_folder(Path(self.checkpoint_dir), resuming=bool(self.config.fit.get("ckpt_path")))
+            folder, ckpt = Path(self.checkpoint_dir), self.config.fit.get("ckpt_path")  # a resume of the folder's run
+            claim_run_folder(folder, resuming=bool(ckpt) and Path(ckpt).resolve().is_relative_to(folder.resolve()))
             note(self.header())
 
     def header(self) -> str:
