@@ -60,13 +60,6 @@ def _reachable(host: str = "api.wandb.ai", port: int = 443, timeout: float = 3.0
         return False
 
 
-def _variable(refused: str, shape: str = "{}") -> str | None:
-    """The WANDB_* variable whose value, written as ``shape``, a refusal of W&B's holds (the longest such)."""
-    held = [key for key, value in os.environ.items()
-            if key.startswith("WANDB_") and len(value) > 1 and shape.format(value) in refused]  # fmt: skip
-    return max(held, key=lambda key: len(os.environ[key]), default=None)
-
-
 class WandbLogger(_WandbLogger):
     """Lightning's ``WandbLogger``, online when it can be, else offline with a note on how to sync.
 
@@ -122,9 +115,8 @@ class WandbLogger(_WandbLogger):
             return super().experiment
         except UsageError as e:  # W&B's refusal (online with no API key, a project name it refuses): its traceback
             reason = (str(e).splitlines() or ["no reason given"])[0][:200]
-            fix = _variable(reason, "'{}'") or ("the setting it names (a WANDB_* variable or the WandbLogger's; "
-                                                "`wandb login` gives a key)")  # fmt: skip
-            raise ValueError(f"W&B did not start the run ({reason}); correct {fix}, or set WANDB_MODE=offline (no key "
+            raise ValueError(f"W&B did not start the run ({reason}); correct the setting it names (a WANDB_* variable "
+                             "or the WandbLogger's; `wandb login` gives a key), or set WANDB_MODE=offline (no key "
                              "needed) or disabled") from None  # fmt: skip
         except UnicodeDecodeError as e:  # W&B reads its settings file as text, and names no file
             folder = os.environ.get("WANDB_CONFIG_DIR") or "~/.config/wandb"
@@ -133,9 +125,11 @@ class WandbLogger(_WandbLogger):
         except ValidationError as e:  # a setting W&B's types refuse, such as WANDB_CONSOLE=zzz: named by its variable
             first = e.errors()[0]
             name, given = ".".join(map(str, first["loc"])) or "a setting", str(first.get("input"))
+            where = sorted((key for key, value in os.environ.items() if key.startswith("WANDB_") and len(value) > 1
+                            and value in given), key=lambda key: -len(os.environ[key]))  # fmt: skip
             raise ValueError(
                 f"W&B refuses its setting {name}={given[:40]!r} ({first['msg'][:200]}); correct "
-                f"{_variable(given) or f'the WandbLogger setting {name}'}, or unset it"
+                f"{where[0] if where else f'the WandbLogger setting {name}'}, or unset it"
             ) from None
         finally:  # the service started has read it: the rest of the process sees the user's own
             if moved and cache is None:
