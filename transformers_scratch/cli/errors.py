@@ -111,8 +111,10 @@ def _line(e: BaseException, argv: list[str]) -> str:
     line = not_a_config(message, argv) or missing_value(message, argv) or usage_slip(message, argv)
     if line is None:
         line = brief(message)
-        culprit, variable = config_at_fault(line, argv), variable_at_fault(line, argv)
-        line = f"{variable}: {line}" if variable else f"--config {culprit!r}: {line}" if culprit else line
+        if variable := variable_at_fault(line, argv):
+            return f"{variable}: {line}"
+        culprit = config_at_fault(line, argv)
+        line = f"--config {culprit!r}: {line}" if culprit else line
     return line
 
 
