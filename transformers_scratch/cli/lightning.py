@@ -585,11 +585,8 @@ class CLI(LightningCLI):
         with no checkpoint (nor model.init_from), validate, test and predict score untrained weights: said so."""
         if ckpt := self.run.ckpt:
             ckpt.check_fits(self.model)
-            if self.subcommand == "fit" and not ckpt.resumable:
-                raise ValueError(f"{ckpt.source} holds the weights alone, with no optimizer or loop state (saved with "
-                                 "save_weights_only, or by convert_xl), so no run resumes from it; validate, test, "
-                                 "sample and export read it, and a new run starts from its weights with "
-                                 "model.pretrained or model.init_from")  # fmt: skip
+            if self.subcommand == "fit":
+                ckpt.check_resumes()
             self._guard_restore(ckpt.source)
             return
         settings = self.config[self.subcommand].model.get("init_args") or {}

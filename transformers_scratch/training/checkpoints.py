@@ -167,6 +167,14 @@ class Checkpoint:
                 f"{shortened(problems[0])}{more}; {fix or f'the file is damaged, or {RETRAIN}'}"
             )
 
+    def check_resumes(self) -> None:
+        """A fit resumes only from a run's whole state: a file of weights alone is refused, with what reads it."""
+        if not self.resumable:
+            raise ValueError(f"{self.source} holds the weights alone, with no optimizer or loop state (saved with "
+                             "save_weights_only, or by convert_xl), so no run resumes from it; validate, test, sample "
+                             "and export read it, and a new run starts from its weights with model.pretrained or "
+                             "model.init_from")  # fmt: skip
+
     def trained(self, *takes: type, command: str = "this command"):
         """The trained module (on the CPU, in eval mode) and its vocabulary. ``takes``: the module classes the
         command can use."""
