@@ -3,6 +3,7 @@
 import argparse
 import json
 import math
+import os
 import subprocess
 import sys
 import textwrap
@@ -510,3 +511,14 @@ def test_a_bad_flag_or_config_ends_the_bench_with_one_line_before_any_measuremen
     out = run_main(bench.main, *argv, "--no-compile", cwd=tmp_path, prog="bench.py")
     assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]
     assert len(out.stderr.strip().splitlines()) == 1 and out.stderr.startswith(says), out.stderr
+
+
+def test_a_report_into_a_pipe_whose_reader_is_gone_ends_quietly(tmp_path):
+    """``bench ... | head`` ends as ``cli.py`` does when the reader stops: SIGPIPE's status (141), no traceback."""
+    script = "from transformers_scratch.experiments import bench; bench.bench = lambda _: print('x'); bench.main([])"
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first byte
+    with os.fdopen(write, "wb") as gone:
+        done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, stdout=gone, stderr=subprocess.PIPE,
+                              text=True, timeout=300)  # fmt: skip
+    assert (done.returncode, done.stderr) == (141, ""), done.stderr[-2000:]

@@ -1,13 +1,16 @@
 """Files written whole: a temporary name beside the target, renamed into place once complete, so that a killed
 or failed write never leaves half a file (checkpoints, exports, data caches, downloads, predictions). Every layer
-writes through it, as every layer declares its bounds in :mod:`.bounds`."""
+writes through it, as every layer declares its bounds in :mod:`.bounds`. Output into a pipe whose reader stopped
+(``| head``) ends the command quietly."""
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NoReturn
 
 
 @contextmanager
@@ -55,3 +58,21 @@ def unfinished(folder: Path, name: str = "*") -> Iterator[Path]:
     """The temporary files of :func:`written_whole` in ``folder`` for files named ``name`` (a glob pattern) that a
     killed writer left behind."""
     return folder.glob(f".{name}.*.tmp")
+
+
+def stopped_reading() -> NoReturn:
+    """The output's reader stopped reading (``| head``): the command ends there, quietly, as Unix tools do."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # so that the exit's flush of stdout has nowhere to fail
+    sys.exit(141)  # 128 + SIGPIPE, the status of a tool that the signal ended
+
+
+def output_closed() -> bool:
+    """Whether the standard output is a pipe whose reader has closed it (the poll of its writing end says so)."""
+    import select
+
+    try:
+        poll = select.poll()
+        poll.register(1, select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poll.poll(0))
+    except (OSError, AttributeError):  # no poll (Windows), or no standard output
+        return False

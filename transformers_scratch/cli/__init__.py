@@ -17,6 +17,8 @@ from functools import cache
 from pathlib import Path
 from typing import NoReturn
 
+from ..atomic import output_closed, stopped_reading
+
 # The help names every command without importing any: torch, Lightning and the rest are imported when a command
 # runs (``cli.py --help`` in a fraction of a second, not the seconds those imports take).
 LIGHTNING = {
@@ -120,24 +122,6 @@ def cap_memory() -> None:
     cap = memory_bytes() if hard == resource.RLIM_INFINITY else min(memory_bytes(), hard)
     if soft == resource.RLIM_INFINITY or soft > cap:
         resource.setrlimit(resource.RLIMIT_DATA, (cap, hard))
-
-
-def stopped_reading() -> NoReturn:
-    """The output's reader stopped reading (``| head``): the command ends there, quietly, as Unix tools do."""
-    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # so that the exit's flush of stdout has nowhere to fail
-    sys.exit(141)  # 128 + SIGPIPE, the status of a tool that the signal ended
-
-
-def output_closed() -> bool:
-    """Whether the standard output is a pipe whose reader has closed it (the poll of its writing end says so)."""
-    import select
-
-    try:
-        poll = select.poll()
-        poll.register(1, select.POLLOUT)
-        return any(events & select.POLLERR for _, events in poll.poll(0))
-    except (OSError, AttributeError):  # no poll (Windows), or no standard output
-        return False
 
 
 def process_at_fault() -> str | None:

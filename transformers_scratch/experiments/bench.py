@@ -33,6 +33,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ..atomic import output_closed, stopped_reading
 from ..bounds import Count, Depth, NonNegative, PositiveFloat
 from ..model.config import EncoderDecoderConfig, LMConfig
 from ..model.models import CausalLM, EncoderDecoder
@@ -317,6 +318,10 @@ def main(argv: list[str] | None = None) -> None:
     nanoGPT checkout that cannot serve, is one ``error:`` line, written here only."""
     try:
         bench(build_parser().parse_args(argv))
+    except BrokenPipeError:
+        if not output_closed():  # another pipe (a worker's): a fault
+            raise
+        stopped_reading()
     except (ValueError, KeyboardInterrupt) as e:
         if os.environ.get("TS_DEBUG"):  # as the command line: the traceback on demand
             raise
