@@ -154,3 +154,12 @@ def test_a_picture_is_written_whole_in_its_names_format_and_a_full_disk_is_an_er
     with pytest.raises(OSError) as caught:  # matplotlib's own writer reported success on the full device
         draw_curves(curves, "/dev/full")
     assert caught.value.errno == 28 and caught.value.filename == "/dev/full"
+
+
+def test_a_character_the_model_never_saw_is_named_as_the_texts_not_a_prompts():
+    """``attention --text`` reads a text, not a prompt: its refusal says so (a file vocabulary of 4 characters)."""
+    from transformers_scratch.data import ByteVocab
+    from transformers_scratch.training.pictures import attention_input
+
+    with pytest.raises(ValueError, match="^text character 'Z' is not in the model's vocabulary of 4 characters"):
+        attention_input(ByteVocab(b" abc"), "abZ", 8)

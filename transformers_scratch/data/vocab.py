@@ -50,8 +50,9 @@ class ByteVocab:
             )
         return ids.to(torch.uint8)
 
-    def encode_text(self, text: str) -> Tensor:
-        """A prompt -> long ids (1, t), or an error naming the first character the model has never seen."""
+    def encode_text(self, text: str, what: str = "prompt") -> Tensor:
+        """A prompt (or another ``what``) -> long ids (1, t), or an error naming the first character the model has
+        never seen."""
         if not text:
             raise ValueError("empty prompt; give at least one character, e.g. --prompt 'The '")
         ids = self.lookup(text.encode("utf-8", "surrogateescape"))  # a C locale's argument: its bytes as given
@@ -59,7 +60,7 @@ class ByteVocab:
             bad = next(c for c in text if (self.table[list(c.encode("utf-8", "surrogateescape"))] < 0).any())
             known = bytes(self.alphabet.tolist()).decode("utf-8", errors="replace")
             raise ValueError(
-                f"prompt character {bad!r} is not in the model's vocabulary of {self.size} characters; "
+                f"{what} character {bad!r} is not in the model's vocabulary of {self.size} characters; "
                 f"use only these: {known!r}"
             )
         return ids[None]  # (1, t)
@@ -166,7 +167,7 @@ class TokenizerVocab:
                             "tokenizer.json that tokenizers wrote")  # fmt: skip
         return torch.tensor(ids, dtype=torch.long)
 
-    def encode_text(self, text: str) -> Tensor:
+    def encode_text(self, text: str, what: str = "prompt") -> Tensor:
         if not text:
             raise ValueError("empty prompt; give at least one character, e.g. --prompt 'The '")
         return self.encode(text.encode("utf-8", "surrogateescape"))[None]  # (1, t)

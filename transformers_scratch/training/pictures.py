@@ -80,7 +80,7 @@ def attention_input(vocab, text: str, limit: int) -> tuple[Tensor, list[str], in
         ids = torch.tensor([vocab.encode(words[:limit])])  # (1, t)
         tokens = [w if i != WordVocab.UNK else f"{w}*" for w, i in zip(words[:limit], ids[0].tolist(), strict=True)]
         return ids, tokens, len(words)
-    encoded = vocab.encode_text(text)  # (1, all)
+    encoded = vocab.encode_text(text, "text")  # (1, all)
     ids = encoded[:, :limit]
     return ids, [_shown_token(vocab.decode(i[None])) for i in ids[0]], encoded.size(1)
 
