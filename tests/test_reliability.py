@@ -974,6 +974,19 @@ def test_a_checkpoint_whose_vocabulary_is_damaged_is_refused_by_every_command(
     fails(capsys, command, "--ckpt_path", str(path), *args, message=message)
 
 
+@pytest.mark.parametrize("command", ["sample", "test", "fit", "export"])
+def test_a_checkpoint_whose_weights_are_not_finite_is_refused_by_every_command(capsys, text, tmp_path, command):
+    """fit never saves weights of NaN or inf (a diverged run stops at its last good checkpoint): a file that holds
+    them is damaged, and sampling from it was torch.multinomial's traceback; scoring it, a NaN loss."""
+    path = write_checkpoint(tmp_path / "nan.ckpt", LitCharLM(TINY), {"vocab_symbols": None})
+    data = torch.load(path, weights_only=True)
+    data["state_dict"]["model.head.weight"][0, 0] = float("nan")
+    torch.save(data, path)
+    args = {"sample": ["--prompt", "a"], "export": ["--out", str(tmp_path / "out")]}.get(command)
+    fails(capsys, command, "--ckpt_path", str(path), *(args or ["--config", TINY_LM, "--data.path", str(text)]),
+          message="holds weights that are not finite ('model.head.weight': NaN or inf)")  # fmt: skip
+
+
 @pytest.mark.parametrize("command", ["sample", "test", "fit"])
 def test_a_checkpoint_whose_settings_describe_a_model_larger_than_its_weights_is_refused_before_it_is_built(
     capsys, text, tmp_path, command

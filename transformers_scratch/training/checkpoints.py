@@ -90,6 +90,9 @@ class Checkpoint:
         if not all(isinstance(t, torch.Tensor) for t in state.values()):
             raise ValueError(f"{self.source} holds no model weights (its state_dict is no mapping of names to "
                              "tensors); pass a checkpoint written by fit")  # fmt: skip
+        if bad := next((name for name, t in state.items() if t.is_floating_point() and not t.isfinite().all()), None):
+            raise ValueError(f"{self.source} holds weights that are not finite ({shortened(str(bad))!r}: NaN or inf), "
+                             "which fit never saves: the file is damaged; pass another checkpoint")  # fmt: skip
         hparams = dict(data.get("hyper_parameters") or {})
         self.path, self.class_path = path, str(hparams.get("_class_path") or "")
         self.kind = self.class_path.rsplit(".", 1)[-1] or "?"  # the module class that wrote it
