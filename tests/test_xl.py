@@ -212,8 +212,23 @@ def authors_state(depth: int = 2) -> dict:
         (lambda s: s.update({"r_w_bias": torch.zeros(4, 16)}), "4 heads of 16 in a width of 32"),
         (lambda s: s.update({"word_emb.emb_layers.0.weight": torch.zeros(40)}), "'word_emb.emb_layers.0.weight' as a"),
         (lambda s: s.update({"layers.0.pos_ff.CoreNet.0.weight": torch.zeros(())}), "'layers.0.pos_ff.CoreNet.0.w"),
+        (lambda s: s.update({"layers.².x": torch.zeros(1)}), "holds 'layers.².x'"),  # a digit, but not decimal
+        (
+            lambda s: s.update({"layers.0.dec_attn.o_net.weight": torch.zeros(32, 32, dtype=torch.complex64)}),
+            "'layers.0.dec_attn.o_net.weight' holds torch.complex64, not weights of floating point",
+        ),
     ],
-    ids=["missing", "extra", "shape", "untied", "head-width", "vector-embedding", "scalar-feed-forward"],
+    ids=[
+        "missing",
+        "extra",
+        "shape",
+        "untied",
+        "head-width",
+        "vector-embedding",
+        "scalar-ff",
+        "superscript",
+        "complex",
+    ],
 )
 def test_an_authors_state_dict_that_does_not_fit_is_refused_naming_the_tensor(change, message):
     state = authors_state()
@@ -221,6 +236,22 @@ def test_an_authors_state_dict_that_does_not_fit_is_refused_naming_the_tensor(ch
     with pytest.raises(ValueError, match="the state dict") as e:
         from_authors(state)
     assert message in str(e.value)
+
+
+def test_convert_xl_refuses_weights_that_are_not_finite_and_writes_nothing(tmp_path, capsys):
+    state = authors_state()
+    state["layers.1.dec_attn.qkv_net.weight"][0, 0] = float("inf")
+    torch.save(state, tmp_path / "model.pt")
+    fails(capsys, "convert_xl", "--state_dict", str(tmp_path / "model.pt"), "--out", str(tmp_path / "xl.ckpt"),
+          message="'layers.1.dec_attn.qkv_net.weight': NaN or inf): a diverged or damaged model")  # fmt: skip
+    assert not (tmp_path / "xl.ckpt").exists()
+
+
+def test_convert_xl_refuses_symbols_that_are_digits_but_no_decimal_number(tmp_path, capsys):
+    torch.save(authors_state(), tmp_path / "model.pt")
+    (tmp_path / "symbols.txt").write_text("\n".join([*map(str, range(39)), "²"]))  # int('²') fails
+    fails(capsys, "convert_xl", "--state_dict", str(tmp_path / "model.pt"), "--out", str(tmp_path / "xl.ckpt"),
+          "--symbols", str(tmp_path / "symbols.txt"), message="the model's 40 ids as distinct decimal")  # fmt: skip
 
 
 def test_convert_xl_writes_a_checkpoint_that_samples_validates_and_draws(tmp_path, capsys, monkeypatch):

@@ -251,7 +251,7 @@ def authors_vocab(symbols: str | None, size: int):
         return ByteVocab(None)
     text = text_or_file(None, symbols, "symbols", "the vocabulary", "a text file, one decimal byte value a line")
     lines = text.split()
-    if len(lines) != size or not all(line.isdigit() and int(line) < 256 for line in lines) or len(set(lines)) != size:
+    if len(lines) != size or not all(line.isdecimal() and int(line) < 256 for line in lines) or len(set(lines)) != size:
         raise ValueError(
             f"--symbols {symbols!r} must list the model's {size} ids as distinct decimal byte values (0 to 255), one a "
             f"line; it holds {len(lines)} lines"

@@ -291,7 +291,7 @@ def from_authors(state: dict, source: str = "the state dict", **settings) -> Tra
             f"{source} has {heads} heads of {head_width} in a width of {emb}: here heads x head width is the width; "
             "train with d_head = d_model / n_head"
         )
-    depth = 1 + max(int(k.split(".")[1]) for k in state if k.startswith("layers.") and k.split(".")[1].isdigit())
+    depth = 1 + max(int(k.split(".")[1]) for k in state if k.startswith("layers.") and k.split(".")[1].isdecimal())
     try:
         cfg = XLConfig(vocab_size=vocab, emb=emb, heads=heads, depth=depth, untie_r=untie_r,
                        ff_hidden=state["layers.0.pos_ff.CoreNet.0.weight"].size(0), **settings)  # fmt: skip
@@ -311,6 +311,9 @@ def from_authors(state: dict, source: str = "the state dict", **settings) -> Tra
     for ours, theirs in names.items():
         if theirs not in state:
             raise ValueError(f"{source} lacks {theirs!r}; {AUTHORS_FIX}")
+        if not state[theirs].is_floating_point():
+            raise ValueError(f"{source}'s {theirs!r} holds {state[theirs].dtype}, not weights of floating point; "
+                             f"{AUTHORS_FIX}")  # fmt: skip
         if state[theirs].shape != expected[ours].shape:
             raise ValueError(f"{source}'s {theirs!r} has shape {tuple(state[theirs].shape)}, and a model of these "
                              f"sizes needs {tuple(expected[ours].shape)}; {AUTHORS_FIX}")  # fmt: skip

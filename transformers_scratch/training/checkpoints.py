@@ -51,6 +51,14 @@ def absent(path: str) -> str:
     return "is a folder" + (", an export (transformers_scratch.from_pretrained reads it), not a checkpoint" * export)
 
 
+def refuse_not_finite(state: dict, source: str) -> None:
+    """Weights of NaN or inf, which fit never saves (a diverging run stops at its last good checkpoint), and which
+    no command can use (sampling from them is torch's traceback): the file is damaged."""
+    if bad := [k for k, t in state.items() if torch.is_tensor(t) and t.is_floating_point() and not t.isfinite().all()]:
+        raise ValueError(f"{source} holds weights that are not finite ({shortened(str(bad[0]))!r}: NaN or inf): a "
+                         "diverged or damaged model; pass another file")  # fmt: skip
+
+
 def settings_class(module_class: Any) -> Any:
     """The dataclass of a module's ``model`` settings (``LMConfig`` for a ``LitCharLM``), or None."""
     hint = get_type_hints(module_class.__init__).get("model")
@@ -90,9 +98,7 @@ class Checkpoint:
         if not all(isinstance(t, torch.Tensor) for t in state.values()):
             raise ValueError(f"{self.source} holds no model weights (its state_dict is no mapping of names to "
                              "tensors); pass a checkpoint written by fit")  # fmt: skip
-        if bad := next((name for name, t in state.items() if t.is_floating_point() and not t.isfinite().all()), None):
-            raise ValueError(f"{self.source} holds weights that are not finite ({shortened(str(bad))!r}: NaN or inf), "
-                             "which fit never saves: the file is damaged; pass another checkpoint")  # fmt: skip
+        refuse_not_finite(state, self.source)
         hparams = dict(data.get("hyper_parameters") or {})
         self.path, self.class_path = path, str(hparams.get("_class_path") or "")
         self.kind = self.class_path.rsplit(".", 1)[-1] or "?"  # the module class that wrote it
@@ -261,6 +267,7 @@ class Checkpoint:
             raise ValueError(
                 f"{flag} {path!r} holds a {type(state).__name__}, not a state dict; save model.state_dict()"
             )
+        refuse_not_finite(state, f"{flag} {path!r}")
         return state
 
 
