@@ -131,7 +131,8 @@ def test_a_config_that_is_no_file_is_named_with_the_fix(tmp_path):
 
 
 @pytest.mark.parametrize("content", ["trainer:\n  max_stepz: 3\n", "model:\n  class_path: test_errors.Model\n  "
-                                     "init_args:\n    sizes:\n      emb: -4\n"])  # fmt: skip
+                                     "init_args:\n    sizes:\n      emb: -4\n",
+                                     "init_args:\n  max_stepz:\n    class_path: x\n"])  # fmt: skip
 def test_of_several_configs_the_one_at_fault_is_named(tmp_path, content):
     (tmp_path / "a.yaml").write_text("trainer:\n  max_steps: 2\nlength: 3\n")
     (tmp_path / "bad.yaml").write_text(content)

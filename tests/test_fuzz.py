@@ -18,6 +18,7 @@ a fixed example below (``@example``)."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import io
 import json
@@ -109,6 +110,7 @@ def peak_rss_mb() -> float:
 def bounded(folder: Path):
     """Time, memory, files and pickles, around one example."""
     before = snapshot(folder)
+    gc.collect()  # the garbage of the examples and tests before (a trainer's cycles) freed first: not this one's peak
     reset_peak()
     previous = signal.signal(signal.SIGALRM, _alarm)
     limits = resource.getrlimit(resource.RLIMIT_AS)
@@ -334,6 +336,7 @@ yaml_forms = st.builds(nested, st.lists(st.sampled_from(KEYS), min_size=1, max_s
 @example(config=b"data:\n  class_path: null\n")  # jsonargparse failed inside, in Python's words
 @example(config=b"trainer: !!set {max_steps}\n")  # found: a set for a group was read as no settings at all
 @example(config=b"? [a, b]\n: 1\n")  # found: a list as a key was a TypeError in the duplicate-key check
+@example(config=b"init_args:\n  max_steps:\n    class_path: x\n")  # found: init_args at the top, below it, no file
 def test_a_config_file(made, tmp_path_factory, config):
     folder = fresh(made, tmp_path_factory)
     (folder / "fuzz.yaml").write_bytes(config)

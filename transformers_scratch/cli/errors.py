@@ -294,7 +294,7 @@ def config_at_fault(line: str, argv: list[str]) -> str | None:
                 keys = _keys(load(f.read()))
         except Exception:  # unreadable here (a pipe read once, a file gone): not the one to name
             continue
-        longest = max((len(key) for key in keys if _named(key, plain)), default=-1)
+        longest = max((len(key) for key in keys if _named(key.replace("init_args.", ""), plain)), default=-1)
         if longest >= 0 and longest >= best:
             best, found = longest, path
     return found
