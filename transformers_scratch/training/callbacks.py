@@ -42,6 +42,7 @@ from ..bounds import (
     checked,
 )
 from ..data.files import refuse_output
+from .checkpoints import not_finite
 from .console import note, shown
 from .perf import peak_flops, train_flops_per_token
 
@@ -60,8 +61,7 @@ class SafeCheckpointIO(CheckpointIO):
         self.last_written: str | None = None
 
     def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
-        weights = checkpoint.get("state_dict", {}).values()
-        if not all(torch.isfinite(w).all() for w in weights if torch.is_tensor(w) and w.is_floating_point()):
+        if not_finite(checkpoint.get("state_dict", {})):
             raise TrainingDiverged(
                 f"the weights became NaN or infinite by step {checkpoint.get('global_step')}; not saving {path}. "
                 f"{self.callback.last_good()}"
