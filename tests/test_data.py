@@ -404,6 +404,10 @@ def test_imdb_bad_paths(tmp_path):
     (tmp_path / "broken.tar.gz").write_bytes(gzip.compress(b"x" * 10_000)[:100])
     with pytest.raises(DataError, match="truncated or corrupt"):
         IMDbDataModule(path=str(tmp_path / "broken.tar.gz"), data_dir=str(tmp_path)).prepare_data()
+    (tmp_path / "junk.tar").write_bytes(b"junk" * 300)  # tarfile's refusal lists each method it tried, a line each
+    with pytest.raises(DataError) as refused:
+        IMDbDataModule(path=str(tmp_path / "junk.tar"), data_dir=str(tmp_path)).prepare_data()
+    assert "\n" not in str(refused.value) and str(refused.value).endswith("aclImdb_v1.tar.gz again"), refused.value
 
 
 @pytest.mark.slow

@@ -70,8 +70,9 @@ def _reviews(path: Path, pattern: re.Pattern) -> list[tuple[re.Match, str]]:
                         text = utf8(body.read(), f"{str(path)!r}'s {member.name}") if body is not None else ""
                         found.append((m, text))
     except (tarfile.TarError, EOFError, OSError) as e:
+        reason = (str(e).splitlines() or [""])[0].rstrip(":")  # tarfile's may list what it tried, a line each
         raise DataError(
-            f"{str(path)!r} is truncated or corrupt ({type(e).__name__}: {e}); download {ACLIMDB_URL} again"
+            f"{str(path)!r} is truncated or corrupt ({type(e).__name__}: {reason}); download {ACLIMDB_URL} again"
         ) from e
     return found
 
