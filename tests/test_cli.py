@@ -870,3 +870,25 @@ def test_ctrl_c_outside_a_fit_is_one_line_and_status_130(monkeypatch, capsys):
         except BaseException as e:  # without the handler, the KeyboardInterrupt itself: a failure, not pytest's stop
             ended = e
         assert isinstance(ended, SystemExit) and ended.code == 130 and capsys.readouterr().err == INTERRUPTED + "\n"
+
+
+def test_a_quiet_run_leaves_out_the_hubs_retries_of_a_request(monkeypatch):
+    """With no network, the Hugging Face Hub's client said ten lines of retries before the one error line."""
+    import logging
+
+    from huggingface_hub.utils import logging as hub_logging
+
+    from transformers_scratch.training.console import quiet
+
+    for name in ("HF_HUB_VERBOSITY", "WANDB_SILENT"):
+        monkeypatch.setenv(name, os.environ.get(name, ""))  # restored afterwards, whatever quiet() sets
+    names = ["huggingface_hub", "lightning.pytorch", "lightning.fabric", "lightning"]
+    levels = [logging.getLogger(name).level for name in names]
+    try:
+        monkeypatch.delenv("HF_HUB_VERBOSITY")
+        quiet()
+        said = hub_logging.get_logger("huggingface_hub.utils._http").isEnabledFor(logging.WARNING)  # its retries'
+    finally:
+        for name, level in zip(names, levels, strict=True):
+            logging.getLogger(name).setLevel(level)
+    assert not said

@@ -82,8 +82,11 @@ def note(message: str) -> None:
 
 
 def quiet() -> None:
-    """Leave out what a run does not need to say: Lightning's information (devices, seed, tips) and W&B's
-    terminal output (the run's folders are in the run's own header)."""
+    """Leave out what a run does not need to say: Lightning's information (devices, seed, tips), W&B's terminal
+    output (the run's folders are in the run's own header), and the Hugging Face Hub's retries of a request (with
+    no network, ten lines before the one that says what to do)."""
     for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
         logging.getLogger(name).setLevel(logging.WARNING)
     os.environ.setdefault("WANDB_SILENT", "true")
+    os.environ.setdefault("HF_HUB_VERBOSITY", "error")  # read when huggingface_hub is imported; if it was already:
+    logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
