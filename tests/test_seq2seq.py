@@ -194,11 +194,13 @@ def test_fit_test_decode_and_export_through_the_cli(trained):
         ([], "give the source with --input TEXT or --input_file FILE"),
         (["--input", "1", "--input_file", "f.txt"], "give the source with --input TEXT or --input_file FILE"),
         (["--input_file", "missing.txt"], "--input_file 'missing.txt' does not exist"),
+        (["--input_file", "sep.txt"], "line 2: character '\\x0c' in '3\\x0c4'"),  # a line as wc -l counts it
     ],
 )
 def test_decode_refuses_bad_input_with_one_line(trained, args, message):
     cwd, ckpt = trained
     (cwd / "long.txt").write_text("12\n111111111\n")
+    (cwd / "sep.txt").write_text("12\n3\f4\n")  # str.splitlines() would split at the form feed
     result = cli("decode", "--ckpt_path", ckpt, *args, cwd=cwd)
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert result.stderr.count("error:") == 1 and message in result.stderr, result.stderr[-2000:]

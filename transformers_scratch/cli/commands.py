@@ -128,7 +128,7 @@ def decode(ckpt_path: PathName, input: str | None = None, input_file: PathName |
 
     text = text_or_file(input, input_file, "input", "the source", "a file, one source a line")
     where = f"--input_file {input_file!r}" if input_file else "--input"
-    lines = text.splitlines() if input_file else [text]
+    lines = text.removesuffix("\n").split("\n") if input_file else [text]  # as wc -l counts: not at \f or \u2028
     numbered = [(n, line.strip()) for n, line in enumerate(lines, start=1) if line.strip()]
     if not numbered:
         raise ValueError(f"{where} holds nothing to decode: give at least one non-empty source")
