@@ -347,6 +347,17 @@ def test_a_review_or_a_predict_file_that_is_not_utf8_is_named(tmp_path):
         read_aclimdb(tmp_path / "aclImdb_v1.tar.gz")
 
 
+def test_a_predict_file_holds_one_review_a_newline(tmp_path):
+    """A review may hold characters that str.splitlines() also splits at (IMDb's own hold \\x85): it stays one."""
+    root = make_aclimdb(tmp_path)
+    dm = IMDbDataModule(path=str(root), data_dir=str(tmp_path / "cache"), val_size=4, batch_size=3,
+                        predict_path=str(tmp_path / "reviews.txt"))  # fmt: skip
+    dm.prepare_data()
+    dm.setup()
+    (tmp_path / "reviews.txt").write_text("a fine film\x85 really\n\nawful\u2028truly\r\n")
+    assert sum(len(batch[0]) for batch in dm.predict_dataloader()) == 2
+
+
 def test_a_predict_file_past_what_predict_reads_at_once_is_refused_before_it_is_read(tmp_path, monkeypatch):
     """The reviews are read and tokenised whole, about ten times their size in memory: 107 MB took 1.2 GB, so a
     file of gigabytes met the machine's limit, with no line to say why. No more than the limit is read, from a

@@ -399,7 +399,7 @@ class IMDbDataModule(ResumableData):
             raise ValueError("predict needs the vocabulary of a trained classifier: pass --ckpt_path")
         where = f"data.predict_path {self.predict_path!r}"
         text = read_text(self.predict_path, where, MAX_PREDICT, "a text file with one review a line")
-        texts = [line for line in text.splitlines() if line.strip()]
+        texts = [line for line in text.split("\n") if line.strip()]  # a review may hold \x85 or \u2028
         if not texts:
             raise DataError(f"{where} holds no reviews; give one review a line")
         if isinstance(self.vocab, TokenizerVocab):
