@@ -18,7 +18,6 @@ a fixed example below (``@example``)."""
 from __future__ import annotations
 
 import contextlib
-import gc
 import hashlib
 import io
 import json
@@ -42,7 +41,7 @@ from transformers_scratch.model.config import memory_bytes
 ROOT = Path(__file__).resolve().parents[1]
 TINY_LM = str(ROOT / "configs" / "tiny_charlm.yaml")
 SECONDS = 60  # one example, at most
-PEAK_MB = 4096  # the test process's peak resident memory during one example, at most
+PEAK_MB = 4096  # the resident memory one example may add to the test process at its peak, at most
 ROOM_MB = 6144  # address space an example may add to the test process (RLIMIT_AS), so a runaway read fails in it
 FAST, MANY = 4, 300  # examples a door: the suite, and the deep run (9 doors: 2,700 in all)
 SEED = int(os.environ.get("TS_FUZZ_SEED", "0"))  # the examples' seed: TS_FUZZ_SEED=1 and on draw new ones
@@ -99,11 +98,12 @@ def vm_size_mb() -> float:
     return resource.getpagesize() * int(Path("/proc/self/statm").read_text().split()[0]) / 2**20
 
 
-def peak_rss_mb() -> float:
-    """The peak resident set since :func:`reset_peak`, in MB (the process's whole life where /proc has none)."""
+def rss_mb(field: str = "VmHWM") -> float:
+    """The peak resident set since :func:`reset_peak` (``VmRSS``: the present one), in MB; where /proc has none,
+    the process's whole life's peak."""
     with contextlib.suppress(OSError, StopIteration):
         status = Path("/proc/self/status").read_text().splitlines()
-        return int(next(line for line in status if line.startswith("VmHWM:")).split()[1]) / 1024
+        return int(next(line for line in status if line.startswith(f"{field}:")).split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
@@ -111,8 +111,8 @@ def peak_rss_mb() -> float:
 def bounded(folder: Path):
     """Time, memory, files and pickles, around one example."""
     before = snapshot(folder)
-    gc.collect()  # the garbage of the examples and tests before (a trainer's cycles) freed first: not this one's peak
     reset_peak()
+    resident = rss_mb("VmRSS")  # what the examples and tests before left (garbage not yet collected): not this one's
     previous = signal.signal(signal.SIGALRM, _alarm)
     limits = resource.getrlimit(resource.RLIMIT_AS)
     room = int((vm_size_mb() + ROOM_MB) * 2**20)  # past it an allocation fails in Python, not in the kernel's killer
@@ -125,8 +125,8 @@ def bounded(folder: Path):
         signal.alarm(0)
         resource.setrlimit(resource.RLIMIT_AS, limits)
         signal.signal(signal.SIGALRM, previous)
-    peak_mb = peak_rss_mb()
-    assert peak_mb < PEAK_MB, f"peak resident memory {peak_mb:,.0f} MB"
+    added_mb = rss_mb() - resident
+    assert added_mb < PEAK_MB, f"peak resident memory {added_mb:,.0f} MB above the {resident:,.0f} MB before it"
     after = snapshot(folder)
     changed = [p for p, digest in before.items() if after.get(p, digest) != digest]
     assert not changed, f"files changed: {changed[:3]}"
