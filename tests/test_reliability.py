@@ -15,6 +15,7 @@ import sys
 import tarfile
 import threading
 import tracemalloc
+import warnings
 import zipfile
 from dataclasses import replace
 from pathlib import Path
@@ -985,6 +986,21 @@ def test_a_checkpoint_whose_weights_are_not_finite_is_refused_by_every_command(c
     args = {"sample": ["--prompt", "a"], "export": ["--out", str(tmp_path / "out")]}.get(command)
     fails(capsys, command, "--ckpt_path", str(path), *(args or ["--config", TINY_LM, "--data.path", str(text)]),
           message="holds weights that are not finite ('model.head.weight': NaN or inf)")  # fmt: skip
+
+
+@pytest.mark.parametrize("command", ["sample", "validate"])
+def test_a_checkpoint_of_another_pickle_protocol_is_read_without_torchs_warning(capsys, text, tmp_path, command):
+    """torch.save(..., pickle_protocol=3), as another tool may write: torch's warning about it, two lines with a line
+    of its source, came before the output."""
+    path = write_checkpoint(tmp_path / "p4.ckpt", LitCharLM(TINY), {"vocab_symbols": None})
+    torch.save(torch.load(path, weights_only=True), path, pickle_protocol=3)
+    args = ["--prompt", "a", "--length", "2"] if command == "sample" else [
+        "--config", TINY_LM, "--data.path", str(text), "--data.context", "16", "--trainer.limit_val_batches", "1",
+        "--trainer.logger", "false"]  # fmt: skip
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        main([command, "--ckpt_path", str(path), *args])
+    assert not [w for w in seen if "pickle protocol" in str(w.message)], [str(w.message) for w in seen]
 
 
 @pytest.mark.parametrize("command", ["sample", "test", "fit"])

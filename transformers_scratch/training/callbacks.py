@@ -17,6 +17,7 @@ import signal
 import statistics
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Literal
 
@@ -73,8 +74,11 @@ class SafeCheckpointIO(CheckpointIO):
         self.last_written = str(path)
 
     def load_checkpoint(self, path, map_location=None, weights_only=None) -> dict:
-        """Always as data: a checkpoint may come from anyone, and loading it must never run its code."""
-        return self.inner.load_checkpoint(path, map_location=map_location, weights_only=True)
+        """Always as data: a checkpoint may come from anyone, and loading it must never run its code (read first by
+        the project's reader, which names what it refuses: torch's warnings about the file are left out here too)."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return self.inner.load_checkpoint(path, map_location=map_location, weights_only=True)
 
     def remove_checkpoint(self, path) -> None:
         self.inner.remove_checkpoint(path)

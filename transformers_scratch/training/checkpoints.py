@@ -11,6 +11,7 @@ import inspect
 import math
 import pickle
 import sys
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, get_args, get_type_hints
@@ -79,7 +80,9 @@ def _load(path: str, flag: str, example: str, what: str, fix: str) -> Any:
         raise ValueError(f"{flag} {path!r} inflates to {inflated:,} bytes from {Path(path).stat().st_size:,}: "
                          f"torch.save compresses nothing, so it is not {what}; {fix}")  # fmt: skip
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's about what the file holds (another pickle protocol): it is read,
+            warnings.simplefilter("ignore")  # or refused in one line below
+            return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
         reason = (str(e).splitlines() or ["empty file"])[0][:200]
         if isinstance(e, pickle.UnpicklingError):  # torch's first line would suggest loading with weights_only off
