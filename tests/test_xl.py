@@ -205,9 +205,9 @@ def authors_state(depth: int = 2) -> dict:
 @pytest.mark.parametrize(
     "change, message",
     [
-        (lambda s: s.pop("layers.1.dec_attn.r_net.weight"), "lacks 'layers.1.dec_attn.r_net.weight'"),
+        (lambda s: s.pop("layers.1.dec_attn.r_net.weight"), "r_net.weight' as floats of shape (32, 32), and it lacks"),
         (lambda s: s.update({"layers.0.dec_attn.extra": torch.zeros(1)}), "holds 'layers.0.dec_attn.extra'"),
-        (lambda s: s.update({"layers.1.pos_ff.CoreNet.3.bias": torch.zeros(5)}), "has shape (5,)"),
+        (lambda s: s.update({"layers.1.pos_ff.CoreNet.3.bias": torch.zeros(5)}), "holds torch.float32 of shape (5,)"),
         (lambda s: s.update({"crit.out_layers.0.weight": torch.zeros(40, 32)}), "not the embedding"),
         (lambda s: s.update({"r_w_bias": torch.zeros(4, 16)}), "4 heads of 16 in a width of 32"),
         (lambda s: s.update({"word_emb.emb_layers.0.weight": torch.zeros(40)}), "'word_emb.emb_layers.0.weight' as a"),
@@ -215,7 +215,7 @@ def authors_state(depth: int = 2) -> dict:
         (lambda s: s.update({"layers.².x": torch.zeros(1)}), "holds 'layers.².x'"),  # a digit, but not decimal
         (
             lambda s: s.update({"layers.0.dec_attn.o_net.weight": torch.zeros(32, 32, dtype=torch.complex64)}),
-            "'layers.0.dec_attn.o_net.weight' holds torch.complex64, not weights of floating point",
+            "needs 'layers.0.dec_attn.o_net.weight' as floats of shape (32, 32), and it holds torch.complex64",
         ),
     ],
     ids=[

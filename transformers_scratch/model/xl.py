@@ -309,14 +309,11 @@ def from_authors(state: dict, source: str = "the state dict", **settings) -> Tra
         raise ValueError(f"{source} has an output layer that is not the embedding: train with tie_weight")
     converted = {}
     for ours, theirs in names.items():
-        if theirs not in state:
-            raise ValueError(f"{source} lacks {theirs!r}; {AUTHORS_FIX}")
-        if not state[theirs].is_floating_point():
-            raise ValueError(f"{source}'s {theirs!r} holds {state[theirs].dtype}, not weights of floating point; "
-                             f"{AUTHORS_FIX}")  # fmt: skip
-        if state[theirs].shape != expected[ours].shape:
-            raise ValueError(f"{source}'s {theirs!r} has shape {tuple(state[theirs].shape)}, and a model of these "
-                             f"sizes needs {tuple(expected[ours].shape)}; {AUTHORS_FIX}")  # fmt: skip
-        converted[ours] = state[theirs].float()
+        got = state.get(theirs)
+        if got is None or got.shape != expected[ours].shape or not got.is_floating_point():
+            held = "lacks it" if got is None else f"holds {got.dtype} of shape {tuple(got.shape)}"
+            raise ValueError(f"{source}: a model of these sizes needs {theirs!r} as floats of shape "
+                             f"{tuple(expected[ours].shape)}, and it {held}; {AUTHORS_FIX}")  # fmt: skip
+        converted[ours] = got.float()
     model.load_state_dict(converted, strict=False)  # head.weight is the embedding
     return model.eval()
