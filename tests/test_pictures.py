@@ -163,3 +163,12 @@ def test_a_character_the_model_never_saw_is_named_as_the_texts_not_a_prompts():
 
     with pytest.raises(ValueError, match="^text character 'Z' is not in the model's vocabulary of 4 characters"):
         attention_input(ByteVocab(b" abc"), "abZ", 8)
+
+
+def test_a_character_no_font_draws_is_labelled_by_its_escape():
+    """A control character had no glyph (matplotlib's warning, and an empty label); whitespace has its mark."""
+    from transformers_scratch.data import ByteVocab
+    from transformers_scratch.training.pictures import attention_input
+
+    _, tokens, _ = attention_input(ByteVocab(), "a\x0c \r\x01", 8)
+    assert tokens == ["a", "\\x0c", "␣", "\\r", "\\x01"]

@@ -66,7 +66,8 @@ def xl_attention_maps(model: TransformerXL, ids: Tensor, queries: int) -> Tensor
 
 
 def _shown_token(token: str) -> str:
-    return {" ": "␣", "\n": "⏎", "\t": "⇥"}.get(token, token)
+    """Whitespace as a visible mark, another character no font draws (a control character) as its escape."""
+    return {" ": "␣", "\n": "⏎", "\t": "⇥"}.get(token, token if token.isprintable() else repr(token)[1:-1])
 
 
 def attention_input(vocab, text: str, limit: int) -> tuple[Tensor, list[str], int]:
