@@ -544,6 +544,7 @@ FLAGS = {
 @example(flag=("fit", "--model.model.emb"), value="9" * 40)  # found: minutes seeking a divisor of 40 digits
 @example(flag=("fit", "--data.batch_size"), value="null")  # found: "'<=' not supported ... 'NoneType'", no flag
 @example(flag=("sample", "--length"), value="9" * 40)  # past the bound on a call's characters: refused at once
+@example(flag=("fit", "--trainer.val_check_interval"), value="{a: 1}")  # found: a time no timedelta takes, no flag
 def test_a_command_line_value(made, tmp_path_factory, flag, value):
     folder = fresh(made, tmp_path_factory)
     name, flag = flag
