@@ -172,3 +172,16 @@ def test_a_character_no_font_draws_is_labelled_by_its_escape():
 
     _, tokens, _ = attention_input(ByteVocab(), "a\x0c \r\x01", 8)
     assert tokens == ["a", "\\x0c", "␣", "\\r", "\\x01"]
+
+
+def test_a_metric_or_folder_named_with_dollars_or_control_characters_is_drawn_as_text(tmp_path):
+    """A pair of "$" was matplotlib's math text: "val/$x^$" was its parse error ("x^"), naming nothing; a form
+    feed, a glyph no font has (a warning, and an empty label)."""
+    import warnings
+
+    (tmp_path / "metrics.csv").write_text("step,val/$x^$,val/a\x0cb\n1,2,3\n2,3,4\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib's warning of a missing glyph fails the test
+        fig = draw_curves(learning_curves(tmp_path / "metrics.csv"), tmp_path / "c.png", title="runs/$a^$")
+    assert [ax.get_ylabel() for ax in fig.axes] == ["val/$x^$", "val/a\\x0cb"]
+    assert (tmp_path / "c.png").stat().st_size > 0
