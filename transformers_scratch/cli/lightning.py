@@ -153,11 +153,12 @@ def bound_trainer(trainer, sub: str | None = None) -> None:
     if isinstance(interval, int) and not isinstance(interval, bool) and not 1 <= interval <= MAX_COUNT:
         raise ValueError(f"trainer.val_check_interval={shortened(str(interval))} must lie in [1, {MAX_COUNT:,}]; "
                          "pass e.g. --trainer.val_check_interval 250 (or a fraction of an epoch: 0.25)")  # fmt: skip
-    try:  # a time as timedelta's arguments, which Lightning passes them to
-        timedelta(**interval) if isinstance(interval, dict) else None
-    except (TypeError, OverflowError) as e:
-        raise ValueError(f"trainer.val_check_interval={shortened(str(interval))} is no time ({e}); pass timedelta's "
-                         "arguments, e.g. '{minutes: 30}', or a count of batches, e.g. 250") from None  # fmt: skip
+    for key, time in ((k, trainer.get(k)) for k in ("val_check_interval", "max_time")):
+        try:  # a time as timedelta's arguments, which Lightning passes them to
+            timedelta(**time) if isinstance(time, dict) else None
+        except (TypeError, OverflowError) as e:
+            raise ValueError(f"trainer.{key}={shortened(str(time))} is no time ({e}); pass timedelta's arguments, "
+                             "e.g. '{minutes: 30}', or a time as DD:HH:MM:SS") from None  # fmt: skip
     devices, cores = str(trainer.get("devices")), os.cpu_count() or 1
     if devices.isdigit() and int(devices) > cores and not torch.cuda.is_available():
         raise ValueError(f"trainer.devices={shortened(devices)}: on a CPU each device is a process of its own, and "
