@@ -328,13 +328,19 @@ def test_a_damaged_or_stale_imdb_cache_is_named_to_delete(tmp_path, damage):
         IMDbDataModule(**settings).setup()  # type: ignore[arg-type]
 
 
-def test_a_review_or_a_predict_file_that_is_not_utf8_is_named(tmp_path):
-    """Not "a --config is not UTF-8": the review in a folder or a tarball, or data.predict_path, by its name."""
-    root = make_aclimdb(tmp_path)
+def predicting(root: Path, tmp_path: Path) -> IMDbDataModule:
+    """A data module set up on the aclImdb/ tree ``root``, to predict the reviews of tmp_path/reviews.txt."""
     dm = IMDbDataModule(path=str(root), data_dir=str(tmp_path / "cache"), val_size=4, batch_size=3,
                         predict_path=str(tmp_path / "reviews.txt"))  # fmt: skip
     dm.prepare_data()
     dm.setup()
+    return dm
+
+
+def test_a_review_or_a_predict_file_that_is_not_utf8_is_named(tmp_path):
+    """Not "a --config is not UTF-8": the review in a folder or a tarball, or data.predict_path, by its name."""
+    root = make_aclimdb(tmp_path)
+    dm = predicting(root, tmp_path)
     (tmp_path / "reviews.txt").write_bytes("a fine film\nun film très bien\n".encode("latin-1"))
     with pytest.raises(DataError, match="data.predict_path '.*reviews.txt' is not UTF-8 text \\(byte 0xe8 at 22\\)"):
         dm.predict_dataloader()
@@ -350,10 +356,7 @@ def test_a_review_or_a_predict_file_that_is_not_utf8_is_named(tmp_path):
 def test_a_predict_file_holds_one_review_a_newline(tmp_path):
     """A review may hold characters that str.splitlines() also splits at (IMDb's own hold \\x85): it stays one."""
     root = make_aclimdb(tmp_path)
-    dm = IMDbDataModule(path=str(root), data_dir=str(tmp_path / "cache"), val_size=4, batch_size=3,
-                        predict_path=str(tmp_path / "reviews.txt"))  # fmt: skip
-    dm.prepare_data()
-    dm.setup()
+    dm = predicting(root, tmp_path)
     (tmp_path / "reviews.txt").write_text("a fine film\x85 really\n\nawful\u2028truly\r\n")
     assert sum(len(batch[0]) for batch in dm.predict_dataloader()) == 2
 
@@ -365,10 +368,7 @@ def test_a_predict_file_past_what_predict_reads_at_once_is_refused_before_it_is_
     from transformers_scratch.data import imdb
 
     root = make_aclimdb(tmp_path)
-    dm = IMDbDataModule(path=str(root), data_dir=str(tmp_path / "cache"), val_size=4, batch_size=3,
-                        predict_path=str(tmp_path / "reviews.txt"))  # fmt: skip
-    dm.prepare_data()
-    dm.setup()
+    dm = predicting(root, tmp_path)
     (tmp_path / "reviews.txt").write_text("a fine film\n" * 10)
     monkeypatch.setattr(imdb, "MAX_PREDICT", 100)
     with pytest.raises(DataError, match="reviews.txt. holds more than 100 bytes, more than is read at once"):
