@@ -34,7 +34,7 @@ import torch
 from hypothesis import HealthCheck, assume, example, given, seed, settings
 from hypothesis import strategies as st
 
-from transformers_scratch.bounds import MAX_SAMPLE
+from transformers_scratch.bounds import MAX_COUNT, MAX_SAMPLE
 from transformers_scratch.cli import main
 from transformers_scratch.model.config import memory_bytes
 
@@ -552,9 +552,11 @@ def test_a_command_line_value(made, tmp_path_factory, flag, value):
         value = value.replace("\x00", "")
     try:  # a long sample asked for takes its time (about 1 ms a character here): the time bound is for hangs
         assume(not (flag == "--length" and 20_000 < float(value) <= MAX_SAMPLE))
-        # and a wide model its memory (4 GB to train one block 3,470 wide), up to one whose weights alone outgrow
-        # the machine, refused at once: the memory bound is for runaways
-        assume(not (flag == "--model.model.emb" and 2_000 < float(value) <= (memory_bytes() / 48) ** 0.5))
+        # and a wide model or a large batch its memory (4 GB to train one block 3,470 wide, or a batch of 60,000
+        # windows here), up to what the flag's bound refuses at once: the memory bound is for runaways
+        low, high = {"--model.model.emb": (2_000, (memory_bytes() / 48) ** 0.5),  # weights past the machine's
+                     "--data.batch_size": (20_000, MAX_COUNT)}.get(flag, (0, -1))  # fmt: skip
+        assume(not low < float(value) <= high)
     except ValueError:
         pass
     scoring = ["--config", TINY_LM, "--data.path", str(made / "text.txt"), *TINY, "--trainer.logger", "false",
