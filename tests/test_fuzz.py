@@ -552,8 +552,8 @@ def test_a_command_line_value(made, tmp_path_factory, flag, value):
         value = value.replace("\x00", "")
     try:  # a long sample asked for takes its time (about 1 ms a character here): the time bound is for hangs
         assume(not (flag == "--length" and 20_000 < float(value) <= MAX_SAMPLE))
-        # and a wide model or a large batch its memory (4 GB to train one block 3,470 wide, or a batch of 60,000
-        # windows here), up to what the flag's bound refuses at once: the memory bound is for runaways
+        # and a wide model or a large batch its memory (4 GB to train one block 3,470 wide, 5.2 GB for a batch of
+        # 78,021 windows here), up to what is refused at once: the memory bound is for runaways
         low, high = {"--model.model.emb": (2_000, (memory_bytes() / 48) ** 0.5),  # weights past the machine's
                      "--data.batch_size": (20_000, MAX_COUNT)}.get(flag, (0, -1))  # fmt: skip
         assume(not low < float(value) <= high)
