@@ -18,7 +18,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from .. import data, training
 from ..data import DataError
-from ..data.files import shortened
+from ..data.files import printable, shortened
 from ..model.config import memory_bytes
 from ..training.callbacks import TrainingDiverged
 from .config_files import ConfigError, config_paths, load, no_mapping, not_yaml
@@ -71,7 +71,7 @@ def out_of_memory(e: BaseException) -> bool:
 def error_line(e: BaseException, argv: list[str]) -> str:
     """The one line that a refused input gets, with any character that is not printable (a key of a config
     may hold one) written as its escape; ``argv``: the command line (after the command's name)."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in _line(e, argv))
+    return printable(_line(e, argv))
 
 
 def _line(e: BaseException, argv: list[str]) -> str:

@@ -141,6 +141,11 @@ def shortened(value: str) -> str:
     return value if len(value) <= LONGEST else f"{value[:60]}... ({len(value):,} characters)"
 
 
+def printable(text: str) -> str:
+    """Text as a terminal or a font shows it: each character neither draws (a control character) as its escape."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def download(url: str, dest: Path, what: str, manual_hint: str, sha256: str | None = None) -> Path:
     """Fetch url to dest atomically: a broken transfer, or one whose SHA-256 is not ``sha256``, never leaves a
     file at dest, and partial files that a killed download left are removed first. A folder made for it and

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from ..atomic import write_whole
-from ..data.files import read_text
+from ..data.files import printable, read_text
 from ..model.attention import recording
 from ..model.sparse import SparseAttend
 from ..model.xl import TransformerXL
@@ -66,13 +66,8 @@ def xl_attention_maps(model: TransformerXL, ids: Tensor, queries: int) -> Tensor
 
 
 def _shown_token(token: str) -> str:
-    """Whitespace as a visible mark, another character no font draws as its escape (:func:`drawable`)."""
-    return {" ": "␣", "\n": "⏎", "\t": "⇥"}.get(token, drawable(token))
-
-
-def drawable(text: str) -> str:
-    """Text as a font draws it: each control character (a form feed) as its escape, ``\\x0c``."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    """Whitespace as a visible mark, another character no font draws (a form feed) as its escape."""
+    return {" ": "␣", "\n": "⏎", "\t": "⇥"}.get(token, printable(token))
 
 
 def attention_input(vocab, text: str, limit: int) -> tuple[Tensor, list[str], int]:
@@ -215,10 +210,10 @@ def draw_curves(curves: dict[str, tuple[list[int], list[float]]], out: str | Pat
     fig, axes = plt.subplots(len(curves), 1, figsize=(6, 1.9 * len(curves) + 0.6), sharex=True, squeeze=False)
     for ax, (name, (steps, values)) in zip(axes[:, 0], curves.items(), strict=True):
         ax.plot(steps, values, marker="o" if len(steps) < 30 else None, markersize=3, linewidth=1.2)
-        ax.set_ylabel(drawable(name), fontsize=8)  # a column of the file's: any text
+        ax.set_ylabel(printable(name), fontsize=8)  # a column of the file's: any text
         ax.grid(alpha=0.3)
     axes[-1, 0].set_xlabel("step")
-    fig.suptitle(drawable(title), fontsize=9)
+    fig.suptitle(printable(title), fontsize=9)
     fig.tight_layout()
     save_figure(fig, out, dpi)
     plt.close(fig)
@@ -232,7 +227,7 @@ def draw_context(curves: dict[str, tuple[list[float], list[float]]], out: str | 
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4))
     for name, (x, y) in curves.items():
-        ax.plot(x, y, marker="o", markersize=3, linewidth=1.2, label=drawable(name))  # a checkpoint's path
+        ax.plot(x, y, marker="o", markersize=3, linewidth=1.2, label=printable(name))  # a checkpoint's path
     ax.set_xscale("log")
     ax.set_xlabel("position in the window (bytes it sees)")
     ax.set_ylabel("bits per byte")
