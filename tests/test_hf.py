@@ -355,6 +355,12 @@ def test_fit_fine_tunes_a_gpt2_folder_with_its_tokenizer_and_sample_decodes(tmp_
     fails(capsys, "fit", "--config", TINY_LM, "--data.path", "text.txt", "--model.init_from", str(folder),
           "--data.tokenizer", str(folder), "--name", "broken",
           message=f"model.init_from {str(folder)!r}: config.json's model_type 'mamba' is not one of")  # fmt: skip
+    damaged = gpt2(vocab_size=tokenizer.get_vocab_size())  # NaN weights: not a run that diverged at its first step
+    damaged.transformer.h[0].mlp.c_fc.weight.data[0, 0] = float("nan")
+    saved(damaged, folder)
+    fails(capsys, "fit", "--config", TINY_LM, "--data.path", "text.txt", "--model.init_from", str(folder),
+          "--data.tokenizer", str(folder), "--name", "broken", message=f"model.init_from {str(folder)!r} holds "
+          "weights that are not finite ('stack.blocks.0.ff.0.weight': NaN or inf)")  # fmt: skip
 
 
 def test_the_imdb_classifier_starts_from_a_bert_encoder_with_its_tokenizer(tmp_path, capsys, monkeypatch):
