@@ -95,9 +95,11 @@ def text(tmp_path, monkeypatch) -> Path:
         (["--trainer.log_every_n_steps", "0"], "trainer.log_every_n_steps: 0 is not an integer in [1, 16,777,216]"),
         (["--trainer.check_val_every_n_epoch", "0"], "trainer.check_val_every_n_epoch: 0 is not an integer in [1, 16,"),
         (["--trainer.accumulate_grad_batches", "0"], "trainer.accumulate_grad_batches: 0 is not an integer in [1, 16,"),
-        (["--trainer.val_check_interval", "0"], "trainer.val_check_interval=0 must lie in [1, 16,777,216]"),
-        (["--trainer.val_check_interval", "{a: 1}"], "trainer.val_check_interval={'a': 1} is no time ('a' is an"),
-        (["--trainer.max_time", "{days: 1000000000}"], "trainer.max_time={'days': 1000000000} is no time (days="),
+        (["--trainer.val_check_interval", "0"], "trainer.val_check_interval: 0 is not one of: an integer in [1, 16,"),
+        (["--trainer.val_check_interval", "1.5"], "1.5 is not one of: an integer in [1, 16,777,216], a number in (0"),
+        (["--trainer.val_check_interval", "{a: 1}"], "{'a': 1} is not one of: an integer in [1, 16,777,216], a number"),
+        (["--trainer.max_time", "{days: 1000000000}"], "trainer.max_time: \"{'days': 1000000000}\" is not a time"),
+        (["--trainer.max_time", "1:30"], "trainer.max_time: '1:30' is not a time (DD:HH:MM:SS, or a mapping of"),
         (["--trainer.accelerator", "c"], "trainer: You selected an invalid accelerator name: `accelerator='c'`"),
         (["--trainer.precision", "transformer-engine"], "trainer: Requirement 'transformer_engine"),  # not installed
         (["--model.model.rope_base", "1e-320"], "model.model.rope_base: 1e-320 is not a number in (1.0, inf)"),
@@ -139,7 +141,8 @@ def text(tmp_path, monkeypatch) -> Path:
         (["--model", "LitTransformer"], "model LitTransformer is what the models share, not one to train; pass one"),
     ],
     ids=["heads", "depth", "batch-size", "context", "max-steps", "cooldown", "unknown", "workers-null", "seed-null",
-         "log-every-0", "val-every-0", "accumulate-0", "val-interval-0", "val-interval-key", "max-time-days",
+         "log-every-0", "val-every-0", "accumulate-0", "val-interval-0", "val-interval-1.5", "val-interval-key",
+         "max-time-days", "max-time-base-60",
          "accelerator", "missing-package", "rope-base",
          "clip", "min-steps", "min-epochs", "sanity-steps", "workers", "devices", "devices-negative", "nodes",
          "barebones", "no-checkpointing", "seed",
@@ -441,6 +444,22 @@ def test_lightnings_own_callbacks_still_load(text, tmp_path, capsys):
     with pytest.raises(SystemExit) as done:
         main(["fit", "--config", TINY_LM, "--data.path", str(text), "--trainer.callbacks+=Timer", "--print_config"])
     assert done.value.code == 0 and "interval: step" in capsys.readouterr().out
+
+
+def test_a_time_is_read_as_lightning_reads_it_not_as_yaml_11s_base_60(text, tmp_path):
+    """``10:00:00:00`` is ten days, not 2,160,000 batches (YAML 1.1's base 60), typed or in a config, quoted or not;
+    a count of batches and a fraction of an epoch stay numbers."""
+    config = tmp_path / "times.yaml"
+    for written in ("10:00:00:00", "'10:00:00:00'"):
+        config.write_text(f"trainer:\n  val_check_interval: {written}\n  max_time: {written}\n")
+        run = build_cli(["--config", TINY_LM, "--config", str(config), "--data.path", str(text)], run=False)
+        assert run.trainer._val_check_time_interval == 10 * 86_400
+        assert run.config.trainer.max_time == "10:00:00:00"
+    base = ["--config", TINY_LM, "--data.path", str(text), "--trainer.val_check_interval"]
+    for given, read in (("10:00:00:00", "10:00:00:00"), ("250", 250), ("0.25", 0.25), ("{minutes: 3}", {"minutes": 3})):
+        run = build_cli([*base, given], run=False)
+        interval = run.config.trainer.val_check_interval
+        assert interval == read and type(interval) is type(read)
 
 
 def test_lightnings_learning_rate_finder_sets_the_modules_learning_rate(text):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from datetime import timedelta
 from typing import TYPE_CHECKING, Literal, TypeAlias, Union, get_args, get_origin, get_type_hints
 
 MAX_COUNT = 2**24  # a count a setting gives (rows, ids, batches): past anything one machine trains on
@@ -83,8 +84,32 @@ _Path.__name__ = "a path"
 BOUNDED.append(_Path)
 
 
+class _Time(Interval):
+    """A span of time as Lightning reads one: ``DD:HH:MM:SS``, or timedelta's arguments (``{minutes: 30}``)."""
+
+    @classmethod
+    def check(cls, value):
+        parts = value.split(":") if isinstance(value, str) else []
+        try:
+            if isinstance(value, dict):
+                timedelta(**value)
+            elif len(parts) == 4 and all(part.strip().isdecimal() for part in parts):
+                days, hours, minutes, seconds = map(int, parts)
+                timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+            else:
+                raise ValueError
+        except (TypeError, ValueError, OverflowError):
+            raise ValueError(f"{str(value)[:40]!r} is not {cls.__name__}") from None
+        return value
+
+
+_Time.__name__ = "a time (DD:HH:MM:SS, or a mapping of timedelta's arguments)"
+BOUNDED.append(_Time)
+
+
 if TYPE_CHECKING:
     PathName: TypeAlias = str
+    Time: TypeAlias = str | dict[str, int]
     Positive: TypeAlias = int
     Count: TypeAlias = int
     Classes: TypeAlias = int
@@ -112,6 +137,7 @@ if TYPE_CHECKING:
     HeldOut: TypeAlias = int
 else:
     PathName = _Path
+    Time = _Time
     Positive = between(int, 1, name="a positive integer")
     Count = between(int, 1, MAX_COUNT)
     Classes = between(int, 2, MAX_COUNT)

@@ -44,10 +44,16 @@ class GuardedLoader(yaml.SafeLoader):
             self.depth -= 1
 
     def construct_yaml_int(self, node):
-        """A number longer than Python reads from text (4,300 digits), refused with the fix: no bound here is near."""
+        """A number longer than Python reads from text (4,300 digits), refused with the fix: no bound here is near.
+        YAML 1.1's base 60 (``10:00:00:00``, 2,160,000) is text, as YAML 1.2 reads it: a time of Lightning's."""
+        if ":" in str(node.value):
+            return node.value
         if (digits := sum(c.isdigit() for c in str(node.value))) > 4_300:
             raise ConfigError(f"a number of {digits:,} digits is past every setting's bound; pass a smaller one")
         return super().construct_yaml_int(node)
+
+    def construct_yaml_float(self, node):
+        return node.value if ":" in str(node.value) else super().construct_yaml_float(node)
 
     def construct_mapping(self, node, deep=False):
         """A key set twice in one mapping is refused: PyYAML keeps the last, and the first looks as if it held.
@@ -74,6 +80,7 @@ class GuardedLoader(yaml.SafeLoader):
 
 MERGE = "tag:yaml.org,2002:merge"
 GuardedLoader.add_constructor("tag:yaml.org,2002:int", GuardedLoader.construct_yaml_int)
+GuardedLoader.add_constructor("tag:yaml.org,2002:float", GuardedLoader.construct_yaml_float)
 for _tag in ("set", "omap", "pairs", "binary", "timestamp"):
     GuardedLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", GuardedLoader.construct_unplain)
 # a value that looks like a date (a run named 2026-11-27) is text, as jsonargparse's own loader reads it

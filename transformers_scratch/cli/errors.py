@@ -191,14 +191,15 @@ def brief(message: str) -> str:
     reason = lines[at].split("callable class: ")[-1]
     given = [re.sub(r"^NestedArg\(.*val=(.*)\)$", r"\1", line.removeprefix("Given value:").strip()).strip("'")
              for line in lines if line.startswith("Given value:")]  # fmt: skip
-    if reason.startswith("Not of type "):  # an interval type's refusal; in a union's report, without the value
-        reason = reason.split(": ", 1)[-1]
+    expected = siblings(message, at)  # the types of one union (or one type) that the value is none of
+    kinds = [kind for m in expected
+             for kind in ([KINDS.get(m[1], m[1])] if m[1] else m[2].split(", ") if m[2] else [m[4]])]  # fmt: skip
+    kinds.sort(key=lambda kind: kind == "null")  # last
+    if reason.startswith("Not of type ") and len(set(kinds) - {"null"}) < 2:  # one interval type, or null too
+        reason = reason.split(": ", 1)[-1]  # in a union's report, without the value
         reason = f"{given[-1][:40]} {reason}" if reason.startswith("is not") and given else reason
-    elif expected := siblings(message, at):  # the types of one union (or one type) that the value is none of
+    elif expected:
         value = expected[0][3] or (given[-1] if given else "the value")
-        kinds = [kind for m in expected
-                 for kind in ([KINDS.get(m[1], m[1])] if m[1] else m[2].split(", ") if m[2] else [m[4]])]  # fmt: skip
-        kinds.sort(key=lambda kind: kind == "null")  # last
         reason = f"{shortened(value)} is not " + (kinds[0] if len(kinds) == 1 else f"one of: {', '.join(kinds)}")
     class_named = r"Expected a path but (.*) either not accessible or invalid|Expected a dot import path string: (.*)"
     if named := re.fullmatch(class_named, reason):  # a class by a name that none has

@@ -20,7 +20,6 @@ import re
 import sys
 import warnings
 from dataclasses import asdict, dataclass, fields
-from datetime import timedelta
 from pathlib import Path
 from types import UnionType
 from typing import Any, Literal, Union, cast, get_args, get_origin, get_type_hints
@@ -35,7 +34,7 @@ from lightning.pytorch.trainer.connectors.checkpoint_connector import _Checkpoin
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
-from ..bounds import MAX_COUNT, Count, GlobalSeed, Interval, NonNegative, NonNegativeFloat, TopK, is_count, register
+from ..bounds import Count, GlobalSeed, Interval, NonNegative, NonNegativeFloat, Share, Time, TopK, is_count, register
 from ..data.files import shortened
 from ..data.vocab import vocab_state
 from ..model.config import (
@@ -121,13 +120,14 @@ def refuse_nulls(cfg) -> None:
 class BoundedTrainer(Trainer):
     """Lightning's Trainer: every aspect of training, as flags.
 
-    The counts it takes a step modulo or divides by (0: a ZeroDivisionError deep in a loop), and the norm it clips
-    by, are bounded on their types here, as every setting of the project's is."""
+    The counts it takes a step modulo or divides by (0: a ZeroDivisionError deep in a loop), the norm it clips
+    by and the times it reads are bounded on their types here, as every setting of the project's is."""
 
     def __init__(self, *, accumulate_grad_batches: Count = 1, log_every_n_steps: Count | None = None,
                  check_val_every_n_epoch: Count | None = 1, gradient_clip_val: NonNegativeFloat | None = None,
                  min_steps: NonNegative | None = None, min_epochs: NonNegative | None = None,
-                 num_sanity_val_steps: TopK | None = None, **kwargs) -> None:  # fmt: skip
+                 num_sanity_val_steps: TopK | None = None, val_check_interval: Count | Share | Time | None = None,
+                 max_time: Time | None = None, **kwargs) -> None:  # fmt: skip
         """
         Args:
             accumulate_grad_batches: Accumulate the gradients of this many batches before each optimizer step.
@@ -138,27 +138,20 @@ class BoundedTrainer(Trainer):
             min_epochs: Train at least this many epochs (None: no minimum).
             num_sanity_val_steps: Validation batches run before training, to catch a bug early (-1: all of them;
                 None: Lightning's 2).
+            val_check_interval: Validate every N training batches, or after this fraction of an epoch, or after this
+                time (None: once an epoch).
+            max_time: Stop training after this time, e.g. 00:12:00:00 (None: no limit).
         """
         super().__init__(accumulate_grad_batches=accumulate_grad_batches, log_every_n_steps=log_every_n_steps,
                          check_val_every_n_epoch=check_val_every_n_epoch, gradient_clip_val=gradient_clip_val,
                          min_steps=min_steps, min_epochs=min_epochs, num_sanity_val_steps=num_sanity_val_steps,
-                         **kwargs)  # fmt: skip
+                         val_check_interval=val_check_interval, max_time=max_time, **kwargs)  # fmt: skip
 
 
 def bound_trainer(trainer, sub: str | None = None) -> None:
-    """What Lightning's Trainer takes unchecked and no one setting's type can say: a count of validation steps
-    (also a fraction, or a time), a process for every CPU device asked for, nodes that no launcher starts, and no
-    batch at all in ``sub`` (validate, test, predict) with a limit of 0."""
-    interval = trainer.get("val_check_interval")  # an integer counts batches: 0 is taken modulo
-    if isinstance(interval, int) and not isinstance(interval, bool) and not 1 <= interval <= MAX_COUNT:
-        raise ValueError(f"trainer.val_check_interval={shortened(str(interval))} must lie in [1, {MAX_COUNT:,}]; "
-                         "pass e.g. --trainer.val_check_interval 250 (or a fraction of an epoch: 0.25)")  # fmt: skip
-    for key, time in ((k, trainer.get(k)) for k in ("val_check_interval", "max_time")):
-        try:  # a time as timedelta's arguments, which Lightning passes them to
-            timedelta(**time) if isinstance(time, dict) else None
-        except (TypeError, OverflowError) as e:
-            raise ValueError(f"trainer.{key}={shortened(str(time))} is no time ({e}); pass timedelta's arguments, "
-                             "e.g. '{minutes: 30}', or a time as DD:HH:MM:SS") from None  # fmt: skip
+    """What Lightning's Trainer takes unchecked and no one setting's type can say: a process for every CPU device
+    asked for, nodes that no launcher starts, and no batch at all in ``sub`` (validate, test, predict) with a limit
+    of 0."""
     devices, cores = str(trainer.get("devices")), os.cpu_count() or 1
     if devices.isdigit() and int(devices) > cores and not torch.cuda.is_available():
         raise ValueError(f"trainer.devices={shortened(devices)}: on a CPU each device is a process of its own, and "
