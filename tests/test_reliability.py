@@ -462,6 +462,16 @@ def test_a_time_is_read_as_lightning_reads_it_not_as_yaml_11s_base_60(text, tmp_
         assert interval == read and type(interval) is type(read)
 
 
+def test_yaml_11s_yes_and_no_are_text_where_a_setting_takes_text(text, tmp_path):
+    """A run named ``no`` in a config is named so, as on the command line (YAML 1.1 read it as false, and the run
+    took its config's name); a setting that takes true or false still reads yes, no, on and off."""
+    config = tmp_path / "norway.yaml"
+    config.write_text("name: no\nverbose: yes\nfinal_validation: off\n")
+    run = build_cli(["--config", TINY_LM, "--config", str(config), "--data.path", str(text)], run=False)
+    assert (run.config.name, run.config.verbose, run.config.final_validation) == ("no", True, False)
+    assert Path(run.checkpoint_dir).name == "no"
+
+
 def test_lightnings_learning_rate_finder_sets_the_modules_learning_rate(text):
     """LearningRateFinder reads and sets the module's ``lr``, which the modules lacked (their rate is
     model.optim.lr): an AttributeError traceback."""

@@ -55,6 +55,11 @@ class GuardedLoader(yaml.SafeLoader):
     def construct_yaml_float(self, node):
         return node.value if ":" in str(node.value) else super().construct_yaml_float(node)
 
+    def construct_yaml_bool(self, node):
+        """YAML 1.1's yes, no, on and off are text, as YAML 1.2 reads them (a run named ``no``); a setting that takes
+        true or false still reads them so (jsonargparse's reading of a value for a bool)."""
+        return super().construct_yaml_bool(node) if str(node.value).lower() in ("true", "false") else node.value
+
     def construct_mapping(self, node, deep=False):
         """A key set twice in one mapping is refused: PyYAML keeps the last, and the first looks as if it held.
         A merge key (``<<: *defaults``) is YAML's, and the keys it brings give way to the mapping's own."""
@@ -81,6 +86,7 @@ class GuardedLoader(yaml.SafeLoader):
 MERGE = "tag:yaml.org,2002:merge"
 GuardedLoader.add_constructor("tag:yaml.org,2002:int", GuardedLoader.construct_yaml_int)
 GuardedLoader.add_constructor("tag:yaml.org,2002:float", GuardedLoader.construct_yaml_float)
+GuardedLoader.add_constructor("tag:yaml.org,2002:bool", GuardedLoader.construct_yaml_bool)
 for _tag in ("set", "omap", "pairs", "binary", "timestamp"):
     GuardedLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", GuardedLoader.construct_unplain)
 # a value that looks like a date (a run named 2026-11-27) is text, as jsonargparse's own loader reads it
