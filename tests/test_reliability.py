@@ -1020,6 +1020,23 @@ def test_a_checkpoint_whose_weights_are_not_finite_is_refused_by_every_command(c
           message="holds weights that are not finite ('model.head.weight': NaN or inf)")  # fmt: skip
 
 
+@pytest.mark.parametrize("command", [["sample", "--prompt", "a"], ["sample", "--prompt", "a", "--temperature", "0"],
+                                     ["decode", "--input", "12"]])  # fmt: skip
+def test_a_model_whose_scores_overflow_is_one_line_naming_its_checkpoint(capsys, tmp_path, command):
+    """Finite weights so large that the scores overflow: sampling was torch.multinomial's traceback, greedy
+    decoding a string of garbage."""
+    from transformers_scratch.training.modules import LitSeq2Seq
+
+    sizes = {"vocab_size": 256, "context": 8, "emb": 16, "heads": 2, "depth": 1}  # write_checkpoint gives 256 bytes
+    module = LitSeq2Seq(sizes) if command[0] == "decode" else LitCharLM(TINY)
+    with torch.no_grad():
+        for weight in module.parameters():
+            weight.fill_(1e30)
+    path = write_checkpoint(tmp_path / "huge.ckpt", module, {"vocab_symbols": None})
+    fails(capsys, command[0], "--ckpt_path", str(path), *command[1:], message=f"--ckpt_path {str(path)!r}: the "
+          "model's scores are not finite (NaN or inf): its weights are so large that they overflow")  # fmt: skip
+
+
 @pytest.mark.parametrize("command", ["sample", "validate"])
 def test_a_checkpoint_of_another_pickle_protocol_is_read_without_torchs_warning(capsys, text, tmp_path, command):
     """torch.save(..., pickle_protocol=3), as another tool may write: torch's warning about it, two lines with a line

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
@@ -29,6 +30,7 @@ from ..bounds import (
 )
 from ..data import ByteVocab, WordVocab
 from ..data.files import read_text, refuse_output
+from ..model.generation import NotFinite
 from ..model.hf import save_hf
 from ..model.pretrained import save_pretrained
 from ..training.checkpoints import Checkpoint
@@ -111,7 +113,8 @@ def sample(
         why = "--cache false turns the cache off" if not cache else "this machine has no GPU"
         raise ValueError(f"--cuda_graph replays the cached decoding step on a GPU, and {why}; leave --cuda_graph off")
     options = dict(temperature=temperature, top_k=top_k, top_p=top_p, use_cache=cache, cuda_graph=cuda_graph)
-    print("\n---\n".join(continue_text(module, vocab, prompt, length, num_samples, seed, **options)))
+    with damaged(ckpt_path):
+        print("\n---\n".join(continue_text(module, vocab, prompt, length, num_samples, seed, **options)))
 
 
 def decode(ckpt_path: PathName, input: str | None = None, input_file: PathName | None = None,
@@ -146,11 +149,21 @@ def decode(ckpt_path: PathName, input: str | None = None, input_file: PathName |
             raise ValueError(f"{at}: {source[:40]!r} has {len(source):,} characters, more than the model's context "
                              f"{context}; pass shorter sources, or train with a larger data.max_length")  # fmt: skip
     written, numbers = 0, iter(n for n, _ in numbered)
-    for outputs in decode_sources(module, [source for _, source in numbered], batch_size):
-        for output in outputs:  # output line N is source line N's: a blank source line stays blank
-            n = next(numbers)
-            print("\n" * (n - written - 1) + output)
-            written = n
+    with damaged(ckpt_path):
+        for outputs in decode_sources(module, [source for _, source in numbered], batch_size):
+            for output in outputs:  # output line N is source line N's: a blank source line stays blank
+                n = next(numbers)
+                print("\n" * (n - written - 1) + output)
+                written = n
+
+
+@contextmanager
+def damaged(ckpt_path: str):
+    """A model whose scores overflow (finite weights, but huge ones), named as the checkpoint that holds it."""
+    try:
+        yield
+    except NotFinite as e:
+        raise ValueError(f"--ckpt_path {ckpt_path!r}: {e}; a diverged or damaged model: pass another file") from None
 
 
 def export(ckpt_path: PathName, out: PathName, format: Literal["project", "hf"] = "project") -> None:
