@@ -191,6 +191,19 @@ def test_a_closed_output_or_a_removed_working_folder_is_one_line_before_anything
     assert done.returncode == 1 and done.stderr.startswith(message), done.stderr[-2000:]
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("command", [["--help"], ["sample", "--prompt", "a", "--length", "3"]])
+def test_an_output_that_cannot_be_written_is_named_as_the_standard_output(tmp_path, command):
+    """``> /dev/full``: the help was a traceback, and a sample's line named no file ("No space left on device")."""
+    if command[0] == "sample":
+        command += ["--ckpt_path", str(write_checkpoint(tmp_path / "a.ckpt", LitCharLM(TINY), {"vocab_symbols": None}))]
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, str(ROOT / "cli.py"), *command], cwd=tmp_path, stdout=full,
+                              stderr=subprocess.PIPE, text=True)  # fmt: skip
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert done.stderr.startswith("error: the standard output cannot be written (No space left on device); send it")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("setting, message", [
     ("TORCH_LOGS=nonsense", "error: the libraries did not load (Invalid log settings: nonsense, must be a comma "),

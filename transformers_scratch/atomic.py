@@ -1,7 +1,7 @@
 """Files written whole: a temporary name beside the target, renamed into place once complete, so that a killed
 or failed write never leaves half a file (checkpoints, exports, data caches, downloads, predictions). Every layer
 writes through it, as every layer declares its bounds in :mod:`.bounds`. Output into a pipe whose reader stopped
-(``| head``) ends the command quietly."""
+(``| head``) ends the command quietly; output that cannot be written (``> /dev/full``) is said so."""
 
 from __future__ import annotations
 
@@ -76,3 +76,17 @@ def output_closed() -> bool:
         return any(events & select.POLLERR for _, events in poll.poll(0))
     except (OSError, AttributeError):  # no poll (Windows), or no standard output
         return False
+
+
+def output_unwritable(e: BaseException) -> str | None:
+    """The line for ``e`` where it is the standard output's write failing (``> /dev/full``): a write of nothing to
+    it fails too (a regular file on a full disk takes one, and stays unnamed). The output then goes to /dev/null,
+    where the exit's flush of it cannot fail."""
+    if not isinstance(e, OSError) or e.filename is not None or isinstance(e, BrokenPipeError):
+        return None
+    try:
+        os.write(1, b"")
+        return None
+    except OSError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    return f"the standard output cannot be written ({e.strerror}); send it to a file on a disk with room (> FILE)"

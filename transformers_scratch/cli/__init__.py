@@ -17,7 +17,7 @@ from functools import cache
 from pathlib import Path
 from typing import NoReturn
 
-from ..atomic import output_closed, stopped_reading
+from ..atomic import output_closed, output_unwritable, stopped_reading
 
 # The help names every command without importing any: torch, Lightning and the rest are imported when a command
 # runs (``cli.py --help`` in a fraction of a second, not the seconds those imports take).
@@ -151,6 +151,8 @@ def main(argv: list[str] | None = None) -> None:
             print(usage(), flush=True)
         except BrokenPipeError:
             stopped_reading()
+        except OSError as e:
+            fail(output_unwritable(e) or str(e))
         return
     if line := process_at_fault():
         fail(line)

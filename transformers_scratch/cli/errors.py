@@ -17,6 +17,7 @@ from jsonargparse import ArgumentError
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from .. import data, training
+from ..atomic import output_unwritable
 from ..data import DataError
 from ..data.files import printable, shortened
 from ..model.config import memory_bytes
@@ -86,6 +87,8 @@ def _line(e: BaseException, argv: list[str]) -> str:
         return memory_line(e, argv)
     if isinstance(e, ModuleNotFoundError) and e.name:  # Python's own; Lightning's name the package to install
         return f"this command needs the module {e.name!r}, which is not installed; pip install its package"
+    if unwritable := output_unwritable(e):
+        return unwritable
     if isinstance(e, OSError) and e.errno is not None and (e.filename or e.errno in FIXES):  # the system's
         path = str(e.filename2 or e.filename or "")  # a move's target: a temporary file's name is no one's
         flag = flag_of(path, argv) if path else None
