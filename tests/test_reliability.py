@@ -99,7 +99,8 @@ def text(tmp_path, monkeypatch) -> Path:
         (["--trainer.val_check_interval", "1.5"], "1.5 is not one of: an integer in [1, 16,777,216], a number in (0"),
         (["--trainer.val_check_interval", "{a: 1}"], "{'a': 1} is not one of: an integer in [1, 16,777,216], a number"),
         (["--trainer.max_time", "{days: 1000000000}"], "trainer.max_time: \"{'days': 1000000000}\" is not a time"),
-        (["--trainer.max_time", "1:30"], "trainer.max_time: '1:30' is not a time (DD:HH:MM:SS, or a mapping of"),
+        (["--trainer.max_time", "1:30"], "trainer.max_time: '1:30' is not a time of at least 0 (DD:HH:MM:SS, or a"),
+        (["--trainer.max_time", "{minutes: -1}"], "trainer.max_time: \"{'minutes': -1}\" is not a time of at least 0"),
         (["--trainer.accelerator", "c"], "trainer: You selected an invalid accelerator name: `accelerator='c'`"),
         (["--trainer.precision", "transformer-engine"], "trainer: Requirement 'transformer_engine"),  # not installed
         (["--model.model.rope_base", "1e-320"], "model.model.rope_base: 1e-320 is not a number in (1.0, inf)"),
@@ -142,7 +143,7 @@ def text(tmp_path, monkeypatch) -> Path:
     ],
     ids=["heads", "depth", "batch-size", "context", "max-steps", "cooldown", "unknown", "workers-null", "seed-null",
          "log-every-0", "val-every-0", "accumulate-0", "val-interval-0", "val-interval-1.5", "val-interval-key",
-         "max-time-days", "max-time-base-60",
+         "max-time-days", "max-time-base-60", "max-time-negative",
          "accelerator", "missing-package", "rope-base",
          "clip", "min-steps", "min-epochs", "sanity-steps", "workers", "devices", "devices-negative", "nodes",
          "barebones", "no-checkpointing", "seed",

@@ -85,14 +85,16 @@ BOUNDED.append(_Path)
 
 
 class _Time(Interval):
-    """A span of time as Lightning reads one: ``DD:HH:MM:SS``, or timedelta's arguments (``{minutes: 30}``)."""
+    """A span of time as Lightning reads one: ``DD:HH:MM:SS``, or timedelta's arguments (``{minutes: 30}``); not
+    negative (Lightning's validation every step, or a fit of no step)."""
 
     @classmethod
     def check(cls, value):
         parts = value.split(":") if isinstance(value, str) else []
         try:
             if isinstance(value, dict):
-                timedelta(**value)
+                if timedelta(**value) < timedelta(0):
+                    raise ValueError
             elif len(parts) == 4 and all(part.strip().isdecimal() for part in parts):
                 days, hours, minutes, seconds = map(int, parts)
                 timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
@@ -103,7 +105,7 @@ class _Time(Interval):
         return value
 
 
-_Time.__name__ = "a time (DD:HH:MM:SS, or a mapping of timedelta's arguments)"
+_Time.__name__ = "a time of at least 0 (DD:HH:MM:SS, or a mapping of timedelta's arguments)"
 BOUNDED.append(_Time)
 
 
