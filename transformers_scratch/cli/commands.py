@@ -30,7 +30,6 @@ from ..bounds import (
 )
 from ..data import ByteVocab, WordVocab
 from ..data.files import read_text, refuse_output
-from ..model.generation import NotFinite
 from ..model.hf import save_hf
 from ..model.pretrained import save_pretrained
 from ..training.checkpoints import Checkpoint
@@ -162,7 +161,7 @@ def damaged(ckpt_path: str):
     """A model whose scores overflow (finite weights, but huge ones), named as the checkpoint that holds it."""
     try:
         yield
-    except NotFinite as e:
+    except FloatingPointError as e:
         raise ValueError(f"--ckpt_path {ckpt_path!r}: {e}; a diverged or damaged model: pass another file") from None
 
 

@@ -38,18 +38,6 @@ def sample_next(
     return torch.multinomial(logits.softmax(dim=-1), num_samples=1, generator=generator)  # (b, 1)
 
 
-class NotFinite(ValueError):
-    """A model whose scores are NaN or inf: weights so large that they overflow (a damaged model)."""
-
-
-def check_scores(logits: Tensor) -> Tensor:
-    """The first step's logits, refused where any is NaN or inf (sampling from them is torch's traceback, greedy
-    decoding garbage); checked once a call, since a check of every step would wait on the GPU at each token."""
-    if not logits.isfinite().all():
-        raise NotFinite("the model's scores are not finite (NaN or inf): its weights are so large that they overflow")
-    return logits
-
-
 def nucleus(logits: Tensor, p: float) -> Tensor:
     """Nucleus (top-p) sampling's set, Holtzman et al. 2020: per row of logits (b, v), the fewest likeliest
     tokens whose probabilities sum to at least p; returned as a mask (b, v). The likeliest token is always in."""
@@ -76,8 +64,7 @@ def generate(model, prompt: Tensor, max_new_tokens: int, *, temperature: float =
     next_logits = (steps or causal_steps)(model, tokens, t, use_cache, cuda_graph)
     with decoding_threads(prompt.device, use_cache):
         for end in range(t, t + max_new_tokens):  # tokens[:, :end] are known
-            logits = check_scores(next_logits(end)) if end == t else next_logits(end)
-            tokens[:, end] = sample_next(logits, temperature, top_k, generator, top_p)[:, 0]
+            tokens[:, end] = sample_next(next_logits(end), temperature, top_k, generator, top_p)[:, 0]
     model.train(was_training)
     return tokens
 
@@ -199,7 +186,6 @@ def generate_seq2seq(model, src: Tensor, *, bos_id: int, max_new_tokens: int, sr
             logits = model.decode(out[:, end - 1 : end], None, src_mask, caches=caches, memory_kvs=kvs)[:, -1]
         else:
             logits = model.decode(out[:, :end], memory, src_mask)[:, -1]  # (b, v)
-        logits = check_scores(logits) if end == 1 else logits
         out[:, end] = sample_next(logits, temperature, top_k, top_p=top_p)[:, 0]
         if eos_id is not None and (done := done | (out[:, end] == eos_id)).all():
             out = out[:, : end + 1]  # every row has ended

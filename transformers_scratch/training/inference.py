@@ -27,6 +27,7 @@ def continue_text(module: LitCharLM, vocab: ByteVocab, prompt: str, length: int,
     model = module.model.to(device())
     out = vocab.encode_text(prompt).to(device()).expand(num_samples, -1)  # (n, t): one row a sample
     generator = None if seed is None else torch.Generator(device()).manual_seed(seed)
+    refuse_overflow(model, out[:1, :1])
     left = length
     while left:
         n = min(left, SAMPLE_PIECE)
@@ -42,9 +43,22 @@ def decode_sources(module: LitSeq2Seq, sources: list[str], batch_size: int):
     context: the decode command checks them), a batch at a time (yields lists of outputs)."""
     module = module.to(device())
     for i in range(0, len(sources), batch_size):
-        src, mask, _, _ = transduction.collate([(s, "") for s in sources[i : i + batch_size]])
+        src, mask, tgt, _ = transduction.collate([(s, "") for s in sources[i : i + batch_size]])
+        if i == 0:
+            refuse_overflow(module, src[:1].to(device()), mask[:1].to(device()), tgt[:1, :1].to(device()))
         out = module.greedy(src.to(device()), mask.to(device()), module.model.cfg.context)
         yield [transduction.decode(row.tolist()) for row in out.cpu()]
+
+
+@torch.no_grad()
+def refuse_overflow(model, *inputs: Tensor) -> None:
+    """Scores of NaN or inf at one position (``inputs``): weights so large that they overflow, from which sampling
+    was torch's traceback and greedy decoding garbage. One forward before decoding starts: a check of every
+    token's scores would wait on a GPU at each."""
+    out = model(*inputs)
+    if not (out[0] if isinstance(out, tuple) else out).isfinite().all():
+        raise FloatingPointError("the model's scores are not finite (NaN or inf): its weights are so large that "
+                                 "they overflow")  # fmt: skip
 
 
 @torch.no_grad()
