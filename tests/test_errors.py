@@ -141,6 +141,20 @@ def test_of_several_configs_the_one_at_fault_is_named(tmp_path, content):
     assert "max_stepz" in line or "emb: -4 is not an integer" in line, line
 
 
+def test_a_piped_config_at_fault_is_named(tmp_path):
+    """A pipe (``--config <(...)``) is read once, by jsonargparse; a regular file that sets another key of the
+    same group was named instead, as the file that set the longest key the report names."""
+    (tmp_path / "a.yaml").write_text("trainer:\n  models: null\n")
+    read, write = os.pipe()
+    os.write(write, b"trainer:\n  max_steps: x\n")
+    os.close(write)
+    try:
+        line = refusal("--config", str(tmp_path / "a.yaml"), "--config", f"/dev/fd/{read}")
+    finally:
+        os.close(read)
+    assert line.startswith(f"--config '/dev/fd/{read}': trainer.max_steps: "), line
+
+
 def test_a_value_set_by_a_flag_names_no_config(tmp_path):
     (tmp_path / "a.yaml").write_text("length: 3\n")
     assert refusal("--config", str(tmp_path / "a.yaml"), "--length", "0").startswith("length: 0 is not")

@@ -282,7 +282,8 @@ def usage_slip(message: str, argv: list[str]) -> str | None:
 def config_at_fault(line: str, argv: list[str]) -> str | None:
     """Of the ``--config`` files, the one that sets the key a report names (jsonargparse's report names the key,
     not the file): the one that names the longest such key, the last of equals, as the last one wins; None where
-    a flag on the command line sets it, or no file does. A file's keys count with and without ``init_args``."""
+    a flag on the command line sets it, or no file does. A file's keys count with and without ``init_args``. A
+    pipe is read once, by jsonargparse: where one was given and no file sets the key itself, it is the one."""
     plain = line.replace("init_args.", "")
     flags = {arg.split("=", 1)[0].removeprefix("--").replace("init_args.", "").rstrip("+") for arg in argv
              if arg[:2] == "--"}  # fmt: skip
@@ -291,16 +292,21 @@ def config_at_fault(line: str, argv: list[str]) -> str | None:
         return None
     if any(key.startswith(f"{flag}.") for flag in flags):  # a flag gave the group that holds it: --model.model '{}'
         return None
-    best, found = -1, None
+    best, found, unread = -1, None, []
     for path in config_paths(argv):
         try:
+            if not os.path.isfile(path):  # a pipe, read once by jsonargparse: empty now
+                raise OSError
             with open(path, encoding="utf-8") as f:
                 keys = _keys(load(f.read()))
-        except Exception:  # unreadable here (a pipe read once, a file gone): not the one to name
+        except Exception:  # unreadable here (a pipe, a file gone): not the one to name
+            unread.append(path)
             continue
         longest = max((len(key) for key in keys if _named(key.replace("init_args.", ""), plain)), default=-1)
         if longest >= 0 and longest >= best:
             best, found = longest, path
+    if len(unread) == 1 and best < len(key) and re.fullmatch(r"[\w.]+", key):  # a file sets its group, not the key
+        return unread[0]
     return found
 
 
