@@ -294,12 +294,13 @@ def config_at_fault(line: str, argv: list[str]) -> str | None:
         return None
     best, found, unread = -1, None, []
     for path in config_paths(argv):
+        if not os.path.isfile(path):  # a pipe, read once by jsonargparse: empty now
+            unread.append(path)
+            continue
         try:
-            if not os.path.isfile(path):  # a pipe, read once by jsonargparse: empty now
-                raise OSError
             with open(path, encoding="utf-8") as f:
                 keys = _keys(load(f.read()))
-        except Exception:  # unreadable here (a pipe, a file gone): not the one to name
+        except Exception:  # unreadable here (a file gone, or made unreadable): not the one to name
             unread.append(path)
             continue
         longest = max((len(key) for key in keys if _named(key.replace("init_args.", ""), plain)), default=-1)

@@ -44,9 +44,10 @@ def decode_sources(module: LitSeq2Seq, sources: list[str], batch_size: int):
     module = module.to(device())
     for i in range(0, len(sources), batch_size):
         src, mask, tgt, _ = transduction.collate([(s, "") for s in sources[i : i + batch_size]])
+        src, mask = src.to(device()), mask.to(device())
         if i == 0:
-            refuse_overflow(module, src[:1].to(device()), mask[:1].to(device()), tgt[:1, :1].to(device()))
-        out = module.greedy(src.to(device()), mask.to(device()), module.model.cfg.context)
+            refuse_overflow(module, src[:1], mask[:1], tgt[:1, :1].to(device()))
+        out = module.greedy(src, mask, module.model.cfg.context)
         yield [transduction.decode(row.tolist()) for row in out.cpu()]
 
 
