@@ -1051,6 +1051,18 @@ def test_a_model_whose_scores_overflow_is_one_line_naming_its_checkpoint(capsys,
           "model's scores are not finite (NaN or inf): its weights are so large that they overflow")  # fmt: skip
 
 
+@pytest.mark.parametrize("temperature", ["1", "0"])
+def test_a_model_whose_scores_overflow_only_later_in_a_sample_is_one_line(capsys, tmp_path, temperature):
+    """Positions from the fourth on so large that the scores overflow there, not at the prompt: sampling was
+    torch.multinomial's traceback, greedy decoding garbage after three characters."""
+    module = LitCharLM(TINY)
+    with torch.no_grad():
+        module.model.embed.positions.table.weight[3:].fill_(1e30)
+    path = write_checkpoint(tmp_path / "late.ckpt", module, {"vocab_symbols": None})
+    fails(capsys, "sample", "--ckpt_path", str(path), "--prompt", "a", "--length", "9", "--temperature", temperature,
+          message=f"--ckpt_path {str(path)!r}: the model's scores are not finite (NaN or inf)")  # fmt: skip
+
+
 @pytest.mark.parametrize("command", ["sample", "validate"])
 def test_a_checkpoint_of_another_pickle_protocol_is_read_without_torchs_warning(capsys, text, tmp_path, command):
     """torch.save(..., pickle_protocol=3), as another tool may write: torch's warning about it, two lines with a line

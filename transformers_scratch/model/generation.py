@@ -15,13 +15,8 @@ from torch import Tensor, nn
 from .cache import KVCache
 
 
-def sample_next(
-    logits: Tensor,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    generator: torch.Generator | None = None,
-    top_p: float | None = None,
-) -> Tensor:
+def sample_next(logits: Tensor, temperature: float = 1.0, top_k: int | None = None,
+                generator: torch.Generator | None = None, top_p: float | None = None) -> Tensor:  # fmt: skip
     """Draw one token per row from logits (b, v): temperature 0 is greedy, top_k keeps the k likeliest, top_p
     the nucleus (see :func:`nucleus`); ``generator``: draw from it instead of the global random stream."""
     if temperature == 0:
@@ -62,10 +57,15 @@ def generate(model, prompt: Tensor, max_new_tokens: int, *, temperature: float =
     tokens = prompt.new_empty(b, t + max_new_tokens)  # written in place: no growing concatenation
     tokens[:, :t] = prompt
     next_logits = (steps or causal_steps)(model, tokens, t, use_cache, cuda_graph)
+    finite = torch.ones((), dtype=torch.bool, device=prompt.device)  # every step's scores, read once at the end
     with decoding_threads(prompt.device, use_cache):
         for end in range(t, t + max_new_tokens):  # tokens[:, :end] are known
-            tokens[:, end] = sample_next(next_logits(end), temperature, top_k, generator, top_p)[:, 0]
+            finite &= (logits := next_logits(end)).isfinite().all()
+            tokens[:, end] = sample_next(logits.nan_to_num(0, 0, 0), temperature, top_k, generator, top_p)[:, 0]
     model.train(was_training)
+    if not finite:  # weights so large that they overflow: torch.multinomial's traceback, or greedy garbage
+        raise FloatingPointError("the model's scores are not finite (NaN or inf): its weights are so large that "
+                                 "they overflow")  # fmt: skip
     return tokens
 
 

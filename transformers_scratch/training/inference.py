@@ -27,7 +27,6 @@ def continue_text(module: LitCharLM, vocab: ByteVocab, prompt: str, length: int,
     model = module.model.to(device())
     out = vocab.encode_text(prompt).to(device()).expand(num_samples, -1)  # (n, t): one row a sample
     generator = None if seed is None else torch.Generator(device()).manual_seed(seed)
-    refuse_overflow(model, out[:1, :1])
     left = length
     while left:
         n = min(left, SAMPLE_PIECE)
@@ -53,9 +52,9 @@ def decode_sources(module: LitSeq2Seq, sources: list[str], batch_size: int):
 
 @torch.no_grad()
 def refuse_overflow(model, *inputs: Tensor) -> None:
-    """Scores of NaN or inf at one position (``inputs``): weights so large that they overflow, from which sampling
-    was torch's traceback and greedy decoding garbage. One forward before decoding starts: a check of every
-    token's scores would wait on a GPU at each."""
+    """Scores of NaN or inf at one position (``inputs``): weights so large that they overflow, from which greedy
+    decoding was garbage. One forward before decoding starts, as validation's decoding reports such a model's
+    scores (NaN), not refuses it; a character model's sampling checks every step's (``generate``)."""
     out = model(*inputs)
     if not (out[0] if isinstance(out, tuple) else out).isfinite().all():
         raise FloatingPointError("the model's scores are not finite (NaN or inf): its weights are so large that "
