@@ -1051,16 +1051,22 @@ def test_a_model_whose_scores_overflow_is_one_line_naming_its_checkpoint(capsys,
           "model's scores are not finite (NaN or inf): its weights are so large that they overflow")  # fmt: skip
 
 
-@pytest.mark.parametrize("temperature", ["1", "0"])
-def test_a_model_whose_scores_overflow_only_later_in_a_sample_is_one_line(capsys, tmp_path, temperature):
+@pytest.mark.parametrize("command", [["sample", "--prompt", "a", "--length", "9"],
+                                     ["sample", "--prompt", "a", "--length", "9", "--temperature", "0"],
+                                     ["attention", "--text", "hello world", "--out", "picture.png"]])  # fmt: skip
+def test_a_model_whose_scores_overflow_only_later_in_a_sample_is_one_line(capsys, tmp_path, command, monkeypatch):
     """Positions from the fourth on so large that the scores overflow there, not at the prompt: sampling was
-    torch.multinomial's traceback, greedy decoding garbage after three characters."""
+    torch.multinomial's traceback, greedy decoding garbage after three characters, the attention picture blank
+    cells of NaN."""
+    monkeypatch.chdir(tmp_path)
     module = LitCharLM(TINY)
     with torch.no_grad():
         module.model.embed.positions.table.weight[3:].fill_(1e30)
     path = write_checkpoint(tmp_path / "late.ckpt", module, {"vocab_symbols": None})
-    fails(capsys, "sample", "--ckpt_path", str(path), "--prompt", "a", "--length", "9", "--temperature", temperature,
-          message=f"--ckpt_path {str(path)!r}: the model's scores are not finite (NaN or inf)")  # fmt: skip
+    what = "attention weights" if command[0] == "attention" else "scores"
+    fails(capsys, command[0], "--ckpt_path", str(path), *command[1:],
+          message=f"--ckpt_path {str(path)!r}: the model's {what} are not finite (NaN or inf)")  # fmt: skip
+    assert not (tmp_path / "picture.png").exists()
 
 
 @pytest.mark.parametrize("command", ["sample", "validate"])

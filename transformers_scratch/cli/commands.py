@@ -327,6 +327,10 @@ def attention(
         if allowed is not None:
             sp = model.cfg.sparse
             title += f"; {sp.pattern} pattern, l={sp.block}, {sp.layout} heads (grey: outside the pattern)"
+    if not weights.isfinite().all():  # a picture of NaN: blank cells, which read as attention to nothing
+        with damaged(ckpt_path):
+            raise FloatingPointError("the model's attention weights are not finite (NaN or inf): its weights are so "
+                                     "large that they overflow")  # fmt: skip
     target = out_file(out, inputs=(("--ckpt_path", ckpt_path), ("--text_file", text_file)))
     draw_attention(weights, tokens, target, title, dpi, allowed)
     print(f"wrote {out}: {weights.size(0)} layers x {weights.size(1)} heads over {len(tokens)} {kind}")
