@@ -1069,6 +1069,28 @@ def test_a_model_whose_scores_overflow_only_later_in_a_sample_is_one_line(capsys
     assert not (tmp_path / "picture.png").exists()
 
 
+@pytest.mark.parametrize(("model", "size", "args", "message"), [
+    ("LitCharLM", None, [], "--data_path 'gone.txt' does not exist"),
+    ("LitCharLM", 2, [], "fewer than one window of the model's context + 1 = 17; use a file of at least 340 bytes or a "
+                         "model of a shorter context"),
+    ("LitXL", 2_000, ["--batch_size", "100"], "100 streams (--batch_size x devices) for 99 bytes to score: some would "
+                                              "score none; pass a --batch_size of at most 99"),
+])  # fmt: skip
+def test_contexts_data_refusals_name_its_own_flags(capsys, tmp_path, monkeypatch, model, size, args, message):
+    """context reads fit's data modules, whose refusals name fit's keys (data.path, data.context, data.batch_size):
+    here they are context's flags, and its context is the model's."""
+    from transformers_scratch.training.modules import LitXL
+
+    monkeypatch.chdir(tmp_path)
+    sizes = {"vocab_size": 256, "context": 16, "emb": 32, "heads": 4, "depth": 2, "mem_len": 16}
+    module = LitXL(sizes) if model == "LitXL" else LitCharLM(TINY)
+    path = write_checkpoint(tmp_path / "m.ckpt", module, {"vocab_symbols": None})
+    if size is not None:
+        (tmp_path / "gone.txt").write_bytes(b"ab" * (size // 2))
+    err = fails(capsys, "context", "--ckpt_path", str(path), "--data_path", "gone.txt", *args, message=message)
+    assert "data." not in err
+
+
 @pytest.mark.parametrize("command", ["sample", "validate"])
 def test_a_checkpoint_of_another_pickle_protocol_is_read_without_torchs_warning(capsys, text, tmp_path, command):
     """torch.save(..., pickle_protocol=3), as another tool may write: torch's warning about it, two lines with a line

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,7 +29,7 @@ from ..bounds import (
     Seed,
     Share,
 )
-from ..data import ByteVocab, WordVocab
+from ..data import ByteVocab, DataError, WordVocab
 from ..data.files import read_text, refuse_output
 from ..model.hf import save_hf
 from ..model.pretrained import save_pretrained
@@ -163,6 +164,22 @@ def damaged(ckpt_path: str):
         yield
     except FloatingPointError as e:
         raise ValueError(f"--ckpt_path {ckpt_path!r}: {e}; a diverged or damaged model: pass another file") from None
+
+
+# fit's keys of the data, which the data modules' refusals name, as context's flags (its context is the model's)
+CONTEXT_FLAGS = {"or lower data.context": "or a model of a shorter context", "--data.path": "--data_path",
+                 "data.batch_size or data.context": "--batch_size", "data.path": "--data_path",
+                 "data.eval_batch_size": "--batch_size", "data.batch_size": "--batch_size",
+                 "data.context": "the model's context"}  # fmt: skip
+
+
+@contextmanager
+def fit_keys_as_flags():
+    """A data module's refusal, worded with :data:`CONTEXT_FLAGS`."""
+    try:
+        yield
+    except DataError as e:
+        raise DataError(re.sub("|".join(map(re.escape, CONTEXT_FLAGS)), lambda m: CONTEXT_FLAGS[m[0]], str(e))) from e
 
 
 def export(ckpt_path: PathName, out: PathName, format: Literal["project", "hf"] = "project") -> None:
@@ -412,29 +429,30 @@ def context(
     memories = [eval_mem_len] if isinstance(eval_mem_len, int) else eval_mem_len
     curves: dict[str, tuple[Tensor, Tensor]] = {}
     any_xl = False
-    for i, path in enumerate(paths):
-        module, vocab = Checkpoint(path).trained(LitCharLM, LitXL, command="context")
-        if not isinstance(vocab, ByteVocab):
-            raise ValueError(f"--ckpt_path {path!r} holds no byte vocabulary; context scores byte-level models")
-        xl = isinstance(module, LitXL)
-        any_xl |= xl
-        if memories and not any_xl and i == len(paths) - 1:  # before the last is scored: it did nothing
-            raise ValueError("--eval_mem_len is a LitXL's evaluation memory, and no --ckpt_path holds a LitXL; "
-                             "leave it out")  # fmt: skip
-        data = (OrderedTextDataModule if xl else TextDataModule)(
-            path=data_path, data_dir=data_dir, download=download, context=module.model.cfg.context,
-            batch_size=batch_size, vocab="bytes" if vocab.symbols is None else "file")  # fmt: skip
-        data.load_state_dict(vocab_state(vocab))
-        data.prepare_data()
-        data.setup()
-        loader = data.val_dataloader if split == "val" else data.test_dataloader
-        name = Path(path).parent.name if Path(path).name == "last.ckpt" else Path(path).stem
-        name = path if any(label.split(", memory")[0] == name for label in curves) else name  # two runs of one name
-        for memory in (memories or [module.eval_options["mem_len"]]) if xl else [None]:
-            if memory is not None:
-                module.eval_options["mem_len"], module.eval_memory = memory, None
-            label = f"{name}, memory {memory}" if memory is not None else name
-            curves[label] = loss_by_position(module, loader(), limit_batches)
+    with fit_keys_as_flags():  # the data modules name fit's keys: here they are flags
+        for i, path in enumerate(paths):
+            module, vocab = Checkpoint(path).trained(LitCharLM, LitXL, command="context")
+            if not isinstance(vocab, ByteVocab):
+                raise ValueError(f"--ckpt_path {path!r} holds no byte vocabulary; context scores byte-level models")
+            xl = isinstance(module, LitXL)
+            any_xl |= xl
+            if memories and not any_xl and i == len(paths) - 1:  # before the last is scored: it did nothing
+                raise ValueError("--eval_mem_len is a LitXL's evaluation memory, and no --ckpt_path holds a LitXL; "
+                                 "leave it out")  # fmt: skip
+            data = (OrderedTextDataModule if xl else TextDataModule)(
+                path=data_path, data_dir=data_dir, download=download, context=module.model.cfg.context,
+                batch_size=batch_size, vocab="bytes" if vocab.symbols is None else "file")  # fmt: skip
+            data.load_state_dict(vocab_state(vocab))
+            data.prepare_data()
+            data.setup()
+            loader = data.val_dataloader if split == "val" else data.test_dataloader
+            name = Path(path).parent.name if Path(path).name == "last.ckpt" else Path(path).stem
+            name = path if any(label.split(", memory")[0] == name for label in curves) else name  # two runs of one name
+            for memory in (memories or [module.eval_options["mem_len"]]) if xl else [None]:
+                if memory is not None:
+                    module.eval_options["mem_len"], module.eval_memory = memory, None
+                label = f"{name}, memory {memory}" if memory is not None else name
+                curves[label] = loss_by_position(module, loader(), limit_batches)
     length = max(len(bits) for bits, _ in curves.values())
     ranges = log_bins(length, bins)
     # a bin past a curve's own context (several checkpoints of other contexts) has no bytes: NaN, shown as "-"
