@@ -225,6 +225,10 @@ def test_hostile_folders_are_refused_in_one_line(tmp_path):
     refused(r"config.json: model emb=1000000000 is not an integer in \[1, 16,777,216\]")
     edit_config(folder, n_embd=32, n_layer=2, n_positions=-4)
     refused(r"config.json: model context=-4 is not an integer in \[1, 16,777,216\]")
+    edit_config(folder, n_positions=32.0)  # a number that is no integer, or text
+    refused(r"config.json's n_positions='32.0' is not an integer")
+    edit_config(folder, n_positions="32")
+    refused(r"config.json's n_positions='32' is not an integer")
     edit_config(folder, n_positions=32, model_type="t5")
     refused("model_type 't5' is not one of gpt2, bert, llama, qwen2")
     edit_config(folder, model_type="gpt2", n_layer=1)

@@ -100,10 +100,10 @@ FAMILIES["qwen2"] = dataclasses.replace(
     written={**FAMILIES["llama"].written, "architectures": ["Qwen2ForCausalLM"]})  # fmt: skip
 
 
-def _get(hf: dict, key: str, kind=int):
+def _get(hf: dict, key: str) -> int:
     value = hf.get(key)
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-        raise HFError(f"config.json's {key}={str(value)[:40]!r} is not a {kind.__name__}")
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise HFError(f"config.json's {key}={str(value)[:40]!r} is not an integer")
     return value
 
 
