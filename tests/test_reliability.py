@@ -608,7 +608,10 @@ def test_validation_never_runs_on_a_diverged_model(tmp_path):
         trainer.fit(module, windows(), windows(8))
 
 
-def test_no_sample_from_non_finite_weights(capsys):
+@pytest.mark.parametrize("weight", [float("nan"), 1e30])
+def test_no_sample_from_non_finite_weights(capsys, weight):
+    """NaN weights, or finite ones so large that the scores overflow: sampling was torch.multinomial's traceback."""
+
     class Data:
         vocab = ByteVocab()
 
@@ -617,11 +620,12 @@ def test_no_sample_from_non_finite_weights(capsys):
 
     module = LitCharLM(TINY)
     with torch.no_grad():
-        module.model.head.weight.fill_(float("nan"))
+        for parameter in module.parameters():
+            parameter.fill_(weight)
     trainer = SimpleNamespace(datamodule=Data(), sanity_checking=False, strategy=None, is_global_zero=True,
                               global_step=7, loggers=[])  # fmt: skip
     SampleText(length=5).on_validation_epoch_end(trainer, module)
-    assert "no sample at step 7: the weights are not finite" in capsys.readouterr().err
+    assert "no sample at step 7: the model's scores are not finite" in capsys.readouterr().err
 
 
 # ---- exact resume --------------------------------------------------------------------------------------

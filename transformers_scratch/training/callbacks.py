@@ -530,9 +530,6 @@ class SampleText(Callback):
             return
         if self.sampled_at == trainer.global_step:  # the full validation after fit: this step has its sample
             return
-        if not all(torch.isfinite(p).all() for p in model.parameters()):  # sampling from NaN would raise
-            note(f"note: no sample at step {trainer.global_step}: the weights are not finite")
-            return
         # A generator of its own: sampling leaves the global stream (dropout) as it was, so training's numbers
         # do not depend on whether or how much it samples, and a resumed run continues them exactly.
         start, self.sampled_at = time.perf_counter(), trainer.global_step
@@ -540,7 +537,12 @@ class SampleText(Callback):
         seed = data.seed_text(
             min(self.seed_length, model.cfg.context), torch.Generator().manual_seed(trainer.global_step)
         )
-        out = model.generate(seed.to(pl_module.device), self.length, temperature=self.temperature, generator=generator)
+        try:
+            out = model.generate(seed.to(pl_module.device), self.length, temperature=self.temperature,
+                                 generator=generator)  # fmt: skip
+        except FloatingPointError:  # NaN weights, or finite ones so large that the scores overflow
+            note(f"note: no sample at step {trainer.global_step}: the model's scores are not finite")
+            return
         prompt, text = data.vocab.decode(seed[0]), data.vocab.decode(out[0, seed.size(1) :])
         print(f"--- sample at step {trainer.global_step} (temperature {self.temperature}) ---\n[{prompt}]{text}\n---",
               flush=True)  # stdout: a run's output  # fmt: skip
