@@ -160,9 +160,8 @@ class Stack(nn.Module):
         self.norm = make_norm(cfg) if cfg.pre_norm else nn.Identity()
         self.checkpointing = cfg.activation_checkpointing
 
-    def forward(
-        self, x: Tensor, caches: list[KVCache] | None = None, memory_kvs: list | None = None, **kwargs
-    ) -> Tensor:
+    def forward(self, x: Tensor, caches: list[KVCache] | None = None, memory_kvs: list | None = None,
+                **kwargs) -> Tensor:  # fmt: skip
         """x: (b, t, k); kwargs go to every block (masks, memory); caches and memory_kvs: one per block."""
         for i, block in enumerate(self.blocks):
             if caches is not None or memory_kvs is not None:

@@ -30,7 +30,14 @@ def sample_next(logits: Tensor, temperature: float = 1.0, top_k: int | None = No
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if top_p is not None and top_p < 1:
         logits = logits.masked_fill(~nucleus(logits, top_p), float("-inf"))
-    return torch.multinomial(logits.softmax(dim=-1), num_samples=1, generator=generator)  # (b, 1)
+    probs = logits.softmax(dim=-1)
+    try:  # torch checks the probabilities (one wait on a GPU): NaN where the scores overflowed, a traceback
+        return torch.multinomial(probs, num_samples=1, generator=generator)  # (b, 1)
+    except RuntimeError:
+        if probs.isfinite().all():
+            raise
+        raise FloatingPointError("the model's scores are not finite (NaN or inf): its weights are so large that "
+                                 "they overflow") from None  # fmt: skip
 
 
 def nucleus(logits: Tensor, p: float) -> Tensor:
@@ -57,15 +64,10 @@ def generate(model, prompt: Tensor, max_new_tokens: int, *, temperature: float =
     tokens = prompt.new_empty(b, t + max_new_tokens)  # written in place: no growing concatenation
     tokens[:, :t] = prompt
     next_logits = (steps or causal_steps)(model, tokens, t, use_cache, cuda_graph)
-    finite = torch.ones((), dtype=torch.bool, device=prompt.device)  # every step's scores, read once at the end
     with decoding_threads(prompt.device, use_cache):
         for end in range(t, t + max_new_tokens):  # tokens[:, :end] are known
-            finite &= (logits := next_logits(end)).isfinite().all()
-            tokens[:, end] = sample_next(logits.nan_to_num(0, 0, 0), temperature, top_k, generator, top_p)[:, 0]
+            tokens[:, end] = sample_next(next_logits(end), temperature, top_k, generator, top_p)[:, 0]
     model.train(was_training)
-    if not finite:  # weights so large that they overflow: torch.multinomial's traceback, or greedy garbage
-        raise FloatingPointError("the model's scores are not finite (NaN or inf): its weights are so large that "
-                                 "they overflow")  # fmt: skip
     return tokens
 
 

@@ -91,9 +91,8 @@ class MaskedLM(nn.Module):
         init_weights(self, cfg.depth, cfg.zero_out)
         self.head.weight = self.embed.tokens.weight  # (v, k): one matrix reads and writes tokens
 
-    def forward(
-        self, ids: Tensor, mask: Tensor | None = None, chosen: Tensor | None = None, types: Tensor | None = None
-    ) -> Tensor:
+    def forward(self, ids: Tensor, mask: Tensor | None = None, chosen: Tensor | None = None,
+                types: Tensor | None = None) -> Tensor:  # fmt: skip
         """ids: (b, t), masked; mask: (b, t) bool, True for real tokens; types: (b, t) token types. Returns token
         logits (b, t, v), or with ``chosen`` (b, t) bool, those of the chosen positions only, (n, v): the output
         layer is the largest matmul, and pretraining scores 15 % of the positions."""

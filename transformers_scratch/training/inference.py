@@ -34,6 +34,7 @@ def continue_text(module: LitCharLM, vocab: ByteVocab, prompt: str, length: int,
         left -= n
         if length > SAMPLE_PIECE:
             print(f"sampled {length - left:,} of {length:,} characters", file=sys.stderr, flush=True)
+    refuse_overflow(model, out[:1, -model.cfg.context :])  # greedy decoding reads NaN scores as a token: garbage
     return [vocab.decode(row.cpu()) for row in out]
 
 
@@ -52,9 +53,9 @@ def decode_sources(module: LitSeq2Seq, sources: list[str], batch_size: int):
 
 @torch.no_grad()
 def refuse_overflow(model, *inputs: Tensor) -> None:
-    """Scores of NaN or inf at one position (``inputs``): weights so large that they overflow, from which greedy
-    decoding was garbage. One forward before decoding starts, as validation's decoding reports such a model's
-    scores (NaN), not refuses it; a character model's sampling checks every step's (``generate``)."""
+    """Scores of NaN or inf for ``inputs``: weights so large that they overflow, from which greedy decoding is
+    garbage. One forward, before or after decoding, not a check of every step's scores, which would wait on a GPU
+    at each (sampling's own check of its probabilities raises, ``sample_next``)."""
     out = model(*inputs)
     if not (out[0] if isinstance(out, tuple) else out).isfinite().all():
         raise FloatingPointError("the model's scores are not finite (NaN or inf): its weights are so large that "
