@@ -1057,15 +1057,20 @@ def test_a_model_whose_scores_overflow_is_one_line_naming_its_checkpoint(capsys,
 
 @pytest.mark.parametrize("command", [["sample", "--prompt", "a", "--length", "9"],
                                      ["sample", "--prompt", "a", "--length", "9", "--temperature", "0"],
-                                     ["attention", "--text", "hello world", "--out", "picture.png"]])  # fmt: skip
+                                     ["attention", "--text", "hello world", "--out", "picture.png"],
+                                     ["decode", "--input", "12"]])  # fmt: skip
 def test_a_model_whose_scores_overflow_only_later_in_a_sample_is_one_line(capsys, tmp_path, command, monkeypatch):
-    """Positions from the fourth on so large that the scores overflow there, not at the prompt: sampling was
-    torch.multinomial's traceback, greedy decoding garbage after three characters, the attention picture blank
-    cells of NaN."""
+    """Positions from the fourth on (the third, for the encoder-decoder) so large that the scores overflow there,
+    not at the prompt: sampling was torch.multinomial's traceback, greedy decoding garbage after three characters
+    (an encoder-decoder's, an empty line), the attention picture blank cells of NaN."""
+    from transformers_scratch.training.modules import LitSeq2Seq
+
     monkeypatch.chdir(tmp_path)
-    module = LitCharLM(TINY)
+    s2s = command[0] == "decode"
+    sizes = {"vocab_size": 256, "context": 8, "emb": 16, "heads": 2, "depth": 1}
+    module = LitSeq2Seq(sizes) if s2s else LitCharLM(TINY)
     with torch.no_grad():
-        module.model.embed.positions.table.weight[3:].fill_(1e30)
+        (module.model.src_embed if s2s else module.model.embed).positions.table.weight[2 if s2s else 3 :].fill_(1e30)
     path = write_checkpoint(tmp_path / "late.ckpt", module, {"vocab_symbols": None})
     what = "attention weights" if command[0] == "attention" else "scores"
     fails(capsys, command[0], "--ckpt_path", str(path), *command[1:],

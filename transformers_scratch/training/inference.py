@@ -44,10 +44,10 @@ def decode_sources(module: LitSeq2Seq, sources: list[str], batch_size: int):
     module = module.to(device())
     for i in range(0, len(sources), batch_size):
         src, mask, tgt, _ = transduction.collate([(s, "") for s in sources[i : i + batch_size]])
-        src, mask = src.to(device()), mask.to(device())
-        if i == 0:
-            refuse_overflow(module, src[:1], mask[:1], tgt[:1, :1].to(device()))
-        out = module.greedy(src, mask, module.model.cfg.context)
+        src, mask, context = src.to(device()), mask.to(device()), module.model.cfg.context
+        out = module.greedy(src, mask, context)
+        if i == 0:  # the first source's output read again, from BOS (tgt's first id) on
+            refuse_overflow(module, src[:1], mask[:1], torch.cat([tgt[:1, :1].to(device()), out[:1]], 1)[:, :context])
         yield [transduction.decode(row.tolist()) for row in out.cpu()]
 
 
