@@ -517,11 +517,12 @@ FLAGS = {
             "--model.optim.warmup_steps", "--model.optim.beta2", "--trainer.max_steps", "--model.model.positions",
             "--checkpoint.every_n_train_steps", "--seed_everything", "--trainer.accumulate_grad_batches",
             "--sample.length", "--sample.temperature", "--trainer.val_check_interval", "--trainer.log_every_n_steps",
-            "--trainer.accelerator"],
+            "--trainer.accelerator", "--trainer.max_time"],
     "plot": ["--out", "--dpi"],
     "decode": ["--input", "--batch_size"],
     "predict": ["--data.predict_path", "--data.eval_stride", "--trainer.limit_predict_batches", "--data.context"],
     "test": ["--data.eval_stride", "--trainer.limit_test_batches", "--data.batch_size", "--ckpt_path"],
+    "context": ["--data_path", "--batch_size", "--limit_batches", "--bins", "--split", "--csv", "--eval_mem_len"],
 }  # fmt: skip
 
 
@@ -580,6 +581,7 @@ def test_a_command_line_value(made, tmp_path_factory, flag, value):
         "decode": ["--ckpt_path", str(made / "checkpoints/s2s/last.ckpt"), "--input", "123"],
         "predict": [*scoring, "--data.predict_path", str(made / "text.txt")],
         "test": scoring,
+        "context": ["--ckpt_path", str(made / "checkpoints/made/last.ckpt"), "--data_path", str(made / "text.txt")],
     }[name]
     named = (flag, flag.lstrip("-"), flag.rsplit(".", 1)[-1], *([value[:20]] if len(value) >= 8 else []))
     assert_cli([name, *base, flag, value], folder, named)  # the flag, or a long value itself (shortened)
