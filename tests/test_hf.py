@@ -117,6 +117,16 @@ def test_from_hf_takes_a_model_object():
         assert (from_hf(theirs)(ids) - theirs(ids).logits).abs().max() <= TOL
 
 
+def test_weights_of_nan_or_inf_are_refused_naming_the_folder_or_the_model(tmp_path):
+    """A folder whose weights hold NaN or inf is damaged: fine-tuning it would be a "diverged" run at its first step."""
+    theirs = gpt2()
+    theirs.transformer.h[1].attn.c_attn.weight.data[0, 0] = float("inf")
+    with pytest.raises(HFError, match=r"'[^']*hf' holds weights that are not finite \('stack.blocks.1.attn"):
+        from_hf(saved(theirs, tmp_path / "hf"))
+    with pytest.raises(HFError, match="^the model holds weights that are not finite"):
+        from_hf(theirs)
+
+
 # ---- out: exports that transformers loads ------------------------------------------------------------
 EXPORTABLE = {
     "tutorial-default-gpt2": LMConfig(vocab_size=256, context=32, emb=32, heads=4, depth=2),

@@ -149,6 +149,15 @@ def test_a_broken_safetensors_file_is_refused_naming_it_and_the_fix(tmp_path, br
     assert str(weights) in str(e.value)
 
 
+def test_an_export_of_nan_or_inf_weights_is_refused_naming_its_file(tmp_path):
+    """An export is untrusted: weights of NaN or inf, which no trained model has, are a damaged file."""
+    model = trained_a_little("lm")
+    model.stack.blocks[1].ff[0].weight.data[2, 3] = float("nan")
+    save_pretrained(model, tmp_path / "out")
+    with pytest.raises(ValueError, match=r"model.safetensors' holds weights that are not finite \('stack.blocks.1.ff"):
+        from_pretrained(tmp_path / "out")
+
+
 def test_the_project_export_carries_the_pretrained_family_options(tmp_path):
     """A Llama-layout model (RMSNorm, SwiGLU with its own width, grouped-query attention, no biases) goes out
     and back through this project's own format with the same logits."""

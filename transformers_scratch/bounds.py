@@ -201,6 +201,15 @@ def checked(hint, value, where: str):
 PLAIN = {bool: "true|false", type(None): "null"}  # how a refusal names a plain type
 
 
+def refuse_not_finite(state: dict, source: str, error: type[ValueError] = ValueError) -> None:
+    """Weights of NaN or inf, which fit never saves and no command can use: a diverged or damaged model."""
+    import torch
+
+    if bad := [k for k, t in state.items() if torch.is_tensor(t) and t.is_floating_point() and not t.isfinite().all()]:
+        raise error(f"{source} holds weights that are not finite ({str(bad[0])[:60]!r}: NaN or inf): a diverged or "
+                    "damaged model; pass another file")  # fmt: skip
+
+
 def check_fields(config, where: str = "model ") -> None:
     """A dataclass's fields against their annotations, in place (a frozen one's too): a refusal names
     ``where`` + the field."""

@@ -34,7 +34,7 @@ from torch import nn
 
 from .config import ClassifierConfig, LMConfig, MaskedLMConfig
 from .models import CausalLM, MaskedLM, SequenceClassifier
-from .pretrained import clear_unfinished, read_json, write_export
+from .pretrained import clear_unfinished, read_json, refuse_not_finite, write_export
 
 
 class HFError(ValueError):
@@ -294,10 +294,9 @@ def from_hf(source, num_classes: int | None = None, device: str | torch.device =
     try:
         return _from_hf(source, num_classes, device)
     except HFError as e:
-        where = repr(str(source))
         if isinstance(source, nn.Module) or str(source) in str(e):
             raise  # named already
-        raise HFError(f"{where}: {e}") from None
+        raise HFError(f"{str(source)!r}: {e}") from None
 
 
 def _from_hf(source, num_classes: int | None, device: str | torch.device) -> nn.Module:
@@ -334,6 +333,7 @@ def _from_hf(source, num_classes: int | None, device: str | torch.device) -> nn.
         tensors = [read(original[name]) for name in group]
         joined = torch.cat(tensors) if len(tensors) > 1 else tensors[0]
         state[ours] = (joined.t() if conv else joined).to(torch.float32).contiguous()
+    refuse_not_finite(state, "the model" if isinstance(source, nn.Module) else repr(str(source)), HFError)
     model = _model_class(cfg)(cfg)
     unset = set(model.load_state_dict(state, strict=False).missing_keys) - {"head.weight", "head.bias"}
     assert not unset, f"the {family} table leaves {sorted(unset)} unset"  # all but a tied head, or a new one

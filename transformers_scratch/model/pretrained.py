@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from ..atomic import unfinished, write_whole, written_whole
+from ..bounds import refuse_not_finite
 from .config import ClassifierConfig, EncoderDecoderConfig, LMConfig, XLConfig, read_settings
 from .models import CausalLM, EncoderDecoder, SequenceClassifier
 from .xl import TransformerXL
@@ -95,8 +96,8 @@ def read_json(path: Path, fix: str, error: type[ValueError] = ValueError) -> dic
 def read_config(folder: str | os.PathLike) -> dict:
     """config.json of an exported folder, checked: an export is untrusted input, like a checkpoint."""
     path = Path(folder) / CONFIG
-    if not path.is_file():
-        raise FileNotFoundError(f"{str(folder)!r} holds no {CONFIG}; pass a folder written by `cli.py export`")
+    if missing := [name for name in (CONFIG, WEIGHTS) if not (Path(folder) / name).is_file()]:
+        raise FileNotFoundError(f"{str(folder)!r} holds no {missing[0]}; pass a folder written by `cli.py export`")
     config = read_json(path, "export the model again")
     if not isinstance(config.get("config"), dict):
         raise ValueError(f"{str(path)!r} holds no model config; export the model again")
@@ -115,8 +116,6 @@ def from_pretrained(folder: str | os.PathLike, device: str | torch.device = "cpu
     config = read_config(folder)
     model_class, config_class = MODELS[config["model"]]
     weights = Path(folder) / WEIGHTS
-    if not weights.is_file():
-        raise FileNotFoundError(f"{str(folder)!r} holds no {WEIGHTS}; pass a folder written by `cli.py export`")
     # unknown keys, choices this version lacks and sizes that are not positive integers are refused, naming the file
     fix = "export the model again with this version"
     cfg = read_settings(config_class, config["config"], repr(str(weights.parent / CONFIG)), fix)
@@ -131,6 +130,7 @@ def from_pretrained(folder: str | os.PathLike, device: str | torch.device = "cpu
     except (RuntimeError, ValueError, OSError) as e:  # missing or extra tensors, wrong shapes, a broken file
         reason = " ".join(str(e).split())[:300]
         raise ValueError(f"{str(weights)!r} does not fit {CONFIG} ({reason}); export the model again") from None
+    refuse_not_finite(model.state_dict(), repr(str(weights)))
     return model.to(device).eval()
 
 

@@ -41,9 +41,9 @@ from ..bounds import (
     TopK,
     check_args,
     checked,
+    refuse_not_finite,
 )
 from ..data.files import refuse_output
-from .checkpoints import not_finite
 from .console import note, shown
 from .perf import peak_flops, train_flops_per_token
 
@@ -62,11 +62,13 @@ class SafeCheckpointIO(CheckpointIO):
         self.last_written: str | None = None
 
     def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
-        if not_finite(checkpoint.get("state_dict", {})):
+        try:
+            refuse_not_finite(checkpoint.get("state_dict", {}), "the run")
+        except ValueError:
             raise TrainingDiverged(
                 f"the weights became NaN or infinite by step {checkpoint.get('global_step')}; not saving {path}. "
                 f"{self.callback.last_good()}"
-            )
+            ) from None
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         with written_whole(path) as tmp:  # the old file until the new one is complete

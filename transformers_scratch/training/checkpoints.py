@@ -18,7 +18,7 @@ from typing import Any, get_args, get_type_hints
 
 import torch
 
-from ..bounds import is_count
+from ..bounds import is_count, refuse_not_finite
 from ..data import ByteVocab, WordVocab, checkpoint_vocab
 from ..data.files import inflates_past, shortened
 from ..data.vocab import DamagedVocab
@@ -50,19 +50,6 @@ def absent(path: str) -> str:
         return "is not a regular file"
     export = (Path(path) / "config.json").is_file()
     return "is a folder" + (", an export (transformers_scratch.from_pretrained reads it), not a checkpoint" * export)
-
-
-def not_finite(state: dict) -> list[str]:
-    """The names of a state dict's floating-point tensors that hold NaN or inf."""
-    return [k for k, t in state.items() if torch.is_tensor(t) and t.is_floating_point() and not t.isfinite().all()]
-
-
-def refuse_not_finite(state: dict, source: str) -> None:
-    """Weights of NaN or inf, which fit never saves (a diverging run stops at its last good checkpoint), and which
-    no command can use (sampling from them is torch's traceback): the file is damaged."""
-    if bad := not_finite(state):
-        raise ValueError(f"{source} holds weights that are not finite ({shortened(str(bad[0]))!r}: NaN or inf): a "
-                         "diverged or damaged model; pass another file")  # fmt: skip
 
 
 def settings_class(module_class: Any) -> Any:

@@ -36,7 +36,7 @@ from ..model.config import (
 from ..model.hf import from_hf
 from ..model.models import CausalLM, EncoderDecoder, MaskedLM, SequenceClassifier, encoder_state
 from ..model.xl import TransformerXL
-from .checkpoints import Checkpoint, refuse_not_finite, restoring
+from .checkpoints import Checkpoint, restoring
 from .console import note
 from .optim import OptimConfig, build_optimizer, continue_from, save_resume_state
 
@@ -221,7 +221,6 @@ def pretrained_model(module: L.LightningModule, source: str, data) -> Any:
         model: Any = from_hf(source, num_classes=getattr(data, "num_classes", None)).train()
     except ValueError as e:  # which setting named the folder, with the folder and the reason
         raise ValueError(f"model.init_from {e}") from None
-    refuse_not_finite(model.state_dict(), f"model.init_from {source!r}")  # else: a "diverged" run at its first step
     wanted = SequenceClassifier if isinstance(data, ClassifierConfig) else CausalLM
     if not isinstance(model, wanted):
         raise ValueError(
