@@ -125,8 +125,8 @@ def text(tmp_path, monkeypatch) -> Path:
         (["--checkpoint.filename", "{epoch"], "checkpoint.filename '{epoch' is no file name pattern (expected '}'"),
         (["--checkpoint.filename", "../x"], "checkpoint.filename '../x' names a file outside the run's folder, or"),
         (["--checkpoint.filename", "last"], "checkpoint.filename 'last' names a file outside the run's folder, or its"),
-        (["--checkpoint.save_last", "false"], "checkpoint.save_last false: every run here keeps checkpoints/NAME/"),
-        (["--checkpoint.save_weights_only", "true"], "checkpoint.save_weights_only true: every run here keeps"),
+        (["--checkpoint.save_last", "false"], "checkpoint.save_last: false is not one of: true, link"),
+        (["--checkpoint.save_weights_only", "true"], "checkpoint.save_weights_only: true is not false"),
         (["--checkpoint.monitor", "val/bcp"], "checkpoint.monitor 'val/bcp' (SafeModelCheckpoint) is no metric that"),
         (
             ["--trainer.callbacks+=EarlyStopping", "--trainer.callbacks.monitor", "val/bcp"],
@@ -248,11 +248,11 @@ def test_a_gpu_asked_for_where_there_is_none_is_refused_with_the_fix(capsys, tex
         ),
         (
             ["--model.model.sparse.pattern", "banded"],
-            "sparse.pattern: banded is not one of: 'strided', 'fixed'",
+            "sparse.pattern: banded is not one of: strided, fixed",
         ),
         (
             ["--model.model.sparse.layout", "diagonal"],
-            "sparse.layout: diagonal is not one of: 'split', 'alternate', 'union'",
+            "sparse.layout: diagonal is not one of: split, alternate, union",
         ),
         (["--model.model.sparse.block", "8", "--model.model.positions", "alibi"], "sparse attention takes none"),
         (

@@ -43,6 +43,7 @@ SCAFFOLDING = (
 EXPECTED = re.compile(r"(?:Expected a (?:<class '(\w+)'>|typing\.Literal\[(.*)\])(?:\. Got value: (.*))?"
                       r"|Not of type (.+?): .*)$")  # fmt: skip
 KINDS = {"int": "an integer", "float": "a number", "bool": "true, false", "str": "text", "NoneType": "null"}
+YAML = {"True": "true", "False": "false", "None": "null"}  # a choice of Literal[...] as a config writes it
 
 
 def refused(e: BaseException) -> bool:
@@ -195,14 +196,14 @@ def brief(message: str) -> str:
     given = [re.sub(r"^NestedArg\(.*val=(.*)\)$", r"\1", line.removeprefix("Given value:").strip()).strip("'")
              for line in lines if line.startswith("Given value:")]  # fmt: skip
     expected = siblings(message, at)  # the types of one union (or one type) that the value is none of
-    kinds = [kind for m in expected
+    kinds = [YAML.get(kind, kind.strip("'")) for m in expected
              for kind in ([KINDS.get(m[1], m[1])] if m[1] else m[2].split(", ") if m[2] else [m[4]])]  # fmt: skip
     kinds.sort(key=lambda kind: kind == "null")  # last
     if reason.startswith("Not of type ") and len(set(kinds) - {"null"}) < 2:  # one interval type, or null too
         reason = reason.split(": ", 1)[-1]  # in a union's report, without the value
         reason = f"{given[-1][:40]} {reason}" if reason.startswith("is not") and given else reason
     elif expected:
-        value = expected[0][3] or (given[-1] if given else "the value")
+        value = YAML.get(expected[0][3], expected[0][3]) or (given[-1] if given else "the value")
         reason = f"{shortened(value)} is not " + (kinds[0] if len(kinds) == 1 else f"one of: {', '.join(kinds)}")
     class_named = r"Expected a path but (.*) either not accessible or invalid|Expected a dot import path string: (.*)"
     if named := re.fullmatch(class_named, reason):  # a class by a name that none has

@@ -306,7 +306,7 @@ def refuse_null(key: str, cls: Any, values) -> None:
     for arg, value in values.items():
         if value is None and arg in hints and hints[arg] is not Any and type(None) not in get_args(hints[arg]):
             default = inspect.signature(cls).parameters[arg].default
-            suggestion = "" if default is inspect.Parameter.empty else f" (its default: {default!r})"
+            suggestion = "" if default is inspect.Parameter.empty else f" (its default: {written(default)})"
             bounded = isinstance(hints[arg], type) and issubclass(hints[arg], Interval)  # "an integer in [0, 64]"
             kind = hints[arg].__name__ if bounded else f"a value of type {type_name(hints[arg])}"
             raise ValueError(f"--{key}.{arg} null: {cls.__name__}'s {arg} takes {kind}, not null; pass one, or drop "
@@ -318,7 +318,7 @@ def type_name(hint) -> str:
     if get_origin(hint) in (Union, UnionType):
         return " or ".join(type_name(arg) for arg in get_args(hint))
     if get_origin(hint) is Literal:
-        return " or ".join(repr(arg) for arg in get_args(hint))
+        return " or ".join(written(arg) for arg in get_args(hint))
     return str(getattr(get_origin(hint) or hint, "__name__", hint))
 
 

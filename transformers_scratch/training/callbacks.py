@@ -229,13 +229,8 @@ class SafeModelCheckpoint(ModelCheckpoint):
 
     def __init__(self, *, dirpath: PathName | None = None, save_top_k: TopK = 1, mode: Literal["min", "max"] = "min",
                  every_n_train_steps: NonNegative | None = None, every_n_epochs: NonNegative | None = None,
-                 save_last: bool | Literal["link"] | None = True, save_weights_only: bool = False,
-                 **kwargs) -> None:  # fmt: skip
-        if save_last not in (True, "link") or save_weights_only:  # a run's last.ckpt is what it resumes from
-            shown_last = "null" if save_last is None else str(save_last).lower()
-            given = "save_weights_only true" if save_last in (True, "link") else f"save_last {shown_last}"
-            raise ValueError(f"checkpoint.{given}: every run here keeps checkpoints/NAME/last.ckpt whole, to resume, "
-                             "sample and export; leave it out (cli.py export writes the weights alone)")  # fmt: skip
+                 save_last: Literal[True, "link"] = True, save_weights_only: Literal[False] = False,
+                 **kwargs) -> None:  # fmt: skip  # last.ckpt, whole, is what a run resumes, samples and exports
         try:
             super().__init__(dirpath=dirpath, save_top_k=save_top_k, mode=mode, every_n_train_steps=every_n_train_steps,
                              every_n_epochs=every_n_epochs, save_last=save_last, **kwargs)  # fmt: skip
