@@ -513,6 +513,7 @@ def test_a_bad_flag_or_config_ends_the_bench_with_one_line_before_any_measuremen
     assert len(out.stderr.strip().splitlines()) == 1 and out.stderr.startswith(says), out.stderr
 
 
+@pytest.mark.slow
 def test_a_report_into_a_pipe_whose_reader_is_gone_ends_quietly(tmp_path):
     """``bench ... | head`` ends as ``cli.py`` does when the reader stops: SIGPIPE's status (141), no traceback."""
     script = "from transformers_scratch.experiments import bench; bench.bench = lambda _: print('x'); bench.main([])"

@@ -69,6 +69,7 @@ def assert_fails_cleanly(result: Ran | subprocess.CompletedProcess, message: str
 CLIPPED_AT = {"enwik8_xl.yaml": 0.25}  # the Transformer-XL authors' clipping; every other config clips at 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", CONFIGS, ids=[c.name for c in CONFIGS])
 def test_every_config_instantiates(config, monkeypatch):
     base = [arg for name in OVERLAYS.get(config.name, []) for arg in ("--config", str(ROOT / "configs" / name))]
@@ -423,6 +424,7 @@ def test_every_option_of_a_command_has_its_help():
         assert unexplained == [], f"{name}: {unexplained}"
 
 
+@pytest.mark.slow
 def test_the_help_and_the_package_import_neither_torch_nor_lightning():
     """``cli.py --help`` names every command from the sources' docstrings, unimported, so it prints before torch
     (a second) or Lightning (seconds more) could load; the model's names still come from the package on first use."""
@@ -510,6 +512,7 @@ def test_sample_refuses_characters_outside_the_vocabulary(trained, prompt, bad):
     assert_fails_cleanly(result, f"prompt character {bad} is not in the model's vocabulary")
 
 
+@pytest.mark.slow
 def test_output_that_the_outputs_encoding_cannot_write_gets_one_line_with_the_fix(trained):
     cwd = trained[0]
     result = cli_process(

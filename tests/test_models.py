@@ -360,6 +360,7 @@ def test_lm_overfits_a_batch():
     assert last < 0.1 * first
 
 
+@pytest.mark.slow
 def test_encoder_decoder_overfits_a_batch():
     torch.manual_seed(0)
     model = EncoderDecoder(EncoderDecoderConfig(vocab_size=50, **SMALL))

@@ -70,6 +70,7 @@ def test_a_tied_matrix_is_stored_once_and_stays_tied(tmp_path):
     assert loaded.head.weight is loaded.embed.tokens.weight
 
 
+@pytest.mark.slow
 def test_loading_needs_no_lightning(tmp_path):
     model = trained_a_little("classifier-cls")
     save_pretrained(model, tmp_path / "out")

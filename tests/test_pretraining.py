@@ -106,6 +106,7 @@ def test_the_pretrained_encoder_starts_the_classifier_and_other_sizes_are_refuse
         assert part in str(refused.value)
 
 
+@pytest.mark.slow
 def test_pretraining_then_fine_tuning_end_to_end(tmp_path, cli):
     """cli.py fit with imdb_mlm.yaml on a few reviews, then imdb.yaml + imdb_finetune.yaml from its checkpoint. At
     learning rate 0 fine-tuning moves nothing, so the classifier's encoder is the pretrained one, bit for bit.
@@ -146,6 +147,7 @@ def test_pretraining_then_fine_tuning_end_to_end(tmp_path, cli):
     assert "2 layers x 2 heads over 7 words" in drawn.stdout and (tmp_path / "a.png").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_fine_tuning_names_a_missing_or_foreign_checkpoint(tmp_path, cli):
     root = make_aclimdb(tmp_path / "imdb", per_class=4)
     args = ["fit", "--config", str(CONFIGS / "imdb.yaml"), "--config", str(CONFIGS / "imdb_finetune.yaml"),
@@ -179,6 +181,7 @@ def test_fine_tuning_names_a_pretrained_checkpoint_of_a_newer_layout(tmp_path):
         read_pretrained(str(tmp_path / "newer.ckpt"), ClassifierConfig(emb=16, heads=2))
 
 
+@pytest.mark.slow
 def test_a_language_model_trains_in_stages_from_a_shorter_dense_run(tmp_path, cli):
     """Shortformer's staged training: a rope model at a window of 32, then the same weights at 64 with a sparse
     pattern (model.pretrained). At learning rate 0 the second stage moves nothing, so its weights are the first's,

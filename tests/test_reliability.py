@@ -192,6 +192,7 @@ def test_a_closed_output_or_a_removed_working_folder_is_one_line_before_anything
     assert done.returncode == 1 and done.stderr.startswith(message), done.stderr[-2000:]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
 @pytest.mark.parametrize("command", [["--help"], ["sample", "--prompt", "a", "--length", "3"]])
 def test_an_output_that_cannot_be_written_is_named_as_the_standard_output(tmp_path, command):
@@ -486,6 +487,7 @@ def test_yaml_11s_yes_and_no_are_text_where_a_setting_takes_text(text, tmp_path)
     assert Path(run.checkpoint_dir).name == "no"
 
 
+@pytest.mark.slow
 def test_lightnings_learning_rate_finder_sets_the_modules_learning_rate(text):
     """LearningRateFinder reads and sets the module's ``lr``, which the modules lacked (their rate is
     model.optim.lr): an AttributeError traceback."""
@@ -560,6 +562,7 @@ def windows(n: int = 64) -> DataLoader:
     return DataLoader(TensorDataset(data[:, :-1], data[:, 1:]), batch_size=4)
 
 
+@pytest.mark.slow
 def test_an_error_met_during_training_starts_its_own_line_below_the_progress_bar(capsys, text):
     run = ["fit", "--config", TINY_LM, "--data.path", str(text), "--trainer.max_steps", "4", "--data.batches_per_epoch",
            "30", "--trainer.limit_val_batches", "1", "--sample.length", "0", "--trainer.logger", "false"]  # fmt: skip
@@ -791,6 +794,7 @@ def test_a_fresh_fit_never_starts_over_another_runs_checkpoints(tmp_path):
     release_run_folder(folder)
 
 
+@pytest.mark.slow
 def test_a_resume_of_another_runs_checkpoint_never_writes_over_this_names_run(capsys, text):
     """``fit --name a --ckpt_path checkpoints/b/last.ckpt`` wrote b's continuation over a's last.ckpt, and into a's
     log version; a checkpoint inside the folder (a best one) still resumes there."""
@@ -1241,6 +1245,7 @@ def test_a_file_vocabulary_checkpoint_needs_file_vocabulary_data(capsys, text, t
           "pass --data.vocab file")  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_file_vocabulary_checkpoint_scores_a_file_of_fewer_characters_with_its_own(capsys, tmp_path, monkeypatch):
     """The model's vocabulary size was linked from the data's file, not the checkpoint's: a held-out file of fewer
     characters built a smaller model, refused as a damaged checkpoint."""
@@ -1284,6 +1289,7 @@ def test_sample_length_must_be_positive_and_bounded(capsys, length):
           message=f"length: {length} is not an integer in [1, 1,000,000]")  # fmt: skip
 
 
+@pytest.mark.slow
 def test_long_samples_show_progress(capsys, tmp_path):
     ckpt = write_checkpoint(tmp_path / "lm.ckpt", LitCharLM(TINY), {"vocab_symbols": None})
     main(["sample", "--ckpt_path", str(ckpt), "--prompt", "the ", "--length", "4500", "--seed", "0"])
@@ -1842,6 +1848,7 @@ def test_a_null_checkpoint_folder_is_the_runs_own(capsys, text):
     assert Path("checkpoints/nulldir/last.ckpt").is_file()
 
 
+@pytest.mark.slow
 def test_a_fit_that_trains_no_step_says_it_wrote_no_checkpoint(capsys, text):
     main(["fit", "--config", TINY_LM, "--data.path", str(text), "--trainer.limit_train_batches", "0",
           "--trainer.limit_val_batches", "1", "--trainer.logger", "false", "--name", "none"])  # fmt: skip
@@ -2048,6 +2055,7 @@ def test_a_damaged_training_state_is_refused_in_one_line_naming_the_checkpoint(c
               message=f"error: --ckpt_path 'bad.ckpt': {message}")  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_resume_that_fails_to_restore_leaves_the_checkpoint_it_read_as_it_was(capsys, text):
     """A restore that failed after the loops (at step 2) saved the half-restored run over last.ckpt: a fresh
     optimizer where the file held a trained one. A file of weights alone is refused before any restore."""

@@ -441,6 +441,7 @@ def test_resuming_an_xl_run_needs_its_memory_and_its_kind_of_config(capsys, tmp_
           message="the memory holds 4 streams and the batch has 2 rows")  # fmt: skip
 
 
+@pytest.mark.slow
 def test_validation_and_test_score_every_byte_whatever_the_memory(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     data = text_file(tmp_path / "text.txt")
