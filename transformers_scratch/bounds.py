@@ -201,11 +201,16 @@ def checked(hint, value, where: str):
 PLAIN = {bool: "true|false", type(None): "null"}  # how a refusal names a plain type
 
 
-def refuse_not_finite(state: dict, source: str, error: type[ValueError] = ValueError) -> None:
-    """Weights of NaN or inf, which fit never saves and no command can use: a diverged or damaged model."""
+def not_finite(state: dict) -> list[str]:
+    """The names of a state dict's floating-point tensors that hold NaN or inf."""
     import torch
 
-    if bad := [k for k, t in state.items() if torch.is_tensor(t) and t.is_floating_point() and not t.isfinite().all()]:
+    return [k for k, t in state.items() if torch.is_tensor(t) and t.is_floating_point() and not t.isfinite().all()]
+
+
+def refuse_not_finite(state: dict, source: str, error: type[ValueError] = ValueError) -> None:
+    """Weights of NaN or inf, which fit never saves and no command can use: a diverged or damaged model."""
+    if bad := not_finite(state):
         raise error(f"{source} holds weights that are not finite ({str(bad[0])[:60]!r}: NaN or inf): a diverged or "
                     "damaged model; pass another file")  # fmt: skip
 

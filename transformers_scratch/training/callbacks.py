@@ -41,7 +41,7 @@ from ..bounds import (
     TopK,
     check_args,
     checked,
-    refuse_not_finite,
+    not_finite,
 )
 from ..data.files import refuse_output
 from .console import note, shown
@@ -62,13 +62,11 @@ class SafeCheckpointIO(CheckpointIO):
         self.last_written: str | None = None
 
     def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
-        try:
-            refuse_not_finite(checkpoint.get("state_dict", {}), "the run")
-        except ValueError:
+        if not_finite(checkpoint.get("state_dict", {})):
             raise TrainingDiverged(
                 f"the weights became NaN or infinite by step {checkpoint.get('global_step')}; not saving {path}. "
                 f"{self.callback.last_good()}"
-            ) from None
+            )
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         with written_whole(path) as tmp:  # the old file until the new one is complete
