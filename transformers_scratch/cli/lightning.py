@@ -127,7 +127,8 @@ class BoundedTrainer(Trainer):
                  check_val_every_n_epoch: Count | None = 1, gradient_clip_val: NonNegativeFloat | None = None,
                  min_steps: NonNegative | None = None, min_epochs: NonNegative | None = None,
                  num_sanity_val_steps: TopK | None = None, val_check_interval: Count | Share | Time | None = None,
-                 max_time: Time | None = None, **kwargs) -> None:  # fmt: skip
+                 max_time: Time | None = None, barebones: Literal[False] = False,
+                 enable_checkpointing: Literal[True] | None = None, **kwargs) -> None:  # fmt: skip
         """
         Args:
             accumulate_grad_batches: Accumulate the gradients of this many batches before each optimizer step.
@@ -141,11 +142,15 @@ class BoundedTrainer(Trainer):
             val_check_interval: Validate every N training batches, or after this fraction of an epoch, or after this
                 time (None: once an epoch).
             max_time: Stop training after this time, e.g. 00:12:00:00 (None: no limit).
+            barebones: Always false: every run keeps its logs and checkpoints (time steps with experiments.bench).
+            enable_checkpointing: Never false: every run keeps checkpoints/NAME/last.ckpt, to resume, sample and
+                export (--checkpoint.save_top_k 0 keeps it alone).
         """
         super().__init__(accumulate_grad_batches=accumulate_grad_batches, log_every_n_steps=log_every_n_steps,
                          check_val_every_n_epoch=check_val_every_n_epoch, gradient_clip_val=gradient_clip_val,
                          min_steps=min_steps, min_epochs=min_epochs, num_sanity_val_steps=num_sanity_val_steps,
-                         val_check_interval=val_check_interval, max_time=max_time, **kwargs)  # fmt: skip
+                         val_check_interval=val_check_interval, max_time=max_time, barebones=barebones,
+                         enable_checkpointing=enable_checkpointing, **kwargs)  # fmt: skip
 
 
 def bound_trainer(trainer, sub: str | None = None) -> None:
@@ -164,16 +169,6 @@ def bound_trainer(trainer, sub: str | None = None) -> None:
         raise ValueError(f"trainer.num_nodes={shortened(str(nodes))} with no cluster to join: this process would wait "
                          "for the other nodes without end; launch the command on every node under SLURM or torchrun, "
                          "or with MASTER_ADDR, MASTER_PORT and NODE_RANK set (.readme/going-big.md)")  # fmt: skip
-    if trainer.get("barebones"):  # Lightning refuses it beside the loggers and the checkpoint that every run has
-        raise ValueError(
-            "trainer.barebones true turns off logging and checkpoints, which every run here keeps; leave it out, and "
-            "time training steps with `python -m transformers_scratch.experiments.bench`"
-        )
-    if trainer.get("enable_checkpointing") is False:  # Lightning refuses it beside the run's checkpoint callback
-        raise ValueError(
-            "trainer.enable_checkpointing false: every run here keeps checkpoints/NAME/last.ckpt, to resume, sample "
-            "and export; leave it out (--checkpoint.save_top_k 0 keeps last.ckpt alone)"
-        )
     if (limit := LIMITS.get(sub or "")) and trainer.get(limit) == 0:  # it printed nothing, and exited 0
         raise ValueError(f"trainer.{limit} 0: {sub} would read no batch; leave it out, or pass a count of batches or "
                          "a fraction of the split")  # fmt: skip
