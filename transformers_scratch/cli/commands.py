@@ -11,7 +11,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
-import torch
 from torch import Tensor
 
 from ..atomic import saved_whole, write_whole
@@ -109,9 +108,6 @@ def sample(
     module, vocab = Checkpoint(ckpt_path).trained(LitCharLM, LitXL, command="sample")
     if vocab is None:
         raise ValueError(f"--ckpt_path {ckpt_path!r} holds no vocabulary; pass a checkpoint written by fit")
-    if cuda_graph and (not cache or not torch.cuda.is_available()):
-        why = "--cache false turns the cache off" if not cache else "this machine has no GPU"
-        raise ValueError(f"--cuda_graph replays the cached decoding step on a GPU, and {why}; leave --cuda_graph off")
     options = dict(temperature=temperature, top_k=top_k, top_p=top_p, use_cache=cache, cuda_graph=cuda_graph)
     with damaged(ckpt_path):
         print("\n---\n".join(continue_text(module, vocab, prompt, length, num_samples, seed, **options)))

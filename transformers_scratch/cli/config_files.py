@@ -12,7 +12,6 @@ import yaml
 from jsonargparse import set_dumper, set_loader
 
 from ..data.files import shortened
-from ..model.config import OLD_SPARSE, nested_sparse
 
 MAX_CHARS = 1_000_000  # a config file, or one value on the command line
 MAX_DEPTH = 64
@@ -199,13 +198,6 @@ def check_settings(settings: dict, where: str, key: str = "") -> None:
     for name in ("class_path", "init_args"):
         if name in settings:
             check_class_part(f"{where}{key}{name}", settings[name])
-    if settings.get("attention") == "sparse" or any(name in settings for name in OLD_SPARSE):
-        nested = nested_sparse(settings).get("sparse", {})
-        spelled = "{" + ", ".join(f"{k}: {v}" for k, v in nested.items()) + "}"
-        old = next((name for name in ("attention", *OLD_SPARSE) if name in settings), "attention")
-        raise ConfigError(f"{where}{key}{old} is an earlier spelling: sparse attention is one setting now, "
-                          f"`sparse: {spelled}` (null for dense), beside attention sdpa; write that "
-                          "instead")  # fmt: skip
     for name, value in settings.items():
         for each in value if isinstance(value, list) else [value]:  # a list of classes: loggers, callbacks
             check_settings(each, where, f"{key}{name}.")
@@ -222,12 +214,6 @@ def check_values(args: list[str]) -> None:
                 check_class_part(flag, load(value))
             except yaml.YAMLError:  # not YAML: text, which jsonargparse reads as it reads any value
                 pass
-        if name in OLD_SPARSE or (name == "attention" and value == "sparse"):
-            new = f"{flag.rpartition('.')[0]}.sparse.{OLD_SPARSE[name]}" if name in OLD_SPARSE else "a sparse setting"
-            said = flag if name in OLD_SPARSE else f"{flag} sparse"
-            example = "--model.model.sparse '{pattern: fixed, block: 64}'"
-            raise ConfigError(f"{said} is an earlier spelling: sparse attention is one setting now, {new} (for "
-                              f"example {example}); pass that instead")  # fmt: skip
         if len(value) > MAX_CHARS:
             raise ConfigError(f"the value of {flag or 'an argument'} is {len(value):,} characters, longer than "
                               f"{MAX_CHARS:,}; pass less")  # fmt: skip

@@ -218,19 +218,6 @@ def read_run_checkpoint(cfg, name: str) -> Checkpoint | None:
     return Checkpoint(cfg.ckpt_path, weights=False) if Path(cfg.ckpt_path).is_file() else None
 
 
-def refuse_optimizer_flags(argv: list[str]) -> None:
-    """LightningCLI's ``--optimizer``/``--lr_scheduler`` would replace the modules' two weight-decay groups and
-    warm-up schedule with one plain group; the settings live under ``model.optim`` instead."""
-    for flag in ("--optimizer", "--lr_scheduler"):
-        if any(arg == flag or arg.startswith(flag + "=") or arg.startswith(flag + ".") for arg in argv):
-            raise ValueError(
-                f"{flag} is not used here: the modules build AdamW with weight decay on matrices only (or Muon for "
-                "the blocks' matrices) and a warm-up then decay schedule; set them with --model.optim.lr, "
-                ".weight_decay, .beta1, .beta2, .warmup_steps, .schedule (cosine, wsd or constant), .min_lr_ratio, "
-                ".cooldown, .total_steps, .optimizer (adamw or muon), .muon_lr and .muon_stacked"
-            )
-
-
 DESCRIPTION = "Train and evaluate the project's models. The other commands: cli.py --help."
 
 
@@ -368,7 +355,6 @@ class CLI(LightningCLI):
 
     def __init__(self, args: list[str] | None = None, run: bool = True) -> None:
         self.argv = sys.argv[1:] if args is None else list(args)
-        refuse_optimizer_flags(self.argv)
         if text := nested_help(self.argv):
             print(text)
             sys.exit(0)
