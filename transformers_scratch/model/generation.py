@@ -1,8 +1,6 @@
 """Generation: sampling a token (temperature, top-k, top-p), decoding loops with and without the key/value
-cache, and the CUDA-graph decoding step. The models call these from their ``generate`` methods.
-
-Shapes: b batch, t length, v vocabulary.
-"""
+cache, and the CUDA-graph decoding step, which the models' ``generate`` methods call. Shapes: b batch, t length,
+v vocabulary."""
 
 from __future__ import annotations
 
@@ -13,6 +11,8 @@ import torch
 from torch import Tensor, nn
 
 from .cache import KVCache
+
+OVERFLOW = "the model's scores are not finite (NaN or inf): its weights are so large that they overflow"
 
 
 def sample_next(logits: Tensor, temperature: float = 1.0, top_k: int | None = None,
@@ -36,8 +36,7 @@ def sample_next(logits: Tensor, temperature: float = 1.0, top_k: int | None = No
     except RuntimeError:
         if probs.isfinite().all():
             raise
-        raise FloatingPointError("the model's scores are not finite (NaN or inf): its weights are so large that "
-                                 "they overflow") from None  # fmt: skip
+        raise FloatingPointError(OVERFLOW) from None
 
 
 def nucleus(logits: Tensor, p: float) -> Tensor:

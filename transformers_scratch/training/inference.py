@@ -11,6 +11,7 @@ from torch import Tensor
 
 from ..data import ByteVocab, WordVocab, transduction
 from ..data.ids import IGNORE_INDEX
+from ..model.generation import OVERFLOW
 from .modules import LN2, BitsPerByte, LitCharLM, LitSeq2Seq, LitTransformer
 
 SAMPLE_PIECE = 2_000  # longer samples are generated in pieces of this length, with progress on stderr
@@ -58,8 +59,7 @@ def refuse_overflow(model, *inputs: Tensor) -> None:
     at each (sampling's own check of its probabilities raises, ``sample_next``)."""
     out = model(*inputs)
     if not (out[0] if isinstance(out, tuple) else out).isfinite().all():
-        raise FloatingPointError("the model's scores are not finite (NaN or inf): its weights are so large that "
-                                 "they overflow")  # fmt: skip
+        raise FloatingPointError(OVERFLOW)
 
 
 @torch.no_grad()
