@@ -924,6 +924,20 @@ def write_checkpoint(path: Path, module, vocab: dict) -> Path:
     return path
 
 
+@pytest.mark.parametrize("command", ["sample", "attention"])
+def test_a_checkpoint_with_no_vocabulary_is_refused_by_the_commands_that_read_text(capsys, tmp_path, command):
+    """Weights with no data module's state (written by hand, not by fit): no text can be read or written."""
+    ckpt = tmp_path / "bare.ckpt"
+    module = LitCharLM(TINY)
+    torch.save({"state_dict": module.state_dict(), "pytorch-lightning_version": L.__version__,
+                "hyper_parameters": {"_class_path": "transformers_scratch.training.LitCharLM", **module.hparams}},
+               ckpt)  # fmt: skip
+    args = ["--prompt", "the "] if command == "sample" else ["--text", "the ", "--out", str(tmp_path / "a.png")]
+    fails(capsys, command, "--ckpt_path", str(ckpt), *args,
+          message=f"--ckpt_path {str(ckpt)!r} holds no vocabulary; pass a checkpoint written by fit")  # fmt: skip
+    assert not (tmp_path / "a.png").exists()
+
+
 @pytest.mark.parametrize(
     "kind, command",
     [("pickle", c) for c in ("fit", "validate", "test", "predict", "sample", "export")]

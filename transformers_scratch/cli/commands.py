@@ -105,9 +105,7 @@ def sample(
             f"--num_samples {num_samples} x --length {length:,} is {num_samples * length:,} characters, more than "
             f"{MAX_SAMPLE:,} in one call; ask for fewer or shorter samples"
         )
-    module, vocab = Checkpoint(ckpt_path).trained(LitCharLM, LitXL, command="sample")
-    if vocab is None:
-        raise ValueError(f"--ckpt_path {ckpt_path!r} holds no vocabulary; pass a checkpoint written by fit")
+    module, vocab = Checkpoint(ckpt_path).trained(LitCharLM, LitXL, command="sample", vocab=True)
     options = dict(temperature=temperature, top_k=top_k, top_p=top_p, use_cache=cache, cuda_graph=cuda_graph)
     with damaged(ckpt_path):
         print("\n---\n".join(continue_text(module, vocab, prompt, length, num_samples, seed, **options)))
@@ -313,10 +311,8 @@ def attention(
     )
 
     text = text_or_file(text, text_file, "text", "the text to read", "a text file")
-    module, vocab = Checkpoint(ckpt_path).trained(LitClassifier, LitCharLM, LitXL, command="attention")
+    module, vocab = Checkpoint(ckpt_path).trained(LitClassifier, LitCharLM, LitXL, command="attention", vocab=True)
     model = module.model
-    if vocab is None:
-        raise ValueError(f"--ckpt_path {ckpt_path!r} holds no vocabulary; pass a checkpoint written by fit")
     xl = isinstance(module, LitXL)  # a segment after its memory: the text may be longer than one segment
     ids, tokens, total = attention_input(vocab, text, max_tokens if xl else min(max_tokens, model.cfg.context))
     if ids.size(1) == 0:

@@ -179,10 +179,12 @@ class Checkpoint:
                              "and export read it, and a new run starts from its weights with model.pretrained or "
                              "model.init_from")  # fmt: skip
 
-    def trained(self, *takes: type, command: str = "this command"):
+    def trained(self, *takes: type, command: str = "this command", vocab: bool = False):
         """The trained module (on the CPU, in eval mode) and its vocabulary. ``takes``: the module classes the
-        command can use."""
+        command can use; ``vocab``: the command reads text, so the file must hold its vocabulary."""
         module_class = self.refuse_kind(*takes, command=command)
+        if vocab and self.vocab is None:
+            raise ValueError(f"{self.source} holds no vocabulary; pass a checkpoint written by fit")
         settings = self.settings(module_class)  # checked, and in this version's spelling
         hparams = self.hparams if settings is None else {**self.hparams, "model": settings}
         hparams = {**hparams, "pretrained": None, "init_from": None}  # the weights are the file's own: none read
