@@ -562,13 +562,16 @@ class CLI(LightningCLI):
             logger.init_args["id" if name == "WandbLogger" else "version"] = version
 
     def check_weights_fit(self) -> None:
-        """The checkpoint's weights against the module built from its settings, before Lightning's strict load;
-        with no checkpoint (nor model.init_from), validate, test and predict score untrained weights: said so."""
+        """The checkpoint's weights against the module built from its settings, before Lightning's strict load,
+        and its vocabulary given to the data module, whatever class wrote it; with no checkpoint (nor
+        model.init_from), validate, test and predict score untrained weights: said so."""
         if ckpt := self.run.ckpt:
             ckpt.check_fits(self.model)
             if self.subcommand == "fit":
                 ckpt.check_resumes()
             self._guard_restore(ckpt.source)
+            if ckpt.vocab is not None:  # a file of fewer characters is scored with the trained vocabulary
+                self.datamodule.load_state_dict(vocab_state(ckpt.vocab))
             return
         settings = self.config[self.subcommand].model.get("init_args") or {}
         if self.subcommand != "fit" and not settings.get("init_from"):
@@ -584,7 +587,6 @@ class CLI(LightningCLI):
 
     def before_fit(self) -> None:
         self.check_weights_fit()
-        self._restore_vocab()
         self._check_pretrained()
         if self.trainer.world_size == 1:  # the data read and checked now: a refused run leaves no folders behind
             self.datamodule.prepare_data()
@@ -678,24 +680,17 @@ class CLI(LightningCLI):
 
     def vocab_size(self, data_size: int) -> int:
         """The model's vocabulary size: the data's, or the checkpoint's where one decides the architecture (its
-        vocabulary is then the data's, :meth:`_restore_vocab`: a file of fewer characters is scored with it)."""
+        vocabulary is then the data's, :meth:`check_weights_fit`: a file of fewer characters is scored with it)."""
         ckpt = self.run.ckpt if hasattr(self, "run") else None
         if ckpt is None or ckpt.vocab is None or not isinstance(ckpt.model, dict):
             return data_size
         trained = ckpt.model.get("vocab_size")
         return trained if isinstance(trained, int) and is_count(trained) else data_size
 
-    def _restore_vocab(self) -> None:
-        """Give the data module the vocabulary of the checkpoint it will serve, whatever class wrote it (read
-        once, when the arguments were checked)."""
-        if self.run.ckpt is not None and self.run.ckpt.vocab is not None:
-            self.datamodule.load_state_dict(vocab_state(self.run.ckpt.vocab))
-
     def _read_data(self) -> None:
         """validate and test: the vocabulary restored, then the data read and checked, before the loggers start
         (as ``before_fit`` does): a refused data file leaves no log version and no W&B run."""
         self.check_weights_fit()
-        self._restore_vocab()
         if self.trainer.world_size == 1:
             self.datamodule.prepare_data()
             self.datamodule.setup()  # no stage: each module's own note of its stage comes with Lightning's call
@@ -705,7 +700,6 @@ class CLI(LightningCLI):
             raise ValueError(f"predict reads no file for a {type(self.model).__name__}: its sources are decoded by "
                              "`cli.py decode --ckpt_path CKPT --input_file FILE` (one source a line)")  # fmt: skip
         self.check_weights_fit()
-        self._restore_vocab()
 
     before_validate = before_test = _read_data
 
