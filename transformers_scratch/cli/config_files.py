@@ -188,8 +188,7 @@ def check_class_part(label: str, value) -> None:
 
 
 def check_settings(settings: dict, where: str, key: str = "") -> None:
-    """A config's keys (printable text) and class parts (:func:`check_class_part`); the earlier flat sparse
-    settings (``attention: sparse``, ``sparse_block: 128``), refused with the nested spelling of the same ones."""
+    """A config's keys (printable text) and class parts (:func:`check_class_part`), at every depth."""
     if not isinstance(settings, dict):
         return
     if (odd := next((k for k in settings if isinstance(k, str) and not k.isprintable()), None)) is not None:
@@ -204,8 +203,7 @@ def check_settings(settings: dict, where: str, key: str = "") -> None:
 
 
 def check_values(args: list[str]) -> None:
-    """A command-line value longer than :data:`MAX_CHARS`, named by its flag; a flag of the earlier flat sparse
-    settings, with the nested spelling."""
+    """A command-line value longer than :data:`MAX_CHARS`, or a class part that is none, named by its flag."""
     for i, arg in enumerate(args):
         flag, given, value = arg.partition("=") if arg.startswith("--") else (args[i - 1] if i else "", "=", arg)
         name = flag.rpartition(".")[2]
