@@ -213,6 +213,8 @@ def brief(message: str) -> str:
     if "import path denylist" in reason:
         reason = (f"{reason.split(chr(39))[1]!r} is refused: a config may name classes and functions from "
                   f"{', '.join(ALLOWED_IMPORTS)} only (nothing else is imported)")  # fmt: skip
+    if keys and re.fullmatch(r"Option '.*' is not accepted", reason):  # a setting that the class lacks
+        reason += f"; --{'.'.join(keys)}.help CLASS lists the settings it takes"
     return f"{'.'.join(keys)}: {reason}" if keys else reason
 
 
