@@ -176,6 +176,12 @@ def test_a_model_with_the_longest_memory_samples():
         model.generate(torch.zeros(1, 3, dtype=torch.long), 2, window=-1)
 
 
+def test_decoding_replayed_as_a_cuda_graph_is_refused_for_a_memory_that_grows():
+    """A graph replays one fixed shape; a Transformer-XL's memory grows with the text (sample --cuda_graph)."""
+    with pytest.raises(ValueError, match="a Transformer-XL's memory grows: leave it off"):
+        model_of(CFG).generate(torch.zeros(1, 3, dtype=torch.long), 2, cuda_graph=True)
+
+
 @pytest.mark.parametrize("cfg, options", [(CFG, dict(eval_same_length=True)), (replace(CFG, same_length=True), {})])
 def test_evaluating_with_same_length_and_no_memory_is_refused(cfg, options):
     """Every byte would see eval_mem_len keys: 0 of them, not even itself (a memory of 0 was let through when the
