@@ -806,6 +806,21 @@ def test_the_modules_and_data_modules_help_show_their_own_descriptions_whole(cap
             assert " ".join(param.description.split()) in words, (cls.__name__, param.arg_name)
 
 
+def test_the_settings_bounded_to_keep_every_run_resumable_say_why_in_their_help(capsys):
+    """The trainer's and the checkpoint's settings whose type admits one value (or two) give the reason."""
+    from docstring_parser import parse
+
+    from transformers_scratch.cli.lightning import BoundedTrainer
+    from transformers_scratch.training.callbacks import SafeModelCheckpoint
+
+    words = help_words(capsys, "--help")
+    for cls, names in [(SafeModelCheckpoint, ("save_last", "save_weights_only")),
+                       (BoundedTrainer, ("barebones", "enable_checkpointing"))]:  # fmt: skip
+        reasons = {p.arg_name: " ".join((p.description or "").split()) for p in parse(cls.__init__.__doc__).params}
+        for name in names:
+            assert reasons[name].startswith(("Never", "Always")) and reasons[name] in words, (cls.__name__, name)
+
+
 def test_model_settings_help_names_the_classes_it_knows():
     with pytest.raises(ValueError, match="not a settings class; use one of LMConfig"):
         build_cli(["fit", "--model.model.help", "os.system"])

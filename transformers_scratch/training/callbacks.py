@@ -228,7 +228,13 @@ class SafeModelCheckpoint(ModelCheckpoint):
     def __init__(self, *, dirpath: PathName | None = None, save_top_k: TopK = 1, mode: Literal["min", "max"] = "min",
                  every_n_train_steps: NonNegative | None = None, every_n_epochs: NonNegative | None = None,
                  save_last: Literal[True, "link"] = True, save_weights_only: Literal[False] = False,
-                 **kwargs) -> None:  # fmt: skip  # last.ckpt, whole, is what a run resumes, samples and exports
+                 **kwargs) -> None:  # fmt: skip
+        """
+        Args:
+            save_last: Never false: every run keeps checkpoints/NAME/last.ckpt, the file it resumes, samples and
+                exports from (link: a link to the newest checkpoint, on a local filesystem).
+            save_weights_only: Never true: last.ckpt keeps the optimizer's and the loops' state that a resume needs.
+        """
         try:
             super().__init__(dirpath=dirpath, save_top_k=save_top_k, mode=mode, every_n_train_steps=every_n_train_steps,
                              every_n_epochs=every_n_epochs, save_last=save_last, **kwargs)  # fmt: skip
