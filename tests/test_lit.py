@@ -593,14 +593,9 @@ def test_wandb_refusing_to_start_a_run_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_PROJECT", "a/b")  # a project name W&B refuses, offline too
     wandb.teardown()
-    with pytest.raises(ValueError, match=r"^W&B did not start the run \(Invalid project .*correct WANDB_PROJECT"):
+    with pytest.raises(ValueError, match=r"^W&B did not start the run \(Invalid project name 'a/b'"):
         assert WandbLogger(save_dir=str(tmp_path / "logs")).experiment is None
     monkeypatch.delenv("WANDB_PROJECT")
-    monkeypatch.setenv("WANDB_RUN_ID", "../x")  # W&B's words name the setting, not its variable or value
-    wandb.teardown()
-    with pytest.raises(ValueError, match=r"^W&B did not start the run \(Run ID cannot .*\); correct WANDB_RUN_ID \("):
-        assert WandbLogger(save_dir=str(tmp_path / "logs")).experiment is None
-    monkeypatch.delenv("WANDB_RUN_ID")
     (tmp_path / "settings").write_bytes(b"\xff[default]\n")  # W&B's own settings file, not UTF-8: named by no one
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path))
     wandb.teardown()
