@@ -139,6 +139,8 @@ def test_bad_config_says_what_to_do():
         LMConfig(emb=10**40 - 1, heads=4)  # refused by its type before anything reads its digits
     with pytest.raises(ValueError, match="at least 3.4e\\+18 parameters .* make it smaller"):
         LMConfig(emb=2**24, heads=2**10, depth=1000)  # the size is refused before a divisor is looked for
+    with pytest.raises(ValueError, match="model kv_heads=3 must divide heads=4"):
+        LMConfig(emb=16, heads=4, kv_heads=3)  # grouped queries: each key/value head serves heads / kv_heads
 
 
 def test_a_sinusoidal_table_past_the_machines_memory_is_refused_before_it_is_built(monkeypatch):

@@ -1597,6 +1597,26 @@ def test_a_text_file_that_is_binary_latin1_or_empty_gets_one_line(lm_ckpt, capsy
     assert f"--{flag}_file '{path}'" in err  # names the flag and the file
 
 
+@pytest.mark.parametrize("content, message", [
+    ("\n  \n\n", "--input_file '{}' holds nothing to decode: give at least one non-empty source"),
+    ("1\n" * 100_001, "--input_file holds 100,001 sources, more than 100,000; split the file"),
+])  # fmt: skip
+def test_a_decode_file_of_no_source_or_too_many_is_refused_before_the_checkpoint_is_read(lm_ckpt, capsys, content,
+                                                                                         message):  # fmt: skip
+    sources = lm_ckpt.parent / "sources.txt"
+    sources.write_text(content)
+    fails(capsys, "decode", "--ckpt_path", str(lm_ckpt), "--input_file", str(sources), message=message.format(sources))
+
+
+def test_a_log_with_nothing_to_draw_is_refused_and_no_picture_written(tmp_path, capsys):
+    run = tmp_path / "version_0"
+    run.mkdir()
+    (run / "metrics.csv").write_text("epoch,step\n0,1\n")
+    fails(capsys, "plot", str(run), message=f"'{run / 'metrics.csv'}' holds no training loss, validation metric or "
+          "learning rate to draw yet")  # fmt: skip
+    assert not (run / "curves.png").exists()
+
+
 def test_a_text_file_saved_with_a_byte_order_mark_or_given_by_a_pipe_reads_as_its_text(lm_ckpt, capsys, tmp_path):
     (tmp_path / "prompt.txt").write_bytes(b"\xef\xbb\xbfthe cat")  # as Notepad saves UTF-8
     os.mkfifo(tmp_path / "pipe")  # as --prompt_file <(...) or /dev/stdin give one

@@ -176,6 +176,15 @@ def test_a_model_with_the_longest_memory_samples():
         model.generate(torch.zeros(1, 3, dtype=torch.long), 2, window=-1)
 
 
+@pytest.mark.parametrize("settings, message", [
+    (dict(activation="swiglu"), "model activation swiglu: Transformer-XL's feed-forward is one hidden layer"),
+    (dict(same_length=True, mem_len=0), "model same_length shows every query mem_len keys: give it a memory"),
+])  # fmt: skip
+def test_settings_that_transformer_xl_cannot_follow_are_refused_by_its_config(settings, message):
+    with pytest.raises(ValueError, match=message):
+        replace(CFG, **settings)
+
+
 def test_decoding_replayed_as_a_cuda_graph_is_refused_for_a_memory_that_grows():
     """A graph replays one fixed shape; a Transformer-XL's memory grows with the text (sample --cuda_graph)."""
     with pytest.raises(ValueError, match="a Transformer-XL's memory grows: leave it off"):
