@@ -3,6 +3,7 @@ parameter redrawn, saved with save_pretrained, loaded with from_hf and compared;
 ``transformers`` loads with the same logits. No network: local folders only."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -271,6 +272,31 @@ def test_a_setting_the_family_fixes_is_refused_when_it_says_otherwise(tmp_path, 
     folder = saved(make(), tmp_path / "hf")
     edit_config(folder, **{key: value})
     with pytest.raises(HFError, match=f"config.json's {key}={str(value)!r} has no counterpart here"):
+        from_hf(folder)
+
+
+@pytest.mark.parametrize("make, changes, message", [
+    (llama, {"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0}},
+     "config.json's rope type 'linear' is not plain RoPE; only rope_type default maps"),
+    (llama, {"rope_parameters": {"rope_type": "default", "rope_theta": -1.0}},
+     "config.json's rope_theta='-1.0' is not a positive number"),
+    (llama, {"head_dim": 16}, "config.json's head_dim=16 is not hidden_size / num_attention_heads"),
+    (llama, {"attention_bias": True}, "config.json's attention_bias=True and mlp_bias=False differ"),
+    (gpt2, {"activation_function": "swish"}, "config.json's activation_function='swish' has no counterpart here"),
+])  # fmt: skip
+def test_a_config_json_that_maps_to_no_model_here_names_the_setting(tmp_path, make, changes, message):
+    folder = saved(make(), tmp_path / "hf")
+    edit_config(folder, **changes)
+    with pytest.raises(HFError, match=re.escape(message)):
+        from_hf(folder)
+
+
+@pytest.mark.parametrize("missing, message", [("config.json", "holds no config.json"),
+                                              ("model.safetensors", "holds no *.safetensors weights")])  # fmt: skip
+def test_a_folder_missing_a_file_of_the_layout_is_refused_naming_it(tmp_path, missing, message):
+    folder = saved(gpt2(), tmp_path / "hf")
+    (folder / missing).unlink()
+    with pytest.raises(HFError, match=re.escape(f"'{folder}' {message}; pass a folder written by save_pretrained")):
         from_hf(folder)
 
 
