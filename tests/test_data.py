@@ -23,6 +23,11 @@ SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 IMDB_TARBALL = SHARED / "aclImdb_v1.tar.gz"
 
 
+def test_an_eval_stride_past_the_context_is_refused_naming_both():
+    with pytest.raises(ValueError, match=r"data.eval_stride=9 must lie in \[1, context=8\], or be None"):
+        TextDataModule(context=8, eval_stride=9)
+
+
 def test_enwik8_split_is_90m_5m_5m():
     bounds = split_bounds(ENWIK8_BYTES)
     assert bounds == {"train": (0, 90_000_000), "val": (90_000_000, 95_000_000), "test": (95_000_000, 100_000_000)}

@@ -61,6 +61,19 @@ def test_an_exported_model_loads_back_with_identical_logits(tmp_path, kind):
     assert torch.equal(logits(loaded, kind), logits(model, kind))
 
 
+def test_a_model_of_no_exportable_class_is_refused_naming_those_that_are(tmp_path):
+    with pytest.raises(ValueError, match="cannot export a Linear; exportable models: CausalLM, "):
+        save_pretrained(torch.nn.Linear(2, 2), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_config_json_too_large_to_be_one_is_refused_before_it_is_parsed(tmp_path):
+    folder = save_pretrained(MODELS["lm"](), tmp_path / "lm")
+    (folder / "config.json").write_text(" " * 1_000_001)
+    with pytest.raises(ValueError, match=r"config.json' holds 1,000,001 bytes, more than 1,000,000"):
+        from_pretrained(folder)
+
+
 def test_a_tied_matrix_is_stored_once_and_stays_tied(tmp_path):
     model = trained_a_little("lm-tied")
     save_pretrained(model, tmp_path)

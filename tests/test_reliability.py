@@ -1580,6 +1580,11 @@ def test_scoring_at_another_window_than_learned_positions_were_trained_at_names_
           "are one a position, and this run's data gives 8; pass the data settings it was trained with")  # fmt: skip
 
 
+def test_predict_with_no_file_to_score_names_the_flag(lm_ckpt, text, capsys):
+    fails(capsys, "predict", "--config", TINY_LM, "--data.path", str(text), "--ckpt_path", str(lm_ckpt),
+          "--data.context", "16", message="predict scores a file: pass --data.predict_path FILE")  # fmt: skip
+
+
 def odd_files(folder: Path) -> dict[str, Path]:
     files = {"binary": b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "latin1": "caf\xe9 au lait".encode("latin-1"),
              "empty": b""}  # fmt: skip

@@ -4,6 +4,7 @@ in, ordered streams, evaluation that scores every byte once, and the memory thro
 
 import math
 import os
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -183,6 +184,16 @@ def test_a_model_with_the_longest_memory_samples():
 def test_settings_that_transformer_xl_cannot_follow_are_refused_by_its_config(settings, message):
     with pytest.raises(ValueError, match=message):
         replace(CFG, **settings)
+
+
+@pytest.mark.parametrize("state, message", [
+    ([torch.zeros(2)], "is not a state dict of named tensors; pass the state_dict() of the authors'"),
+    ({"word_emb.emb_layers.0.weight": torch.zeros(10, 8), "layers.0.pos_ff.CoreNet.0.weight": torch.zeros(16, 8)},
+     "lacks the biases r_w_bias (heads, head width); pass the state_dict() of the authors'"),
+])  # fmt: skip
+def test_what_is_no_state_dict_of_the_authors_model_is_refused_naming_it(state, message):
+    with pytest.raises(ValueError, match=re.escape(f"the state dict {message}")):
+        from_authors(state)
 
 
 def test_decoding_replayed_as_a_cuda_graph_is_refused_for_a_memory_that_grows():
