@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformers_scratch.data import ByteVocab, DataError, IMDbDataModule, TextDataModule
+from transformers_scratch.data import ByteVocab, DataError, IMDbDataModule, IMDbMLMDataModule, TextDataModule
 from transformers_scratch.data.files import read_bytes
 from transformers_scratch.data.imdb import WordVocab, read_aclimdb, tokenize
 from transformers_scratch.data.progress import Progress, ResumableOrder
@@ -21,6 +21,18 @@ from transformers_scratch.data.text import RandomWindows, StridedWindows, split_
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 IMDB_TARBALL = SHARED / "aclImdb_v1.tar.gz"
+
+
+@pytest.mark.parametrize("module, loader, message", [
+    (lambda: IMDbDataModule(), "predict_dataloader", "predict needs reviews: pass --data.predict_path FILE"),
+    (lambda: IMDbDataModule(predict_path="reviews.txt"), "predict_dataloader",
+     "predict needs the vocabulary of a trained classifier: pass --ckpt_path"),
+    (lambda: IMDbMLMDataModule(), "predict_dataloader", "masked-token pretraining predicts nothing: fine-tune"),
+    (lambda: IMDbMLMDataModule(), "test_dataloader", "masked-token pretraining has no test of its own: fine-tune"),
+])  # fmt: skip
+def test_a_split_the_reviews_modules_cannot_serve_says_what_to_do(module, loader, message):
+    with pytest.raises(ValueError, match=message):
+        getattr(module(), loader)()
 
 
 def test_an_eval_stride_past_the_context_is_refused_naming_both():

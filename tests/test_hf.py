@@ -300,6 +300,20 @@ def test_a_folder_missing_a_file_of_the_layout_is_refused_naming_it(tmp_path, mi
         from_hf(folder)
 
 
+def test_init_from_a_model_of_another_kind_or_smaller_than_the_data_names_the_fix(tmp_path):
+    from transformers_scratch.model.config import ClassifierConfig
+    from transformers_scratch.training.modules import LitCharLM, LitClassifier, pretrained_model
+
+    folder = str(saved(gpt2(), tmp_path / "hf"))  # 97 ids, 32 positions
+    sizes = dict(emb=32, heads=4, depth=1)
+    classifier = ClassifierConfig(vocab_size=97, context=32, num_classes=2, **sizes)
+    with pytest.raises(ValueError, match="holds a CausalLM and LitClassifier fine-tunes a SequenceClassifier: start"):
+        pretrained_model(LitClassifier(classifier), folder, classifier)
+    lm = LMConfig(vocab_size=200, context=16, **sizes)
+    with pytest.raises(ValueError, match="reads 97 ids and 32 positions, and the data gives 200 ids in windows of 16"):
+        pretrained_model(LitCharLM(lm), folder, lm)
+
+
 def test_this_projects_own_export_is_named_as_such_with_the_reader_to_use(tmp_path):
     from transformers_scratch.model.pretrained import save_pretrained
 
