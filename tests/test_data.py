@@ -35,6 +35,13 @@ def test_a_split_the_reviews_modules_cannot_serve_says_what_to_do(module, loader
         getattr(module(), loader)()
 
 
+def test_a_tokenizer_path_that_holds_no_tokenizer_json_is_refused_naming_it(tmp_path):
+    from transformers_scratch.data.vocab import TokenizerVocab
+
+    with pytest.raises(DataError, match=f"data.tokenizer '{tmp_path}' is not a tokenizer.json or a folder holding"):
+        TokenizerVocab.from_file(str(tmp_path))
+
+
 def test_an_eval_stride_past_the_context_is_refused_naming_both():
     with pytest.raises(ValueError, match=r"data.eval_stride=9 must lie in \[1, context=8\], or be None"):
         TextDataModule(context=8, eval_stride=9)

@@ -196,6 +196,19 @@ def test_what_is_no_state_dict_of_the_authors_model_is_refused_naming_it(state, 
         from_authors(state)
 
 
+def test_a_train_split_too_short_for_one_segment_a_stream_says_what_to_lower():
+    with pytest.raises(DataError, match="the train split holds 40 bytes, too few for 4 streams of one segment of 10"):
+        OrderedSegments(torch.zeros(40, dtype=torch.long), 10, 4, range(4))
+
+
+def test_a_state_dict_file_that_holds_no_mapping_is_refused_naming_the_flag(tmp_path):
+    from transformers_scratch.training.checkpoints import Checkpoint
+
+    torch.save([torch.zeros(2)], tmp_path / "list.pt")
+    with pytest.raises(ValueError, match=f"--state_dict '{tmp_path / 'list.pt'}' holds a list, not a state dict"):
+        Checkpoint.tensors(str(tmp_path / "list.pt"), "--state_dict")
+
+
 def test_decoding_replayed_as_a_cuda_graph_is_refused_for_a_memory_that_grows():
     """A graph replays one fixed shape; a Transformer-XL's memory grows with the text (sample --cuda_graph)."""
     with pytest.raises(ValueError, match="a Transformer-XL's memory grows: leave it off"):
