@@ -42,6 +42,18 @@ def test_a_tokenizer_path_that_holds_no_tokenizer_json_is_refused_naming_it(tmp_
         TokenizerVocab.from_file(str(tmp_path))
 
 
+def test_a_zip_of_several_files_none_named_as_the_archive_is_refused(tmp_path):
+    archive = tmp_path / "text.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("a.txt", "one")
+        z.writestr("b.txt", "two")
+    with pytest.raises(DataError, match=f"'{archive}' holds 2 files and none named 'text'"):
+        read_bytes(archive)
+    with zipfile.ZipFile(archive, "a") as z:
+        z.writestr("text", "the one")
+    assert read_bytes(archive) == b"the one"
+
+
 def test_an_eval_stride_past_the_context_is_refused_naming_both():
     with pytest.raises(ValueError, match=r"data.eval_stride=9 must lie in \[1, context=8\], or be None"):
         TextDataModule(context=8, eval_stride=9)
