@@ -399,6 +399,13 @@ def test_fit_fine_tunes_a_gpt2_folder_with_its_tokenizer_and_sample_decodes(tmp_
     checkpoint = torch.load("checkpoints/tuned/last.ckpt", weights_only=True)
     assert checkpoint["hyper_parameters"]["model"]["activation"] == "gelu_tanh"  # the folder's architecture
     assert checkpoint["hyper_parameters"]["init_from"] is None  # reloads without the folder
+    weights = (folder / "model.safetensors").rename(tmp_path / "aside.safetensors")  # a resume with the same flags
+    main(["fit", "--config", TINY_LM, "--data.path", "text.txt", "--model.init_from", str(folder),
+          "--data.tokenizer", str(folder), "--data.context", "16", "--trainer.max_steps", "6",
+          "--data.batches_per_epoch", "2", "--trainer.limit_val_batches", "2", "--sample.length", "0",
+          "--trainer.logger", "false", "--name", "tuned", "--ckpt_path", "last"])  # fmt: skip
+    assert torch.load("checkpoints/tuned/last.ckpt", weights_only=True)["global_step"] == 6  # read no folder
+    weights.rename(folder / "model.safetensors")
     capsys.readouterr()
     main(["sample", "--ckpt_path", "checkpoints/tuned/last.ckpt", "--prompt", "the cat", "--length", "5"])
     out = capsys.readouterr().out
