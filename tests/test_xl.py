@@ -209,6 +209,22 @@ def test_a_state_dict_file_that_holds_no_mapping_is_refused_naming_the_flag(tmp_
         Checkpoint.tensors(str(tmp_path / "list.pt"), "--state_dict")
 
 
+def test_init_from_a_litxl_checkpoint_starts_from_its_weights_and_architecture(tmp_path):
+    """``--model.init_from`` of a LitXL: a new run (no memory, step 0) from a trained model's weights, whose
+    architecture it takes, and whose hyper-parameters then need no file to reload."""
+    import lightning
+
+    trained = LitXL(replace(CFG, depth=2))
+    path = tmp_path / "xl.ckpt"
+    torch.save({"state_dict": trained.state_dict(), "pytorch-lightning_version": lightning.__version__,
+                "hyper_parameters": {"_class_path": "transformers_scratch.training.LitXL", **trained.hparams}},
+               path)  # fmt: skip
+    module = LitXL(CFG, init_from=str(path))
+    assert module.hparams["model"]["depth"] == 2 and module.hparams["init_from"] is None
+    started, saved = module.model.state_dict(), trained.model.state_dict()
+    assert started.keys() == saved.keys() and all(started[k].equal(saved[k]) for k in saved)
+
+
 def test_decoding_replayed_as_a_cuda_graph_is_refused_for_a_memory_that_grows():
     """A graph replays one fixed shape; a Transformer-XL's memory grows with the text (sample --cuda_graph)."""
     with pytest.raises(ValueError, match="a Transformer-XL's memory grows: leave it off"):
