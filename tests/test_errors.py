@@ -180,8 +180,8 @@ def test_a_class_given_by_its_class_path_flag_names_no_config_that_sets_its_grou
 def test_an_unknown_option_given_by_a_flag_names_no_config_that_sets_its_group(tmp_path):
     (tmp_path / "a.yaml").write_text("model:\n  class_path: test_errors.Model\n  init_args: {sizes: {emb: 4}}\n")
     assert refusal("--config", str(tmp_path / "a.yaml"), "--model.sizes.embb", "3") == (
-        "model.sizes: Option 'embb' is not accepted; --model.sizes.help CLASS lists the settings it takes"
-    )
+        "model.sizes: Option 'embb' is not accepted; --model.sizes.help Sizes lists the settings it takes"
+    )  # the class as jsonargparse's report names it
 
 
 def test_a_class_outside_the_allowed_packages_is_named():

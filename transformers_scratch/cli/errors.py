@@ -214,7 +214,9 @@ def brief(message: str) -> str:
         reason = (f"{reason.split(chr(39))[1]!r} is refused: a config may name classes and functions from "
                   f"{', '.join(ALLOWED_IMPORTS)} only (nothing else is imported)")  # fmt: skip
     if keys and re.fullmatch(r"Option '.*' is not accepted", reason):  # a setting that the class lacks
-        reason += f"; --{'.'.join(keys)}.help CLASS lists the settings it takes"
+        named = [m[1] for line in lines[:at] if (m := re.match(r"Problem with given class_path '([\w.]+)'", line))]
+        cls = named[-1].rsplit(".", 1)[-1] if named else "CLASS"  # the class the report names, innermost
+        reason += f"; --{'.'.join(keys)}.help {cls} lists the settings it takes"
     return f"{'.'.join(keys)}: {reason}" if keys else reason
 
 
