@@ -1637,6 +1637,15 @@ def test_a_text_file_saved_with_a_byte_order_mark_or_given_by_a_pipe_reads_as_it
           message="is not UTF-8 text (byte 0xe9 at 10)")  # fmt: skip
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/mem"), reason="a file whose read fails: Linux's /proc/self/mem")
+def test_a_file_whose_read_fails_is_named_by_its_flag(lm_ckpt, capsys):
+    """A read that fails after the open (an I/O error) names no file in the system's error: the readers name it."""
+    fails(capsys, "sample", "--ckpt_path", str(lm_ckpt), "--prompt_file", "/proc/self/mem",
+          message="error: --prompt_file '/proc/self/mem': Input/output error")  # fmt: skip
+    fails(capsys, "fit", "--config", TINY_LM, "--data.path", "/proc/self/mem",
+          message="error: --data.path '/proc/self/mem': Input/output error")  # fmt: skip
+
+
 @pytest.mark.parametrize("command, flag", [("sample", "prompt"), ("attention", "text")])
 def test_an_empty_text_names_its_own_flag(lm_ckpt, capsys, command, flag):
     fails(capsys, command, "--ckpt_path", str(lm_ckpt), f"--{flag}", "", message=f"--{flag} is empty")

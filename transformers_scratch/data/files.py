@@ -42,8 +42,12 @@ def read_text(path: str | os.PathLike, where: str, limit: int, kind: str = "a te
     byte. ``where`` names it in each refusal (``--prompt_file 'x.txt'``); ``kind`` is what to pass instead."""
     if not os.path.exists(path) or os.path.isdir(path):
         raise DataError(f"{where} does not exist or is a folder; pass {kind}")
-    with open(path, "rb") as stream:
-        raw = stream.read(limit + 1)
+    try:
+        with open(path, "rb") as stream:
+            raw = stream.read(limit + 1)
+    except OSError as e:
+        e.filename = e.filename or str(path)  # a failed read names no file: the error path names its flag
+        raise
     if len(raw) > limit:
         raise DataError(f"{where} holds more than {limit:,} bytes, more than is read at once; pass a shorter file "
                         "(`split -C` cuts one into parts)")  # fmt: skip
@@ -119,6 +123,9 @@ def read_bytes(path: str | os.PathLike, flag: str = "data.path") -> bytes:
         ) from e
     except PermissionError as e:
         raise DataError(f"{flag} {str(path)!r} cannot be read ({e.strerror}); check its permissions") from e
+    except OSError as e:
+        e.filename = e.filename or str(path)  # a failed read names no file: the error path names its flag
+        raise
 
 
 LONGEST = 120  # characters of one value quoted in a message: a longer one shows its start and its length
