@@ -1644,6 +1644,7 @@ def test_a_file_whose_read_fails_is_named_by_its_flag(lm_ckpt, capsys):
           message="error: --prompt_file '/proc/self/mem': Input/output error")  # fmt: skip
     fails(capsys, "fit", "--config", TINY_LM, "--data.path", "/proc/self/mem",
           message="error: --data.path '/proc/self/mem': Input/output error")  # fmt: skip
+    fails(capsys, "fit", "--config", "/proc/self/mem", message="error: --config '/proc/self/mem': Input/output error")
 
 
 @pytest.mark.parametrize("command, flag", [("sample", "prompt"), ("attention", "text")])

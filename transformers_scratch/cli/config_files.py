@@ -146,7 +146,10 @@ def check_config_files(args: list[str]) -> list[dict]:
                 continue  # a pipe (--config <(...)) can be read once: jsonargparse's read, with the same limits
             with open(path, "rb") as f:
                 data = f.read(MAX_CHARS * 4 + 1)  # at most 4 bytes a character in UTF-8
-        except OSError:
+        except OSError as e:
+            if e.filename is None:  # opened, but the read failed (an I/O error): named here
+                e.filename = path
+                raise
             continue
         try:
             text = data.decode("utf-8")
