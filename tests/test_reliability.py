@@ -212,8 +212,8 @@ def test_an_output_that_cannot_be_written_is_named_as_the_standard_output(tmp_pa
     ("TORCHINDUCTOR_CACHE_DIR=/dev/null/x", "error: the libraries did not load ([Errno 20] Not a directory: "
                                             "'/dev/null/x'); correct or unset TORCHINDUCTOR_CACHE_DIR"),
     ("MPLBACKEND=nonsense", "error: the libraries did not load (Key backend: 'nonsense' is not a valid value for "),
-    ("TQDM_MININTERVAL=abc", "error: the libraries did not load (could not convert string to float: 'abc'); correct "
-                             "or unset TQDM_MININTERVAL"),
+    ("TQDM_MININTERVAL=x", "error: the libraries did not load (could not convert string to float: 'x'); correct "
+                           "or unset TQDM_MININTERVAL"),  # a value of one character, quoted
     ("JSONARGPARSE_DEBUG=1", "error: the libraries did not load (Invalid boolean value for environment variable "
                              "JSONARGPARSE_DEBUG: 1); correct or unset JSONARGPARSE_DEBUG"),
 ])  # fmt: skip

@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> None:
     except (ValueError, OSError) as e:
         if os.environ.get("TS_DEBUG"):
             raise
-        named = [k for k, v in given if k in str(e) or len(v) > 1 and v in str(e)]  # by its name, or its value
+        named = [k for k, v in given if k in str(e) or len(v) > 1 and v in str(e) or repr(v) in str(e)]  # or value
         said = " ".join(str(e).split()).split(". ")[0][:200]
         fail(f"the libraries did not load ({said}); correct or unset {' or '.join(named) or 'the setting at fault'}")
 
