@@ -1796,6 +1796,19 @@ def test_a_callback_that_a_config_adds_and_that_does_not_fit_the_run_gets_one_li
     assert Path("checkpoints/bar/last.ckpt").is_file()
 
 
+@pytest.mark.parametrize("callback, says", [
+    ("StochasticWeightAveraging --trainer.callbacks.swa_lrs -1", "StochasticWeightAveraging: The `swa_lrs` should a "),
+    ("ModelPruning --trainer.callbacks.pruning_fn l1_unstructured --trainer.callbacks.amount 2.0",
+     "ModelPruning: amount=2.0 should either be a float in the range [0, 1]"),
+])  # fmt: skip
+def test_lightnings_refusal_of_a_callbacks_settings_names_the_callback(capsys, text, callback, says):
+    """Lightning refuses a callback's settings as it builds it, or when the run starts, in words that name neither
+    the callback nor the key: the one line names both."""
+    args = ["--config", TINY_LM, "--data.path", str(text), "--trainer.max_steps", "1", "--trainer.logger", "false"]
+    fails(capsys, "fit", *args, f"--trainer.callbacks+={callback.split()[0]}", *callback.split()[1:],
+          message=f"error: trainer.callbacks: {says}")  # fmt: skip
+
+
 def test_an_empty_list_of_loggers_is_logging_off(capsys, text):
     """``--trainer.logger []`` was Lightning's refusal of the learning-rate monitor that every run has."""
     main(["fit", "--config", TINY_LM, "--data.path", str(text), "--data.batches_per_epoch", "2", "--trainer.max_steps",

@@ -14,6 +14,8 @@ import re
 
 import torch
 from jsonargparse import ArgumentError
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from .. import data, training
@@ -30,6 +32,7 @@ REFUSALS = (ValueError, OSError, TrainingDiverged, DataError, ArgumentError, Mis
 (an out-of-memory error too, :func:`refused`)."""
 
 ALLOWED_IMPORTS = ["transformers_scratch", "torch", "lightning"]  # what a config may name by import path
+PROJECT = __name__.partition(".")[0]
 
 # jsonargparse's nested report of a value that fits none of a union's types: its scaffolding, around the reasons
 SCAFFOLDING = (
@@ -49,17 +52,24 @@ YAML = {"True": "true", "False": "false", "None": "null"}  # a choice of Literal
 def refused(e: BaseException) -> bool:
     """Whether ``e`` refuses the user's input, files or machine (one line), rather than showing a fault (a
     traceback): a module of the project's own that is missing is a fault."""
-    own = isinstance(e, ModuleNotFoundError) and (e.name or "").partition(".")[0] == __name__.partition(".")[0]
-    return (isinstance(e, REFUSALS) and not own) or out_of_memory(e) or callback_at_fault(e) is not None
+    own = isinstance(e, ModuleNotFoundError) and (e.name or "").partition(".")[0] == PROJECT
+    return (isinstance(e, REFUSALS) and not own) or out_of_memory(e) or at_fault(e) is not None
 
 
-def callback_at_fault(e: BaseException) -> str | None:
-    """The class of a callback that a config added (``from_config``) in whose code ``e`` was raised: one that
-    does not fit the run, such as BackboneFinetuning on a model with no backbone."""
-    tb = e.__traceback__
-    while tb is not None and not getattr(tb.tb_frame.f_locals.get("self"), "from_config", False):
-        tb = tb.tb_next
-    return None if tb is None else type(tb.tb_frame.f_locals["self"]).__name__
+def at_fault(e: BaseException) -> str | None:
+    """``trainer.callbacks: CLASS`` (or ``trainer.logger: CLASS``) where a class that a config named raised ``e``,
+    or what ``e`` was raised from (jsonargparse reports it without the key): the ``__init__`` of a callback or a
+    logger not of the project's (its own name their keys), or the code of a callback a config added
+    (``from_config``), one that does not fit the run, such as BackboneFinetuning on a model with no backbone."""
+    for cause in causes(e):
+        tb = cause.__traceback__
+        while tb is not None:
+            obj = tb.tb_frame.f_locals.get("self")
+            built = tb.tb_frame.f_code.co_name == "__init__" and not type(obj).__module__.startswith(PROJECT)
+            if getattr(obj, "from_config", False) or built and isinstance(obj, Callback | Logger):
+                return f"trainer.{'logger' if isinstance(obj, Logger) else 'callbacks'}: {type(obj).__name__}"
+            tb = tb.tb_next
+    return None
 
 
 def out_of_memory(e: BaseException) -> bool:
@@ -77,10 +87,10 @@ def error_line(e: BaseException, argv: list[str]) -> str:
 
 
 def _line(e: BaseException, argv: list[str]) -> str:
-    if not isinstance(e, REFUSALS) and (callback := callback_at_fault(e)):
+    if not isinstance(e, REFUSALS) and (where := at_fault(e)):
         reason = (str(e).splitlines() or [""])[0][:200]
-        return (f"trainer.callbacks: {callback} failed ({type(e).__name__}: {reason}); it does not fit this run: "
-                "correct its settings, or leave it out")  # fmt: skip
+        return (f"{where} failed ({type(e).__name__}: {reason}); it does not fit this run: correct its settings, or "
+                "leave it out")  # fmt: skip
     if isinstance(e, OSError) and e.errno == errno.ENAMETOOLONG:
         return (f"the path {shortened(str(e.filename or ''))!r} is longer than this system allows (255 bytes a "
                 f"name, {os.pathconf('/', 'PC_PATH_MAX'):,} a path); pass a shorter path")  # fmt: skip
@@ -111,7 +121,8 @@ def _line(e: BaseException, argv: list[str]) -> str:
         return f"{where}: {loaded}"
     message = str(e)
     if type(e).__name__ != "ArgumentError":  # jsonargparse's parse errors; its checks at instantiation are ValueErrors
-        return brief(message)
+        where = at_fault(e)  # a refusal of a callback's or a logger's settings, in Lightning's words, names neither
+        return f"{where}: {brief(message)}" if where else brief(message)
     line = not_a_config(message, argv) or missing_value(message, argv) or usage_slip(message, argv)
     if line is None:
         line = brief(message)
@@ -214,8 +225,8 @@ def brief(message: str) -> str:
         reason = (f"{reason.split(chr(39))[1]!r} is refused: a config may name classes and functions from "
                   f"{', '.join(ALLOWED_IMPORTS)} only (nothing else is imported)")  # fmt: skip
     if keys and re.fullmatch(r"Option '.*' is not accepted", reason):  # a setting that the class lacks
-        named = [m[1] for line in lines[:at] if (m := re.match(r"Problem with given class_path '([\w.]+)'", line))]
-        cls = named[-1].rsplit(".", 1)[-1] if named else "CLASS"  # the class the report names, innermost
+        paths = [m[1] for line in lines[:at] if (m := re.match(r"Problem with given class_path '([\w.]+)'", line))]
+        cls = paths[-1].rsplit(".", 1)[-1] if paths else "CLASS"  # the class the report names, innermost
         reason += f"; --{'.'.join(keys)}.help {cls} lists the settings it takes"
     return f"{'.'.join(keys)}: {reason}" if keys else reason
 
