@@ -48,7 +48,7 @@ def parser() -> ArgumentParser:
     made.add_argument("--trainer.models", type=Model | list[Model] | None)  # each type of a union reports the key
     made.add_argument("--trainer.max_steps", type=int, default=1)
     made.add_argument("--length", type=Count, default=1)
-    made.add_argument("--precision", type=Literal[16, 32] | Literal["bf16-mixed"] | None, default=None)
+    made.add_argument("--precision", type=Literal[16, 32] | Literal["16", "bf16-mixed"] | None, default=None)
     made.add_argument("--seed", type=bool | Count, default=True)  # a union with an interval type
     return made
 
@@ -83,7 +83,7 @@ def test_a_value_of_no_type_that_a_setting_takes_is_named_with_those_types_in_wo
     """jsonargparse writes the types as Python shows them (``Expected a <class 'int'>``): in words, every type
     of the one union refused, and not the types of a union around it (the model group may be null)."""
     assert refusal("--trainer.max_steps", "abc") == "trainer.max_steps: abc is not an integer"
-    assert refusal("--precision", "13") == "precision: 13 is not one of: 16, 32, bf16-mixed, null"
+    assert refusal("--precision", "13") == "precision: 13 is not one of: 16, 32, bf16-mixed, null"  # 16 and "16": once
     assert refusal(*MODEL, "--model.sizes.kind", "c") == "model.sizes.kind: c is not one of: a, b"
     assert refusal("--seed", "0") == "seed: 0 is not one of: true, false, an integer in [1, 16,777,216]"
 

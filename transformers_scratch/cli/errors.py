@@ -209,7 +209,7 @@ def brief(message: str) -> str:
     expected = siblings(message, at)  # the types of one union (or one type) that the value is none of
     kinds = [YAML.get(kind, kind.strip("'")) for m in expected
              for kind in ([KINDS.get(m[1], m[1])] if m[1] else m[2].split(", ") if m[2] else [m[4]])]  # fmt: skip
-    kinds.sort(key=lambda kind: kind == "null")  # last
+    kinds = sorted(dict.fromkeys(kinds), key=lambda kind: kind == "null")  # once each (16 and "16"), null last
     if reason.startswith("Not of type ") and len(set(kinds) - {"null"}) < 2:  # one interval type, or null too
         reason = reason.split(": ", 1)[-1]  # in a union's report, without the value
         reason = f"{given[-1][:40]} {reason}" if reason.startswith("is not") and given else reason
