@@ -136,5 +136,6 @@ class ResumableData(L.LightningDataModule):
             where = state["progress"]
             epoch, batches = (where.get("epoch"), where.get("batches")) if isinstance(where, dict) else (None, None)
             if not (is_count(epoch, MAX_COUNT) and is_count(batches, MAX_COUNT)):
-                raise ValueError(f"the data position it holds ({str(where)[:60]}) is no epoch and batch count")
+                raise ValueError(f"the data position it holds ({str(where)[:60]}) is no epoch and batch count; pass "
+                                 "another checkpoint")  # fmt: skip
             self.progress.epoch, self.progress.batches = cast(int, epoch), cast(int, batches)

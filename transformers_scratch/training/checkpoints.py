@@ -278,10 +278,13 @@ def restoring(source: str):
     except (OSError, MemoryError, torch.OutOfMemoryError):
         raise
     except Exception as e:
-        ours = type(e).__module__.split(".")[0] == __name__.split(".")[0]
-        if type(e) is ValueError or isinstance(e, ValueError) and ours:  # a refusal: its own line, with the file
+        tb = e.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        ours = tb is not None and tb.tb_frame.f_globals.get("__name__", "").startswith(__name__.split(".")[0])
+        if isinstance(e, ValueError) and ours:  # the project's refusal: its own line, with the file
             raise ValueError(str(e) if str(e).startswith(source) else f"{source}: {e}") from e
-        # any other error, another library's ValueError too (packaging's InvalidVersion), is the file's damage
+        # any other error, another library's ValueError too (torch's of an optimizer's state), is the file's damage
         reason = (str(e).splitlines() or [""])[0][:200]
         raise ValueError(f"{source}: its training state does not restore ({type(e).__name__}: {reason}); the file "
                          f"is damaged, or {RETRAIN}") from e  # fmt: skip
