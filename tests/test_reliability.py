@@ -1175,6 +1175,9 @@ def test_a_checkpoint_with_no_record_of_its_module_says_so(capsys, tmp_path):
     torch.save({**torch.load(path, weights_only=True), "hyper_parameters": None}, path)
     message = "holds no record of the module that wrote it (fit writes one); sample takes LitCharLM, LitXL"
     fails(capsys, "sample", "--ckpt_path", str(path), "--prompt", "a", message=message)
+    torch.save({**torch.load(path, weights_only=True), "hyper_parameters": {"_class_path": "os.system"}}, path)
+    message = "holds a module of class 'os.system'; sample takes LitCharLM, LitXL"  # not "holds a system"
+    fails(capsys, "sample", "--ckpt_path", str(path), "--prompt", "a", message=message)
 
 
 @pytest.mark.parametrize("name", ["best", "hpc", "registry"])

@@ -96,7 +96,8 @@ class Checkpoint:
         refuse_not_finite(state, self.source)
         hparams = dict(data.get("hyper_parameters") or {})
         self.path, self.class_path = path, str(hparams.get("_class_path") or "")
-        self.kind = self.class_path.rsplit(".", 1)[-1] or "?"  # the module class that wrote it
+        ours = self.class_path.partition(".")[0] == __name__.partition(".")[0]  # the module class that wrote it:
+        self.kind = self.class_path.rsplit(".", 1)[-1] if ours else f"module of class {shortened(self.class_path)!r}"
         self.hparams = {k: v for k, v in hparams.items() if not str(k).startswith("_")}
         try:
             self.vocab = checkpoint_vocab(data)
