@@ -185,6 +185,23 @@ def test_the_static_decoding_step_equals_the_cached_step(attention, positions):
             step(token)
 
 
+def test_a_kv_cache_refuses_a_write_past_its_end_or_of_several_positions_in_static_mode():
+    """Caught in the cache, in words: torch's own failure was a shape mismatch naming neither (or, in static
+    mode, a write of several positions where a replayed step writes one)."""
+    from transformers_scratch.model.cache import KVCache
+
+    cache, two = KVCache(1, 2, 3, 4, torch.float32, "cpu"), torch.ones(1, 2, 2, 4)
+    cache.update(two, two)
+    with pytest.raises(ValueError, match="KV cache holds 3 positions, 4 requested; reset or crop first"):
+        cache.update(two, two)
+    assert cache.len == 2
+    cache.at = torch.tensor(2)  # static mode, at the last position
+    with pytest.raises(ValueError, match="a static KV cache takes one position a step, not 2"):
+        cache.update(two, two)
+    keys, _ = cache.update(5 * two[:, :, :1], two[:, :, :1])
+    assert keys.shape == (1, 2, 3, 4) and keys[0, 0, 2, 0] == 5
+
+
 def test_cuda_graph_decoding_needs_a_gpu_and_the_cache():
     model = CausalLM(LMConfig(vocab_size=30, **SMALL))
     with pytest.raises(ValueError, match="on a GPU; this call has the model on cpu and use_cache True"):
