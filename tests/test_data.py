@@ -131,6 +131,13 @@ def test_training_order_shares_batches_between_ranks_and_resumes_part_way():
     assert list(ResumableOrder(10, seed=3, shuffle=True, rank=0, world=1, progress=progress))[0] >= 20
 
 
+def test_fewer_training_batches_than_devices_are_refused():
+    """Each rank takes a whole batch of every ``world``: fewer batches than ranks gave every rank an empty epoch."""
+    with pytest.raises(ValueError, match="3 training batches per epoch cannot be shared by 4 devices; use more"):
+        ResumableOrder(3, seed=0, shuffle=True, rank=0, world=4, progress=Progress())
+    assert len(ResumableOrder(4, seed=0, shuffle=True, rank=3, world=4, progress=Progress())) == 1
+
+
 def test_byte_vocab_round_trips_and_refuses_unknown_characters():
     full = ByteVocab()
     assert full.size == 256 and full.decode(full.encode_text("héllo")[0]) == "héllo"
