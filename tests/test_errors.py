@@ -184,6 +184,14 @@ def test_an_unknown_option_given_by_a_flag_names_no_config_that_sets_its_group(t
     )  # the class as jsonargparse's report names it
 
 
+def test_a_value_given_below_a_key_that_takes_one_is_the_flags_not_the_configs(tmp_path):
+    """``--model.sizes.emb.x 3``: jsonargparse reports the value as its own repr (``NestedArg(...)``), for the key
+    a config sets too, which was blamed."""
+    (tmp_path / "a.yaml").write_text("model:\n  class_path: test_errors.Model\n  init_args: {sizes: {emb: 4}}\n")
+    line = refusal("--config", str(tmp_path / "a.yaml"), "--model.sizes.emb.x", "3")
+    assert line == "model.sizes.emb: {x: 3} is not an integer in [1, 16,777,216]", line
+
+
 def test_a_class_outside_the_allowed_packages_is_named():
     line = refusal("--model", "os.system")
     assert "'os.system' is refused: a config may name classes and functions from" in line, line

@@ -203,7 +203,7 @@ def brief(message: str) -> str:
     if at is None:
         return lines[0]
     keys = [line.split('"')[1] for line in lines[:at] if line.startswith('Parser key "')]  # the first reason's
-    reason = lines[at].split("callable class: ")[-1]
+    reason = re.sub(r"NestedArg\(key='(.*?)', val='(.*?)'\)", r"{\1: \2}", lines[at].split("callable class: ")[-1])
     given = [re.sub(r"^NestedArg\(.*val=(.*)\)$", r"\1", line.removeprefix("Given value:").strip()).strip("'")
              for line in lines if line.startswith("Given value:")]  # fmt: skip
     expected = siblings(message, at)  # the types of one union (or one type) that the value is none of
@@ -303,8 +303,9 @@ def config_at_fault(line: str, argv: list[str]) -> str | None:
     plain = line.replace("init_args.", "")
     flags = {arg.split("=", 1)[0].removeprefix("--").replace("init_args.", "").rstrip("+") for arg in argv
              if arg[:2] == "--"}  # fmt: skip
-    key, option = plain.split(": ", 1)[0], re.search(r"Option '(\w+)' is not accepted", plain)  # an unknown name
-    if key in flags or f"{key}.class_path" in flags or option and f"{key}.{option[1]}" in flags:  # the key at fault
+    key = plain.split(": ", 1)[0]  # below it: an unknown name, or a value for a key that has none below it
+    below = re.search(r"Option '(\w+)' is not accepted|^[\w.]+: \{([\w.]+): ", plain)  # {x: 3}: a flag's (brief)
+    if key in flags or f"{key}.class_path" in flags or below and f"{key}.{below[1] or below[2]}" in flags:
         return None
     if any(key.startswith(f"{flag}.") for flag in flags):  # a flag gave the group that holds it: --model.model '{}'
         return None
