@@ -1943,14 +1943,21 @@ def test_a_value_too_long_for_a_config_is_named_by_its_flag(capsys, text):
           message="the value of --name is 1,000,001 characters")  # fmt: skip
 
 
-def test_a_run_name_is_a_folder_name(text, capsys):
-    fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), "--name", "../elsewhere",
-          message="is not a folder name")  # fmt: skip
-    err = fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), "--name", "x" * 5000,
-                message="... (5,000 characters)' is not a folder name")  # fmt: skip
-    fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), "--name", "ünï",
-          message="run name 'ünï' is not a folder name: use up to 100 ASCII letters")  # fmt: skip
+def test_a_run_name_is_a_folder_name(text, capsys, tmp_path):
+    """Declared on the type of ``--name`` (and of a config's ``name:``), and held against a config file's stem."""
+    fit = ["fit", "--config", TINY_LM, "--data.path", str(text), "--trainer.max_steps", "1"]
+    fails(capsys, *fit, "--name", "../elsewhere", message="error: name: '../elsewhere' is not a folder name (up to 100")
+    err = fails(capsys, *fit, "--name", "x" * 5000, message=f"error: name: '{'x' * 40}...' is not a folder name")
+    fails(capsys, *fit, "--name", "ünï", message="error: name: 'ünï' is not a folder name (up to 100 ASCII letters")
+    fails(capsys, *fit, "--name", "", message="error: name: '' is not a folder name")  # not the config's name
     assert len(err) < 1000
+    (tmp_path / "my run.yaml").write_text("trainer:\n  max_steps: 1\n")
+    fails(capsys, "fit", "--config", str(tmp_path / "my run.yaml"), *fit[1:], message="error: the run's name='my "
+          "run' is not a folder name (up to 100 ASCII letters, digits, '_', '-' and '.', not '-' or '.' first, e.g. "
+          "shakespeare_2): its config's file name; pass --name NAME")  # fmt: skip
+    (tmp_path / "2026.yaml").write_text("name: 2026\n")  # a number, as YAML reads it: a name all the same
+    main([*fit, "--config", str(tmp_path / "2026.yaml"), "--trainer.logger", "false"])
+    assert Path("checkpoints/2026/last.ckpt").is_file()
 
 
 def test_a_piped_config_is_read_once(text, capsys):

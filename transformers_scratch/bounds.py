@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from datetime import timedelta
 from typing import TYPE_CHECKING, Literal, TypeAlias, Union, get_args, get_origin, get_type_hints
 
@@ -21,6 +22,7 @@ MAX_RATE = 1e10  # a learning rate or weight decay, at most: past it the float32
 MAX_SAMPLE = 1_000_000  # characters a sample call writes (about half an hour on 2 CPU cores)
 MAX_WORKERS = 64  # DataLoader processes: each is a copy of this one; past the cores they only wait
 BOUNDED: list[type] = []
+NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")  # a run's name, or a log version: one folder, never a path
 
 
 class Named(type):
@@ -109,7 +111,25 @@ _Time.__name__ = "a time of at least 0 (DD:HH:MM:SS, or a mapping of timedelta's
 BOUNDED.append(_Time)
 
 
+class _Name(Interval):
+    """A run's name: one folder of logs/ and of checkpoints/, never a path."""
+
+    @classmethod
+    def check(cls, value):
+        text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value  # name: 2026
+        if not isinstance(text, str) or not NAME.fullmatch(text):
+            shown = str(text) if len(str(text)) <= 60 else f"{str(text)[:40]}..."
+            raise ValueError(f"{shown!r} is not {cls.__name__}")
+        return text
+
+
+_Name.__name__ = ("a folder name (up to 100 ASCII letters, digits, '_', '-' and '.', not '-' or '.' first, e.g. "
+                  "shakespeare_2)")  # fmt: skip
+BOUNDED.append(_Name)
+
+
 if TYPE_CHECKING:
+    RunName: TypeAlias = str
     PathName: TypeAlias = str
     Time: TypeAlias = str | dict[str, int]
     Positive: TypeAlias = int
@@ -138,6 +158,7 @@ if TYPE_CHECKING:
     Digits: TypeAlias = int
     HeldOut: TypeAlias = int
 else:
+    RunName = _Name
     PathName = _Path
     Time = _Time
     Positive = between(int, 1, name="a positive integer")

@@ -34,7 +34,20 @@ from lightning.pytorch.trainer.connectors.checkpoint_connector import _Checkpoin
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
-from ..bounds import Count, GlobalSeed, Interval, NonNegative, NonNegativeFloat, Share, Time, TopK, is_count, register
+from ..bounds import (
+    Count,
+    GlobalSeed,
+    Interval,
+    NonNegative,
+    NonNegativeFloat,
+    RunName,
+    Share,
+    Time,
+    TopK,
+    checked,
+    is_count,  # fmt: skip
+    register,
+)
 from ..data.files import shortened
 from ..data.vocab import vocab_state
 from ..model.config import (
@@ -61,7 +74,7 @@ from ..training.console import note, quiet, shown, silence
 from ..training.loggers import CSVLogger, WandbLogger
 from ..training.modules import LitTransformer
 from ..training.optim import OptimConfig
-from ..training.run_folder import NAME, claim_run_folder, release_run_folder
+from ..training.run_folder import claim_run_folder, release_run_folder
 from .config_files import check_config_files, check_values, written
 from .errors import ALLOWED_IMPORTS, named_as
 
@@ -76,13 +89,14 @@ LINKED = ("vocab_size", "num_classes", "context")  # model sizes that come from 
 
 
 def run_name(cfg) -> str:
-    """``--name`` (or a config's ``name:``), else the first config file's stem, else ``run``."""
+    """``--name`` (or a config's ``name:``, checked on its type), else the first config file's stem, else ``run``."""
+    if cfg.get("name") is not None:
+        return cfg.name
     configs = cfg.get("config") or []
-    name = cfg.get("name") or (Path(str(configs[0])).stem if configs else "run")
-    if not NAME.fullmatch(str(name)):
-        raise ValueError(f"run name {shortened(str(name))!r} is not a folder name: use up to 100 ASCII letters, "
-                         "digits, '_', '-' and '.' (not '-' or '.' first), e.g. --name shakespeare_2")  # fmt: skip
-    return str(name)
+    try:
+        return checked(RunName, Path(str(configs[0])).stem if configs else "run", "the run's name")
+    except ValueError as e:
+        raise ValueError(f"{e}: its config's file name; pass --name NAME") from None
 
 
 def name_run(cfg) -> str:
@@ -399,7 +413,7 @@ class CLI(LightningCLI):
         # What every run shares; a config changes only what differs (e.g. `checkpoint: {save_top_k: 3}`).
         parser.add_argument(
             "--name",
-            type=str | None,
+            type=RunName | None,
             default=None,
             help="Run name: logs/<name>/, checkpoints/<name>/ (default: the config's).",
         )

@@ -18,12 +18,11 @@ from typing import Any, get_args, get_type_hints
 
 import torch
 
-from ..bounds import is_count, refuse_not_finite
+from ..bounds import NAME, is_count, refuse_not_finite
 from ..data import ByteVocab, WordVocab, checkpoint_vocab
 from ..data.files import inflates_past, shortened
 from ..data.vocab import DamagedVocab
 from ..model.config import TransformerConfig, read_settings
-from .run_folder import NAME
 
 CHEAP = 2**24  # parameters (64 MB in float32): a model this size is built in a moment, to compare weight by weight
 RETRAIN = "it predates the package's layout or comes from another version: train it again with this one"

@@ -5,13 +5,11 @@ from __future__ import annotations
 import atexit
 import errno
 import os
-import re
 from pathlib import Path
 
 from ..atomic import unfinished
 
 LOCK = ".fit.lock"
-NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")  # a run's name, or a log version: one folder, never a path
 _HELD: dict[Path, int] = {}  # the run folders this process holds: the open descriptor of each one's lock
 
 
