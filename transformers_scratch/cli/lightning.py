@@ -45,7 +45,7 @@ from ..bounds import (
     Time,
     TopK,
     checked,
-    is_count,  # fmt: skip
+    is_count,
     register,
 )
 from ..data.files import shortened
