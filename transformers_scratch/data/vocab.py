@@ -168,8 +168,6 @@ class TokenizerVocab:
         return torch.tensor(ids, dtype=torch.long)
 
     def encode_text(self, text: str, what: str = "prompt") -> Tensor:
-        if not text:
-            raise ValueError("empty prompt; give at least one character, e.g. --prompt 'The '")
         return self.encode(text.encode("utf-8", "surrogateescape"))[None]  # (1, t)
 
     def decode(self, ids: Tensor) -> str:
