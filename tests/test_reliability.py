@@ -1650,6 +1650,13 @@ def test_a_file_whose_read_fails_is_named_by_its_flag(lm_ckpt, capsys):
     fails(capsys, "fit", "--config", "/proc/self/mem", message="error: --config '/proc/self/mem': Input/output error")
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="a folder where no file can be made: Linux's /proc")
+def test_a_file_that_cannot_be_made_is_named_by_its_flag_not_by_its_temporary_name(lm_ckpt, capsys):
+    """A file is written under a temporary name beside it: the system's error named that name, and no flag."""
+    fails(capsys, "attention", "--ckpt_path", str(lm_ckpt), "--text", "hi", "--out", "/proc/a.png",
+          message="error: --out '/proc/a.png': No such file or directory; pass a path that exists")  # fmt: skip
+
+
 @pytest.mark.parametrize("command, flag", [("sample", "prompt"), ("attention", "text")])
 def test_an_empty_text_names_its_own_flag(lm_ckpt, capsys, command, flag):
     fails(capsys, command, "--ckpt_path", str(lm_ckpt), f"--{flag}", "", message=f"--{flag} is empty")

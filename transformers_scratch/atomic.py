@@ -18,7 +18,7 @@ def written_whole(path: Path) -> Iterator[Path]:
     """A temporary name beside ``path`` to write to, of this writer's own, renamed to ``path`` once the block
     ends (atomic on POSIX): a killed or failed write leaves the old file, or none, never half of the new. A
     ``path`` that is a device or a pipe (``/dev/stdout``) is written to itself: a rename would replace it. A
-    write's error that names no file (a full disk) is raised again naming ``path``."""
+    write's error that names no file (a full disk), or names the temporary one, is raised again naming ``path``."""
     in_place = path.exists() and not path.is_file()
     tmp = path if in_place else path.with_name(f".{path.name}.{os.urandom(4).hex()}.tmp")
     try:
@@ -26,7 +26,7 @@ def written_whole(path: Path) -> Iterator[Path]:
         if not in_place:
             os.replace(tmp, path)
     except OSError as e:
-        if e.filename is None and e.errno is not None:
+        if e.errno is not None and (e.filename is None or str(e.filename) == str(tmp)):
             raise OSError(e.errno, e.strerror, str(path)) from e
         raise
     finally:
