@@ -64,9 +64,9 @@ def at_fault(e: BaseException) -> str | None:
     for cause in causes(e):
         tb = cause.__traceback__
         while tb is not None:
-            obj = tb.tb_frame.f_locals.get("self")
+            obj = tb.tb_frame.f_locals.get("self")  # a frame's self may be anything: only theirs are asked
             built = tb.tb_frame.f_code.co_name == "__init__" and not type(obj).__module__.startswith(PROJECT)
-            if getattr(obj, "from_config", False) or built and isinstance(obj, Callback | Logger):
+            if isinstance(obj, Callback | Logger) and (built or getattr(obj, "from_config", False)):
                 return f"trainer.{'logger' if isinstance(obj, Logger) else 'callbacks'}: {type(obj).__name__}"
             tb = tb.tb_next
     return None
