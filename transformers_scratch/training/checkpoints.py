@@ -24,6 +24,7 @@ from ..data.files import inflates_past, shortened
 from ..data.vocab import DamagedVocab
 from ..model.config import TransformerConfig, read_settings
 
+PROJECT = __name__.partition(".")[0]  # what the project's own classes and modules are named under
 CHEAP = 2**24  # parameters (64 MB in float32): a model this size is built in a moment, to compare weight by weight
 RETRAIN = "it predates the package's layout or comes from another version: train it again with this one"
 
@@ -95,7 +96,7 @@ class Checkpoint:
         refuse_not_finite(state, self.source)
         hparams = dict(data.get("hyper_parameters") or {})
         self.path, self.class_path = path, str(hparams.get("_class_path") or "")
-        ours = self.class_path.partition(".")[0] == __name__.partition(".")[0]  # the module class that wrote it:
+        ours = self.class_path.partition(".")[0] == PROJECT  # the module class that wrote it:
         self.kind = self.class_path.rsplit(".", 1)[-1] if ours else f"module of class {shortened(self.class_path)!r}"
         self.hparams = {k: v for k, v in hparams.items() if not str(k).startswith("_")}
         try:
@@ -281,7 +282,7 @@ def restoring(source: str):
         tb = e.__traceback__
         while tb is not None and tb.tb_next is not None:
             tb = tb.tb_next
-        ours = tb is not None and tb.tb_frame.f_globals.get("__name__", "").startswith(__name__.split(".")[0])
+        ours = tb is not None and str(tb.tb_frame.f_globals.get("__name__")).partition(".")[0] == PROJECT
         if isinstance(e, ValueError) and ours:  # the project's refusal: its own line, with the file
             raise ValueError(str(e) if str(e).startswith(source) else f"{source}: {e}") from e
         # any other error, another library's ValueError too (torch's of an optimizer's state), is the file's damage
