@@ -19,23 +19,14 @@ from typing import NoReturn
 
 from ..atomic import output_closed, output_unwritable, stopped_reading
 
-# The help names every command without importing any: torch, Lightning and the rest are imported when a command
-# runs (``cli.py --help`` in a fraction of a second, not the seconds those imports take).
+# The help names every command without importing torch or Lightning (a fraction of a second, not seconds).
 LIGHTNING = {
     "fit": "Train a model (a config names the model, data and trainer).",
     "validate": "Score a checkpoint on the validation split.",
     "test": "Score a checkpoint on the test split.",
     "predict": "Score or classify a file with a checkpoint.",
 }
-FUNCTION_NAMES = (
-    "sample",
-    "decode",
-    "export",
-    "attention",
-    "plot",
-    "context",
-    "convert_xl",
-)  # typed functions of commands.py
+FUNCTION_NAMES = ("sample", "decode", "export", "attention", "plot", "context", "convert_xl")  # of commands.py
 EXPERIMENT_NAMES = ("extrapolate", "soak")  # argparse scripts of experiments/ that build runs with build_cli
 PACKAGE = Path(__file__).resolve().parents[1]
 RANKS = ("RANK", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")  # a launcher's variables
@@ -107,9 +98,8 @@ def run_function(name: str, argv: list[str]) -> None:
 
 
 def cap_memory() -> None:
-    """On Linux without a GPU, the process's memory is capped at the machine's (``RLIMIT_DATA``): an allocation
-    past it is torch's out-of-memory error, one line that says what to lower, where the kernel would kill the
-    process without a word (a batch of 100,000 windows). A lower cap already set stays."""
+    """On Linux without a GPU, memory capped at the machine's (``RLIMIT_DATA``): an allocation past it is an
+    out-of-memory error (one line), not a kill without a word. A lower cap stays."""
     import torch
 
     if sys.platform != "linux" or torch.cuda.is_available():
@@ -125,8 +115,7 @@ def cap_memory() -> None:
 
 
 def process_at_fault() -> str | None:
-    """What of the process no command runs with: a launcher's rank that is no integer (torch reads it as it
-    starts), an output closed by the shell (``>&-``: the output would be lost), a working folder deleted."""
+    """A rank that is no integer, a closed output (``>&-``), a deleted working folder."""
     if bad := next((key for key in RANKS if not os.environ.get(key, "0").removeprefix("-").isdigit()), None):
         return (f"{bad}={os.environ[bad][:40]!r} is not an integer: a rank or count that a launcher (torchrun, "
                 "SLURM) sets, read when torch starts; unset it")  # fmt: skip

@@ -42,8 +42,7 @@ MAX_TEXT_FILE = 10_000_000  # bytes of a --X_file
 
 
 def text_or_file(text: str | None, path: str | None, flag: str, what: str, kind: str) -> str:
-    """The text of ``--FLAG TEXT`` or of the file ``--FLAG_file FILE`` (at most :data:`MAX_TEXT_FILE` bytes):
-    exactly one of the two is given, and it is not empty."""
+    """The text of ``--FLAG TEXT`` or of the file ``--FLAG_file FILE``: exactly one, not empty."""
     if (text is None) == (path is None):
         raise ValueError(f"give {what} with --{flag} TEXT or --{flag}_file FILE (one of the two)")
     if path is not None:
@@ -55,8 +54,8 @@ def text_or_file(text: str | None, path: str | None, flag: str, what: str, kind:
 
 
 def out_file(out: str, flag: str = "--out", example: str = "picture.png", inputs: tuple = ()) -> Path:
-    """A file a command writes (a picture unless ``example`` says otherwise), checked before any work: never a
-    folder nor one of the command's ``inputs`` ((flag, path) pairs), its folder made, and a file it replaces named."""
+    """A file a command writes (a picture unless ``example`` says otherwise), checked before any work: not a
+    folder nor one of its ``inputs`` ((flag, path) pairs); its folder made, a file it replaces named."""
     target = Path(out)
     refuse_output(out, flag, example, inputs)
     from matplotlib.backend_bases import FigureCanvasBase
@@ -153,14 +152,14 @@ def decode(ckpt_path: PathName, input: str | None = None, input_file: PathName |
 
 @contextmanager
 def damaged(ckpt_path: str):
-    """A model whose scores overflow (finite weights, but huge ones), named as the checkpoint that holds it."""
+    """A model whose scores overflow, named as its checkpoint."""
     try:
         yield
     except FloatingPointError as e:
         raise ValueError(f"--ckpt_path {ckpt_path!r}: {e}; a diverged or damaged model: pass another file") from None
 
 
-# fit's keys of the data, which the data modules' refusals name, as context's flags (its context is the model's)
+# fit's keys, which the data modules' refusals name, as context's flags
 CONTEXT_FLAGS = {"or lower data.context": "or a model of a shorter context", "--data.path": "--data_path",
                  "data.batch_size or data.context": "--batch_size", "data.path": "--data_path",
                  "data.eval_batch_size": "--batch_size", "data.batch_size": "--batch_size",
@@ -261,8 +260,7 @@ def convert_xl(
 
 
 def authors_vocab(symbols: str | None, size: int):
-    """The byte each of the authors' ids stands for: their symbols file (decimal byte values, one a line), or the
-    256 byte values in order."""
+    """The byte each of the authors' ids stands for: their symbols file, or the 256 byte values in order."""
     from ..data.vocab import ByteVocab
 
     if symbols is None:

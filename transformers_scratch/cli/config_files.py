@@ -1,6 +1,5 @@
-"""Config files and values are untrusted input, read with limits: jsonargparse's YAML loader is replaced by one
-that refuses more than :data:`MAX_CHARS` characters, nesting deeper than :data:`MAX_DEPTH` and more than
-:data:`MAX_ALIASES` aliases (a "billion laughs" file is refused before it is expanded), with one clear line each."""
+"""Config files and values are untrusted: jsonargparse's YAML loader is replaced by one that refuses more than
+:data:`MAX_CHARS` characters, nesting deeper than :data:`MAX_DEPTH` and more than :data:`MAX_ALIASES` aliases."""
 
 from __future__ import annotations
 
@@ -43,8 +42,7 @@ class GuardedLoader(yaml.SafeLoader):
             self.depth -= 1
 
     def construct_yaml_int(self, node):
-        """A number longer than Python reads from text (4,300 digits), refused with the fix: no bound here is near.
-        YAML 1.1's base 60 (``10:00:00:00``, 2,160,000) is text, as YAML 1.2 reads it: a time of Lightning's."""
+        """A number longer than Python reads (4,300 digits) refused; YAML 1.1's base 60 is text (a time)."""
         if ":" in str(node.value):
             return node.value
         if (digits := sum(c.isdigit() for c in str(node.value))) > 4_300:
@@ -55,13 +53,11 @@ class GuardedLoader(yaml.SafeLoader):
         return node.value if ":" in str(node.value) else super().construct_yaml_float(node)
 
     def construct_yaml_bool(self, node):
-        """YAML 1.1's yes, no, on and off are text, as YAML 1.2 reads them (a run named ``no``); a setting that takes
-        true or false still reads them so (jsonargparse's reading of a value for a bool)."""
+        """YAML 1.1's yes, no, on and off are text, as YAML 1.2 reads them."""
         return super().construct_yaml_bool(node) if str(node.value).lower() in ("true", "false") else node.value
 
     def construct_mapping(self, node, deep=False):
-        """A key set twice in one mapping is refused: PyYAML keeps the last, and the first looks as if it held.
-        A merge key (``<<: *defaults``) is YAML's, and the keys it brings give way to the mapping's own."""
+        """A key set twice in one mapping is refused (PyYAML keeps the last); a merge key's keys give way."""
         lines: dict = {}
         for key, _ in node.value:
             if key.tag == MERGE:
@@ -76,8 +72,7 @@ class GuardedLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
     def construct_unplain(self, node):
-        """A value of a YAML type that no setting takes: jsonargparse read a set or an ordered map given for a group
-        of settings as no settings at all, and a date as no text."""
+        """A value of a YAML type that no setting takes (a set, an ordered map, a date)."""
         raise ConfigError(f"!!{node.tag.rpartition(':')[2]} (line {node.start_mark.line + 1}) is a YAML type that no "
                           "setting takes; write a mapping, a list, text or a number")  # fmt: skip
 
@@ -116,8 +111,7 @@ def config_paths(args: list[str]) -> list[str]:
 
 
 def longest_value(text: str) -> str:
-    """Where the longest line of a YAML text is, as the dotted path of its keys (``model.init_args.note``), read
-    from the indentation of the lines above it; or its line number when it has no key."""
+    """Where the longest line of a YAML text is: its keys' dotted path, read from the indentation, or its line."""
     lines = text.splitlines() or [""]
     at = max(range(len(lines)), key=lambda i: len(lines[i]))
     path: list[str] = []
@@ -135,10 +129,8 @@ def longest_value(text: str) -> str:
 
 
 def check_config_files(args: list[str]) -> list[dict]:
-    """Every ``--config`` file read and parsed with the limits before jsonargparse reads it whole, so that a
-    refusal names the file (and, for a file too long, the key that holds the long value); a file too large to
-    be a config is not read at all. The files jsonargparse cannot find or open are left to its own message, and
-    a pipe to jsonargparse's read through :func:`load`. Returns the settings of the files read."""
+    """Every regular ``--config`` file read with the limits before jsonargparse reads it, so that a refusal names
+    the file; its settings returned."""
     read = []
     for path in config_paths(args):
         try:
@@ -181,8 +173,7 @@ def written(value) -> str:
 
 
 def check_class_part(label: str, value) -> None:
-    """A class's ``class_path`` that is no text, or ``init_args`` that are no mapping (``label``: the flag or key
-    that gives it): jsonargparse fails inside on either, in Python's words ('NoneType' object has no attribute)."""
+    """A ``class_path`` that is no text, or ``init_args`` that are no mapping (jsonargparse fails inside)."""
     part, shown = label.rpartition(".")[2], written(value)
     if part == "class_path" and not isinstance(value, str):
         raise ConfigError(f"{label} {shown!r} is no class name; name a class by its name or import path")
@@ -239,8 +230,7 @@ set_loader("yaml", load, exceptions=(yaml.YAMLError,))
 
 
 class PlainDumper(yaml.SafeDumper):
-    """PyYAML's safe dumper, writing an Enum as its value: a default of Lightning's, such as Timer's interval, is
-    one, and jsonargparse's dump of the settings (``--print_config``, a check of a callback list) refused it."""
+    """PyYAML's safe dumper, writing an Enum (a default of Lightning's) as its value."""
 
 
 PlainDumper.add_multi_representer(enum.Enum, lambda dumper, value: dumper.represent_data(value.value))

@@ -1,10 +1,6 @@
-"""The one error path: a refusal, the project's own or jsonargparse's or Lightning's, or torch's out of memory,
-becomes one ``error:`` line that names the flag or the ``--config`` file at fault, the value and the fix.
-
-This is the only module that reads the text of another library's messages. tests/test_errors.py runs each reading
-below against the installed jsonargparse and torch, so a release that rewords a message fails a test, not a user's
-run.
-"""
+"""The one error path: a refusal (the project's, jsonargparse's, Lightning's, or out of memory) becomes one
+``error:`` line naming the flag or ``--config`` file at fault, the value and the fix. The only module that reads
+another library's messages; tests/test_errors.py runs each reading against the installed versions."""
 
 from __future__ import annotations
 
@@ -28,8 +24,7 @@ from .config_files import ConfigError, config_paths, load, no_mapping, not_yaml
 
 REFUSALS = (ValueError, OSError, TrainingDiverged, DataError, ArgumentError, MisconfigurationException,
             ModuleNotFoundError)  # fmt: skip
-"""What the user's input, files or machine refuse (a package a setting needs, not installed, too): one line each
-(an out-of-memory error too, :func:`refused`)."""
+"""What the user's input, files or machine refuse: one line each."""
 
 ALLOWED_IMPORTS = ["transformers_scratch", "torch", "lightning"]  # what a config may name by import path
 PROJECT = __name__.partition(".")[0]
@@ -57,10 +52,8 @@ def refused(e: BaseException) -> bool:
 
 
 def at_fault(e: BaseException) -> str | None:
-    """``trainer.callbacks: CLASS`` (or ``trainer.logger: CLASS``) where a class that a config named raised ``e``,
-    or what ``e`` was raised from (jsonargparse reports it without the key): the ``__init__`` of a callback or a
-    logger not of the project's (its own name their keys), or the code of a callback a config added
-    (``from_config``), one that does not fit the run, such as BackboneFinetuning on a model with no backbone."""
+    """``trainer.callbacks: CLASS`` (or ``trainer.logger: CLASS``) where ``e`` or its cause was raised in the
+    ``__init__`` of a callback or logger not of the project's, or in the code of a callback a config added."""
     for cause in causes(e):
         tb = cause.__traceback__
         while tb is not None:
@@ -73,16 +66,14 @@ def at_fault(e: BaseException) -> str | None:
 
 
 def out_of_memory(e: BaseException) -> bool:
-    """An allocation that failed: Python's MemoryError, torch's OutOfMemoryError (a GPU's), or the RuntimeError of
-    torch's CPU allocator, which has no type of its own."""
+    """An allocation that failed (torch's CPU allocator raises a RuntimeError)."""
     return isinstance(e, MemoryError | torch.OutOfMemoryError) or (
         isinstance(e, RuntimeError) and "can't allocate memory" in str(e)
     )
 
 
 def error_line(e: BaseException, argv: list[str]) -> str:
-    """The one line that a refused input gets, with any character that is not printable (a key of a config
-    may hold one) written as its escape; ``argv``: the command line (after the command's name)."""
+    """The one line that a refused input gets, unprintable characters escaped; ``argv``: after the command."""
     return printable(_line(e, argv))
 
 
@@ -134,8 +125,7 @@ def _line(e: BaseException, argv: list[str]) -> str:
 
 
 def variable_at_fault(line: str, argv: list[str]) -> str | None:
-    """With jsonargparse reading settings from the environment (``JSONARGPARSE_DEFAULT_ENV=true``), the variable
-    whose value a report refuses, set for its key or a group above it (PL_FIT__TRAINER__MAX_STEPS, PL_FIT__TRAINER)."""
+    """With ``JSONARGPARSE_DEFAULT_ENV=true``, the variable whose value a report refuses (PL_FIT__TRAINER...)."""
     if os.environ.get("JSONARGPARSE_DEFAULT_ENV", "").lower() != "true":
         return None
     parts = [f"PL_{argv[0]}", *line.split(": ", 1)[0].replace("init_args.", "").split(".")]
@@ -163,8 +153,7 @@ FIXES = {  # a folder was to be made or entered where a file is; a disk that is 
 
 
 def flag_of(path: str, argv: list[str]) -> str | None:
-    """The flag whose value is ``path``, else one that holds it (a logger's settings) or is a folder above it;
-    where several do, all of them."""
+    """The flags whose value is ``path``, else those that hold it or a folder above it."""
     pairs = [arg.partition("=")[::2] if arg.startswith("--") else (argv[i - 1] if i else "", arg)
              for i, arg in enumerate(argv)]  # fmt: skip
     given = [(flag, value, os.path.abspath(value)) for flag, value in pairs if flag.startswith("--") and value]
@@ -175,8 +164,7 @@ def flag_of(path: str, argv: list[str]) -> str | None:
 
 
 def memory_line(e: BaseException, argv: list[str]) -> str:
-    """Out of memory: how much was asked for where torch's message says it, what the machine has, and what to
-    lower (a run's batch and window, or a command's samples)."""
+    """Out of memory: how much was asked for, what the machine has, and what to lower."""
     cpu, gpu = re.search(r"allocate (\d+) bytes", str(e)), re.search(r"Tried to allocate ([\d.]+ \w+)", str(e))
     asked = f" {int(cpu[1]) / 1e9:,.1f} GB at once" if cpu else f" {gpu[1]} at once" if gpu else ""
     where = "the GPU" if isinstance(e, torch.OutOfMemoryError) else f"this machine ({memory_bytes() / 1e9:,.1f} GB)"
@@ -188,14 +176,12 @@ def memory_line(e: BaseException, argv: list[str]) -> str:
 
 
 def named_as(key: str, e: BaseException) -> str:
-    """A refusal from the settings under ``key`` (Lightning's Trainer names the value, not where it was set),
-    named as the key's, unless it names it already."""
+    """A refusal of the settings under ``key``, named as the key's unless it names it already."""
     return str(e) if str(e).startswith(key) else f"{key}: {e}"
 
 
 def brief(message: str) -> str:
-    """One line from jsonargparse's nested "does not validate against any of the Union subtypes" report: the
-    innermost key and the first real reason (the project's own message, when a config refused the value)."""
+    """One line from jsonargparse's nested report: the innermost key and the first real reason."""
     lines = [line.strip().removeprefix("- ") for line in message.split("\n") if line.strip()]
     if len(lines) <= 1:
         return message
@@ -232,8 +218,7 @@ def brief(message: str) -> str:
 
 
 def siblings(message: str, at: int) -> list[re.Match]:
-    """The report's "Expected a TYPE" lines beside its line ``at`` (of those :func:`brief` keeps), at its depth:
-    the types of the one union it refused the value for, not an enclosing union's."""
+    """The report's "Expected a TYPE" lines beside its line ``at``, at its depth: one union's types."""
     raw = [line for line in message.split("\n") if line.strip()]
 
     def expected(i: int) -> re.Match | None:
@@ -254,8 +239,7 @@ NO_CONFIG = 'Parser key "config"'
 
 
 def not_a_config(message: str, argv: list[str]) -> str | None:
-    """jsonargparse's report of a config that is no file, no mapping of settings, or no YAML (a file read through
-    a pipe; regular files are refused before parsing), naming the config files given; None for any other report."""
+    """jsonargparse's report of a config that is no file, no mapping or no YAML, naming the files given."""
     named = ", ".join(repr(p) for p in config_paths(argv)) or "a config"
     first = message.split("\n")[0]
     if first.startswith(NO_CONFIG):  # no such file, or a folder
@@ -268,8 +252,7 @@ def not_a_config(message: str, argv: list[str]) -> str | None:
 
 
 def missing_value(message: str, argv: list[str]) -> str | None:
-    """argparse's "argument --data: expected one argument" names the group, not the flag: the flag that has no
-    value after it (the line's end, or another option such as ``--``), named; None for any other report."""
+    """argparse's "expected one argument" names the group: the flag with no value after it, named."""
     if "expected one argument" not in message:
         return None
     for i, arg in enumerate(argv):
@@ -280,8 +263,7 @@ def missing_value(message: str, argv: list[str]) -> str | None:
 
 
 def usage_slip(message: str, argv: list[str]) -> str | None:
-    """argparse's "unrecognized arguments", given on the command line (a config's unknown key has a report of its
-    own), or its "arguments are required", with where to look; None for any other report."""
+    """argparse's "unrecognized arguments" or "arguments are required", with where to look."""
     first = message.split("\n")[0]
     if first.startswith("the following arguments are required: ") and re.search(rf" {argv[0]}\.(model|data)", first):
         return f"{first}; a config names them, e.g. --config configs/first_run.yaml"
@@ -296,10 +278,8 @@ def usage_slip(message: str, argv: list[str]) -> str | None:
 
 
 def config_at_fault(line: str, argv: list[str]) -> str | None:
-    """Of the ``--config`` files, the one that sets the key a report names (jsonargparse's report names the key,
-    not the file): the one that names the longest such key, the last of equals, as the last one wins; None where
-    a flag on the command line sets it, or no file does. A file's keys count with and without ``init_args``. A
-    pipe is read once, by jsonargparse: where one was given and no file sets the key itself, it is the one."""
+    """The ``--config`` file that sets the key a report names (the longest such key; of equals the last, which
+    wins); None where a flag sets it. A pipe, read once, is the one where no file sets the key itself."""
     plain = line.replace("init_args.", "")
     flags = {arg.split("=", 1)[0].removeprefix("--").replace("init_args.", "").rstrip("+") for arg in argv
              if arg[:2] == "--"}  # fmt: skip
@@ -341,8 +321,7 @@ def _keys(settings, prefix: str = "") -> list[str]:
 
 
 def _named(key: str, line: str) -> bool:
-    """Whether a report names this dotted key: quoted, whole, or its last part as jsonargparse quotes an option or
-    a key that is no text (``got: 1.``), or, where no setting has that name (``""``, ``"a b"``), alone."""
+    """Whether a report names this dotted key: quoted, whole, or its last part as jsonargparse quotes it."""
     last = key.rsplit(".", 1)[-1]
     odd = not last.isidentifier() and f'"{last}"' in line  # an empty key, a key with a space: at any depth
     if f'"{key}"' in line or f"'{last}'" in line or f"got: {last}." in line or odd:

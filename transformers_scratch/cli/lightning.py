@@ -1,15 +1,7 @@
-"""Lightning's commands (fit, validate, test, predict) through LightningCLI, with what every run shares set in one
-place: the loggers (CSV and W&B), the callbacks (progress bar, checkpoints as ``--checkpoint.*``, learning-rate
-monitor, samples as ``--sample.*``, predictions as ``--predictions.*``), and the links that carry sizes from the
-data into the model's config (vocabulary, classes, context), so that none is typed twice. A run's name is its
-config file's (``--name`` overrides it): it logs to ``logs/<name>/`` and checkpoints to ``checkpoints/<name>/``.
-
-Hand-written pieces, and why Lightning's own do not do:
-- :func:`name_run` puts the run's name into the shared defaults once the config is parsed (jsonargparse has no
-  default that depends on another value);
-- ``_parse_ckpt_path`` overrides a private LightningCLI method (no public hook), because Lightning's puts every
-  hyper-parameter of a checkpoint over the command line, and a resumed run would silently keep its old settings.
-"""
+"""Lightning's commands (fit, validate, test, predict) through LightningCLI, with what every run shares set once:
+the loggers (CSV and W&B), the callbacks (``--checkpoint.*``, ``--sample.*``, ``--predictions.*`` and the rest), and
+the links that carry sizes from the data into the model's config. A run's name is its config file's (or ``--name``):
+it logs to ``logs/<name>/`` and checkpoints to ``checkpoints/<name>/``."""
 
 from __future__ import annotations
 
@@ -121,8 +113,7 @@ class Run:
 
 
 def refuse_nulls(cfg) -> None:
-    """jsonargparse checks a class's arguments against their types, but takes ``null`` for any ``init_args`` of a
-    class given by ``class_path``, and for a whole group of a callback's arguments: refused (:func:`refuse_null`)."""
+    """:func:`refuse_null` for the classes a config names by class_path and the groups of settings."""
     for key in ("model", "data"):  # classes a config names by class_path
         if isinstance(getattr(cfg.get(key), "class_path", None), str):
             refuse_null(key, class_of(cfg[key]), cfg[key].get("init_args") or {})
@@ -132,10 +123,8 @@ def refuse_nulls(cfg) -> None:
 
 
 class BoundedTrainer(Trainer):
-    """Lightning's Trainer: every aspect of training, as flags.
-
-    The counts it takes a step modulo or divides by (0: a ZeroDivisionError deep in a loop), the norm it clips
-    by and the times it reads are bounded on their types here, as every setting of the project's is."""
+    """Lightning's Trainer: every aspect of training, as flags; the settings it divides by, clips by or waits for
+    bounded on their types."""
 
     def __init__(self, *, accumulate_grad_batches: Count = 1, log_every_n_steps: Count | None = None,
                  check_val_every_n_epoch: Count | None = 1, gradient_clip_val: NonNegativeFloat | None = None,
@@ -160,17 +149,13 @@ class BoundedTrainer(Trainer):
             enable_checkpointing: Never false: every run keeps checkpoints/NAME/last.ckpt, to resume, sample and
                 export (--checkpoint.save_top_k 0 keeps it alone).
         """
-        super().__init__(accumulate_grad_batches=accumulate_grad_batches, log_every_n_steps=log_every_n_steps,
-                         check_val_every_n_epoch=check_val_every_n_epoch, gradient_clip_val=gradient_clip_val,
-                         min_steps=min_steps, min_epochs=min_epochs, num_sanity_val_steps=num_sanity_val_steps,
-                         val_check_interval=val_check_interval, max_time=max_time, barebones=barebones,
-                         enable_checkpointing=enable_checkpointing, **kwargs)  # fmt: skip
+        bounded = {k: v for k, v in locals().items() if k not in ("self", "kwargs", "__class__")}
+        super().__init__(**bounded, **kwargs)
 
 
 def bound_trainer(trainer, sub: str | None = None) -> None:
-    """What Lightning's Trainer takes unchecked and no one setting's type can say: a process for every CPU device
-    asked for, nodes that no launcher starts, and no batch at all in ``sub`` (validate, test, predict) with a limit
-    of 0."""
+    """What no one setting's type can say: more CPU devices than cores, a GPU that is not there, nodes that no
+    launcher starts, and a limit of 0 batches for ``sub`` (validate, test, predict)."""
     devices, cores = str(trainer.get("devices")), os.cpu_count() or 1
     if devices.isdigit() and int(devices) > cores and not torch.cuda.is_available():
         raise ValueError(f"trainer.devices={shortened(devices)}: on a CPU each device is a process of its own, and "
@@ -189,8 +174,7 @@ def bound_trainer(trainer, sub: str | None = None) -> None:
 
 
 def refuse_unlogged_monitors(cfg, logged: tuple[str, ...] | None) -> None:
-    """A monitored validation metric that the model's validation does not log (the checkpoint's, or a config's
-    EarlyStopping's), refused before anything is written: Lightning would refuse it at the first validation's end."""
+    """A monitored metric that the model's validation does not log, refused before anything is written."""
     monitors = [("checkpoint", "SafeModelCheckpoint", cfg.checkpoint.monitor)] + [
         ("trainer.callbacks", _class_name(c), (getattr(c, "init_args", None) or {}).get("monitor"))
         for c in cfg.trainer.get("callbacks") or []]  # fmt: skip
@@ -201,9 +185,8 @@ def refuse_unlogged_monitors(cfg, logged: tuple[str, ...] | None) -> None:
 
 
 def settle_output(sub: str | None, cfg) -> None:
-    """What a run leaves out: Lightning's and W&B's messages unless ``--verbose``; for scoring, the warning that
-    the checkpoint folder moved (it writes none); for predict, the kept predictions and the loggers (it logs no
-    metric: a W&B run and a log version of hyper-parameters would be all it left, one for every refused file)."""
+    """Lightning's and W&B's messages unless ``--verbose``; for predict, no kept predictions and no loggers (it
+    logs no metric)."""
     if sub != "fit":
         warnings.filterwarnings("ignore", message=r"The dirpath has changed from")
     if not cfg.get("verbose"):
@@ -215,8 +198,7 @@ def settle_output(sub: str | None, cfg) -> None:
 
 
 def read_run_checkpoint(cfg, name: str) -> Checkpoint | None:
-    """The run's ``--ckpt_path``, read once (its shapes, not its weights: Lightning restores them); ``last`` is
-    this run's own ``last.ckpt`` (one run, one place)."""
+    """The run's ``--ckpt_path`` (``last``: this run's own last.ckpt), read once, without its weights."""
     if cfg.get("weights_only") is False:  # Lightning's flag: every checkpoint here is read as data, whatever it says
         raise ValueError("--weights_only false would unpickle the checkpoint, running any code it holds; every "
                          "checkpoint here is read as data: leave the flag out")  # fmt: skip
@@ -236,7 +218,7 @@ DESCRIPTION = "Train and evaluate the project's models. The other commands: cli.
 
 
 def sizes_help() -> str:
-    """fit's description: the model's sizes and choices, which Lightning's help would leave behind two flags."""
+    """fit's description: the model's sizes and choices."""
     hints = get_type_hints(TransformerConfig)
     shown_sizes = ", ".join(
         f"{f.name} {f.default}" if not f.type.startswith("Literal") else f"{f.name} {'|'.join(get_args(hints[f.name]))}"
@@ -259,8 +241,8 @@ CONFIG_CLASSES = {
 
 
 def nested_help(argv: list[str]) -> str | None:
-    """The help of a setting group inside the model, such as ``--model.model.help LMConfig``, which Lightning's
-    help lists but cannot show (jsonargparse answers help one level into a subclass only); no --config needed."""
+    """The help of a settings class inside the model (``--model.model.help LMConfig``), which jsonargparse's
+    help does not reach."""
     for i, arg in enumerate(argv):
         key, eq, value = arg.partition("=")
         if not re.fullmatch(r"--model\.(init_args\.)?\w+\.help", key):
@@ -286,10 +268,8 @@ def class_of(component) -> type:
 
 
 def refuse_null(key: str, cls: Any, values) -> None:
-    """jsonargparse checks a class's arguments against their types, but takes ``null`` for any ``init_args`` of a
-    class given by ``class_path`` (``--data.num_workers null`` reached the DataLoader), and for a whole group of a
-    callback's arguments (``checkpoint: null`` in a config). Either is refused here, naming the flag: a group set to
-    null, and an argument set to null whose type does not admit None (with its default)."""
+    """``null`` for a group of settings, or for a setting whose type does not admit None: jsonargparse takes
+    either under a ``class_path`` and for a callback's group."""
     if not hasattr(values, "items"):  # null, or one value (checkpoint: false)
         raise ValueError(
             f"{key}: {written(values)}: {key} is a group of {cls.__name__}'s settings, not one value; give them as a "
@@ -334,9 +314,7 @@ LIMITS = {"validate": "limit_val_batches", "test": "limit_test_batches", "predic
 """The trainer's limit of the batches each scoring command reads."""
 
 
-# What every run has: the bar, the learning-rate log, the phase timers, the throughput and the Ctrl-C/SIGTERM
-# saver. A config's own `trainer.callbacks` list adds to these (CLI.with_project_callbacks); the checkpoint policy
-# is the `checkpoint` key's.
+# What every run has; a config's `trainer.callbacks` adds to these (CLI.with_project_callbacks).
 PROJECT_CALLBACKS: list[dict[str, Any]] = [
     {"class_path": f"{ProgressBar.__module__}.ProgressBar"},
     {"class_path": "lightning.pytorch.callbacks.LearningRateMonitor", "init_args": {"logging_interval": "step"}},
@@ -347,17 +325,14 @@ PROJECT_CALLBACKS: list[dict[str, Any]] = [
 
 
 def configs_name_loggers(argv: list[str], configs: list[dict]) -> bool:
-    """Whether the ``--config`` files name the run's loggers, so that the default list is replaced whole (a list
-    is not merged) and never read, and the command line leaves the loggers alone: ``--trainer.logger...`` or a
-    ``--trainer`` group may edit that default before a config replaces it."""
+    """Whether the ``--config`` files name the run's loggers, and no flag edits the default list: then that list
+    need not be read."""
     named = any(isinstance(c.get("trainer"), dict) and "logger" in c["trainer"] for c in configs)
     return named and not any(a == "--trainer" or a.startswith(("--trainer=", "--trainer.logger")) for a in argv)
 
 
 class SaveRunConfig(SaveConfigCallback):
-    """Lightning's: the run's config.yaml in its log folder. With ``--trainer.logger false`` a run has no log
-    folder, and Lightning would write config.yaml into the working directory, over a file of that name: then
-    nothing is written."""
+    """Lightning's: the run's config.yaml in its log folder; nothing with no logger (not the working folder)."""
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         if trainer.loggers:
@@ -390,9 +365,8 @@ class CLI(LightningCLI):
         )
 
     def subcommands(self) -> dict[str, set[str]]:  # type: ignore[override]  # a method here: it reads self.argv
-        """Lightning builds a parser for every subcommand at start-up; only the one being run is built here
-        (``cli.py --help`` still lists them all). ``verbose`` of ``Trainer.validate`` and ``Trainer.test`` gives way
-        to the run's own ``--verbose``; they print their table of results, their output, either way."""
+        """Only the subcommand being run gets a parser (``--help`` lists them all); the run's ``--verbose``
+        replaces that of ``Trainer.validate`` and ``Trainer.test``."""
         every = LightningCLI.subcommands()
         every = {name: {*skip, "verbose"} if name in ("validate", "test") else skip for name, skip in every.items()}
         asked = self.argv[0] if getattr(self, "argv", None) else None
@@ -443,9 +417,8 @@ class CLI(LightningCLI):
         })  # fmt: skip
 
     def parse_arguments(self, parser, args) -> None:
-        """Read the config files with limits, parse, then: refuse what jsonargparse lets through, settle how the
-        run is quiet, name the run and read its checkpoint. Each step is a function of its own; what later hooks
-        need travels as one value, ``self.run``."""
+        """Config files read with limits, parsed, then checked, the run named and its checkpoint read: what later
+        hooks need travels as ``self.run``."""
         check_values(self.argv)
         if configs_name_loggers(self.argv, check_config_files(self.argv)):
             for each in self.parsers:  # the default list need not be read: reading it imports W&B (0.4 s)
@@ -460,12 +433,9 @@ class CLI(LightningCLI):
         self.run = Run(name_run(cfg), read_run_checkpoint(cfg, run_name(cfg)) if sub else None)
 
     def _parse_ckpt_path(self) -> None:
-        """Lightning's version puts *every* hyper-parameter of the checkpoint over the command line, so a resumed
-        run silently kept its old learning rate. Here the checkpoint decides the architecture (its weights fit
-        nothing else) and the command line decides training: a changed ``model.optim`` is applied, with a note
-        (``LitTransformer.on_train_start``). A checkpoint of another kind of model is refused.
-        (Overrides a private LightningCLI method: no public hook parses checkpoint hyper-parameters;
-        tests/test_reliability.py pins the behaviour.)"""
+        """The checkpoint decides the architecture and the command line decides training (Lightning's private
+        method would put every hyper-parameter of the checkpoint over the command line); another kind of model is
+        refused."""
         ckpt = self.run.ckpt
         if ckpt is None or not ckpt.hparams and not ckpt.class_path:
             return
@@ -486,10 +456,8 @@ class CLI(LightningCLI):
             init.init_from = None
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
-        """Lightning's Trainer checks its own settings (an accelerator it does not know, devices it does not have),
-        in words that name the value but not where it was set, a package that a setting needs and this machine
-        lacks (``precision transformer-engine``), or a cluster's settings it does not take (a RuntimeError, such as
-        SLURM's ``--ntasks``), or CPU devices that are no count (a TypeError): its refusal is named as the trainer's."""
+        """The Trainer's refusal of its own settings (in words that name the value, not where it was set), named
+        as the trainer's."""
         try:
             trainer: Any = super().instantiate_trainer(**kwargs)
         except (MisconfigurationException, ValueError, ModuleNotFoundError, RuntimeError, TypeError) as e:
@@ -546,9 +514,8 @@ class CLI(LightningCLI):
 
     @staticmethod
     def with_project_callbacks(callbacks: list) -> list:
-        """A config's ``trainer.callbacks`` list replaces the default one, as Lightning's lists do: the project's
-        callbacks it left out are put back before it (a progress bar of its own stands in for the project's). A
-        second SafeModelCheckpoint is refused: the run's checkpoint policy is the ``checkpoint`` key's."""
+        """A config's ``trainer.callbacks`` with the project's that it left out put back before them (its own
+        progress bar stands in for the project's); a second SafeModelCheckpoint is refused."""
         if any(_class_name(c) == SafeModelCheckpoint.__name__ for c in callbacks):
             raise ValueError(
                 "trainer.callbacks lists a SafeModelCheckpoint, and every run has one already, which writes "
@@ -576,9 +543,8 @@ class CLI(LightningCLI):
             logger.init_args["id" if name == "WandbLogger" else "version"] = version
 
     def check_weights_fit(self) -> None:
-        """The checkpoint's weights against the module built from its settings, before Lightning's strict load,
-        and its vocabulary given to the data module, whatever class wrote it; with no checkpoint (nor
-        model.init_from), validate, test and predict score untrained weights: said so."""
+        """The checkpoint's weights checked against the module, and its vocabulary given to the data; scoring
+        with no checkpoint is said to score untrained weights."""
         if ckpt := self.run.ckpt:
             ckpt.check_fits(self.model)
             if self.subcommand == "fit":
@@ -593,8 +559,7 @@ class CLI(LightningCLI):
                  "checkpoints/NAME/last.ckpt for a trained one")  # fmt: skip
 
     def _guard_restore(self, source: str) -> None:
-        """Lightning restores the run inside fit (validate, test, predict) with no public hook around it: its
-        restoring steps run under :func:`restoring`, so a damaged entry of the file is one line naming it."""
+        """Lightning's restoring steps, under :func:`restoring` (no public hook wraps them)."""
         connector = self.trainer._checkpoint_connector
         connector.__class__ = GuardedRestore  # a class, not closures: ddp_spawn pickles the trainer
         cast(GuardedRestore, connector).source = source
@@ -665,8 +630,7 @@ class CLI(LightningCLI):
                 note(f"W&B logged offline: upload with `wandb sync {lg.save_dir}/wandb/offline-run-*`, once logged in")
 
     def _validate_in_full(self) -> None:
-        """Frequent validations may score part of the validation split (``trainer.limit_val_batches``, cheap);
-        the trained model is scored on all of it, once, as litgpt's final validation and nanoGPT's last eval."""
+        """The trained model scored once on the whole validation split, where the run's validations scored part."""
         trainer = self.trainer
         if not self.config.fit.final_validation or trainer.interrupted or not trainer.num_val_batches:
             return
@@ -682,9 +646,7 @@ class CLI(LightningCLI):
         note(f"final validation over the whole validation split ({whole} batches): {shown_scores}")
 
     def _check_pretrained(self) -> None:
-        """``model.pretrained`` (fine-tuning, or a run in stages): its weights must fit the model, which is checked
-        now, before the data is read; and the data must give the ids they were trained on, so it gets that
-        vocabulary to check."""
+        """``model.pretrained``'s weights read (checked) before the data, and its vocabulary given to the data."""
         path = getattr(self.model, "pretrained", None)
         if not path or self.config.fit.get("ckpt_path"):  # a resumed run's weights are its own
             return
@@ -693,8 +655,7 @@ class CLI(LightningCLI):
             self.datamodule.load_state_dict(vocab_state(vocab))
 
     def vocab_size(self, data_size: int) -> int:
-        """The model's vocabulary size: the data's, or the checkpoint's where one decides the architecture (its
-        vocabulary is then the data's, :meth:`check_weights_fit`: a file of fewer characters is scored with it)."""
+        """The model's vocabulary size: the data's, or the checkpoint's where one decides the architecture."""
         ckpt = self.run.ckpt if hasattr(self, "run") else None
         if ckpt is None or ckpt.vocab is None or not isinstance(ckpt.model, dict):
             return data_size
@@ -702,8 +663,7 @@ class CLI(LightningCLI):
         return trained if isinstance(trained, int) and is_count(trained) else data_size
 
     def _read_data(self) -> None:
-        """validate and test: the vocabulary restored, then the data read and checked, before the loggers start
-        (as ``before_fit`` does): a refused data file leaves no log version and no W&B run."""
+        """validate and test: the data read and checked before the loggers start (a refusal leaves no log)."""
         self.check_weights_fit()
         if self.trainer.world_size == 1:
             self.datamodule.prepare_data()
@@ -735,8 +695,7 @@ class GuardedRestore(_CheckpointConnector):
 def build_cli(args: list[str] | None = None, run: bool = True) -> CLI:
     """The one way to build the CLI, for ``main`` and the tests alike."""
     argv = sys.argv[1:] if args is None else args
-    # The typed configs' attribute docstrings are their help, read from their sources: only a run that shows help
-    # reads them (seconds of start-up otherwise spent on text no one sees).
+    # The configs' attribute docstrings (their help) are read only for a help (they cost seconds).
     set_parsing_settings(docstring_parse_attribute_docstrings=any("help" in a or a == "-h" for a in argv))
     command_line = sys.argv
     if args is not None:  # a run of an experiment's (or a test's): Lightning warns of the command line beside it

@@ -170,13 +170,9 @@ def labels_of(cache: dict, path: Path, count: int) -> Tensor:
 
 
 class PaddedBatches(Dataset):
-    """Item i is a whole batch, padded only to its longest review: (ids (b, t), mask (b, t), labels (b,)),
-    and the reviews' texts when given (prediction prints them beside the predicted class).
-
-    ``order``: ``bucketed`` (training) cuts batches from seeded random pools of ``pool`` batches sorted by
-    length, so little is padding, and the training order shuffles the batches each epoch; ``length`` sorts everything by
-    length (evaluation); ``given`` keeps the reviews in their order (prediction, one output per input line).
-    """
+    """Item i is a whole batch, padded to its longest review: (ids (b, t), mask (b, t), labels (b,)) and the
+    texts when given. ``order``: ``bucketed`` (training: seeded random pools of ``pool`` batches sorted by length),
+    ``length`` (evaluation) or ``given`` (prediction, one output per input line)."""
 
     def __init__(
         self,
@@ -239,12 +235,8 @@ def fingerprint(path: str, flag: str, hint: str) -> str:
 
 
 class IMDbDataModule(ResumableData):
-    """IMDb: 25,000 training reviews (less a held-out validation set) and 25,000 test reviews.
-
-    What a model needs from it (``vocab_size``, ``num_classes``, ``context``) is linked into the model's
-    config by the CLI; ``vocab`` and ``class_names`` serve prediction, and the vocabulary travels in
-    checkpoints (``state_dict``).
-    """
+    """IMDb: 25,000 training reviews (less a held-out validation set) and 25,000 test reviews; the vocabulary
+    travels in checkpoints (``state_dict``)."""
 
     num_classes = len(CLASSES)
     class_names = CLASSES
@@ -463,10 +455,7 @@ class MaskedBatches(Dataset):
 
 class IMDbMLMDataModule(IMDbDataModule):
     """Masked-token pretraining on IMDb (the tutorial's BERT section): the classifier's training reviews plus the
-    50,000 unlabeled ones, never a validation or test review. The classifier's validation reviews, masked the
-    same way each time, measure it. The vocabulary is the classifier's own (built from the same training
-    reviews, with the same settings), so the pretrained encoder reads the classifier's ids; one id past them is
-    [MASK]."""
+    50,000 unlabeled ones, validated on its validation reviews; its vocabulary is the classifier's, plus [MASK]."""
 
     @property
     def num_classes(self):

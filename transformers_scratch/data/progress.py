@@ -1,11 +1,5 @@
-"""Training batches that a resumed run continues exactly.
-
-A killed run resumed from a checkpoint must see the batches the uninterrupted run would have seen. So a
-training batch is a pure function of its number, never of a random stream that a restart would reseed:
-epoch ``e``'s order comes from ``(seed, e)``, each rank takes its own share, and the data module counts the
-batches training has consumed in the epoch. That count travels in the checkpoint (the data module's
-``state_dict``), and the resumed epoch starts after it.
-"""
+"""Training batches that a resumed run continues exactly: a batch is a function of its number, epoch ``e``'s order
+comes from ``(seed, e)``, and the count of batches consumed travels in the checkpoint (the data's ``state_dict``)."""
 
 from __future__ import annotations
 
@@ -51,14 +45,9 @@ class Epoch(Dataset):
 
 
 class ResumableOrder(DistributedSampler):
-    """The numbers of this rank's training batches in one epoch, from where training left off.
-
-    Batch number ``epoch * n + k`` is the k-th of the epoch's n batches: its content is decided by that number
-    alone. ``shuffle`` permutes the n batches with a generator seeded by ``(seed, epoch)``; rank r of w takes
-    every w-th batch of the permutation (the tail that does not divide evenly waits for the next epoch). It is
-    a ``DistributedSampler``, with ``set_epoch`` called by Lightning each epoch, so Lightning uses it as it is
-    instead of wrapping it in its own.
-    """
+    """The numbers of this rank's training batches in one epoch, from where training left off: batch
+    ``epoch * n + k``, shuffled by ``(seed, epoch)``, rank r of w taking every w-th. A ``DistributedSampler``, so
+    Lightning uses it as it is."""
 
     def __init__(self, n: int, seed: int, shuffle: bool, rank: int, world: int, progress: Progress) -> None:
         if n < world:

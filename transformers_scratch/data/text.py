@@ -114,12 +114,8 @@ class FileWindows:
 
 
 class TextDataModule(ResumableData):
-    """Byte-level text: any local text file, or a known text downloaded into ``data_dir`` when missing
-    (enwik8 by default, or Tiny Shakespeare; see :mod:`.sources`), split 90/5/5.
-
-    What a model needs from it (``vocab_size``, ``context``) is linked into the model's config by the CLI;
-    ``vocab`` and ``seed_text`` serve samples, and the vocabulary travels in checkpoints (``state_dict``).
-    """
+    """Byte-level text: any local text file, or a known text downloaded into ``data_dir`` (enwik8 by default;
+    :mod:`.sources`), split 90/5/5; the vocabulary travels in checkpoints (``state_dict``)."""
 
     def __init__(
         self,
@@ -300,12 +296,9 @@ class TextDataModule(ResumableData):
 
 
 class OrderedSegments(Dataset):
-    """Transformer-XL's training batches: the split cut into ``streams`` contiguous streams of equal length (the
-    tail that does not divide evenly is left out), and batch k of an epoch holds segment k of ``rows`` of them,
-    one a row, so that each row's memory is the text just before its segment (the authors' ``LMOrderedIterator``).
-    An epoch is one pass down the streams; the last part of a stream shorter than a segment is left out, so that
-    every batch has one shape. Item i is batch number i of any epoch: inputs and next-byte targets (b, context),
-    and whether it begins the streams (a fresh memory)."""
+    """Transformer-XL's training batches (the authors' ``LMOrderedIterator``): the split cut into ``streams``
+    contiguous streams, batch k holding segment k of ``rows`` of them, so that each row's memory is the text just
+    before it. Item i: inputs and targets (b, context), and whether it begins the streams (a fresh memory)."""
 
     def __init__(self, data: Tensor, context: int, streams: int, rows: range) -> None:
         self.data, self.context, self.rows = data, context, rows
@@ -329,11 +322,9 @@ class OrderedSegments(Dataset):
 
 
 class StreamedSegments(Dataset):
-    """Evaluation with a memory: the split's targets cut into ``streams`` contiguous streams, each walked in
-    consecutive segments of ``context``, so that every byte after the first is scored exactly once, by the stream
-    that holds it, with the memory of its stream's text before it (none at a stream's start). Item i holds
-    segment i of ``rows`` of the streams: inputs (b, context), targets with IGNORE_INDEX past a stream's end, and
-    whether it begins the streams."""
+    """Evaluation with a memory: the split cut into ``streams`` contiguous streams walked in segments, every byte
+    after the first scored once with its stream's memory. Item i: segment i of ``rows`` streams (targets
+    IGNORE_INDEX past a stream's end), and whether it begins the streams."""
 
     def __init__(self, data: Tensor, context: int, streams: int, rows: range) -> None:
         self.data, self.context, self.rows = data, context, rows
@@ -366,11 +357,8 @@ class StreamedSegments(Dataset):
 
 
 class OrderedTextDataModule(TextDataModule):
-    """Byte-level text in ordered streams, for Transformer-XL (``LitXL``): each row of a training batch walks its
-    own contiguous stream, ``data.batch_size`` streams per device and each device its own, and validation and test
-    walk their split in ``data.eval_batch_size`` streams of consecutive segments (see :class:`OrderedSegments`
-    and :class:`StreamedSegments`). ``context`` is the segment length. ``batches_per_epoch`` and ``eval_stride`` do
-    not apply: an epoch is one pass down the streams, and evaluation scores every byte once."""
+    """Byte-level text in ordered streams, for ``LitXL`` (:class:`OrderedSegments`, :class:`StreamedSegments`):
+    ``context`` is the segment length; an epoch is one pass down the streams."""
 
     def segments(self, split: str, streams_per_rank: int, cls: type) -> Dataset:
         rank, world = self.ranks()

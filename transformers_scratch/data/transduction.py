@@ -108,10 +108,7 @@ class TrainingBatches(Dataset):
 
 
 class TransductionDataModule(ResumableData):
-    """Generated transduction tasks for :class:`~transformers_scratch.training.LitSeq2Seq`.
-
-    What the model needs (``vocab_size``, ``context``) is linked into its config by the CLI.
-    """
+    """Generated transduction tasks for :class:`~transformers_scratch.training.LitSeq2Seq`."""
 
     vocab_size = SPECIALS + len(ALPHABET)
 

@@ -259,18 +259,10 @@ def speedrun_fit(data: str, budget: float, seed: int, work: Path, threads: int |
 
 
 def speedrun_nanogpt(copy: Path, budget: float, seed: int, threads: int | None, pace: dict) -> dict:
-    """nanoGPT's CPU recipe with ``max_iters`` chosen to end inside the budget, from its pace (``pace``, last
-    measured): max_iters = (budget - 1 s - the seconds a run spends outside its iterations) / seconds per
-    iteration, with its cosine over the same iterations. "Outside" is start-up, the evaluations at the first
-    and last iteration, the save and the exit. The run's own pace then replaces ``pace`` for the next run,
-    except its end, which replaces the one kept only when it is longer.
-
-    This machine's speed changes between runs, so the scratch copy also follows a deadline (``NANOGPT_DEADLINE``,
-    :data:`STOPPED`): the budget less the longest end of a run seen so far (``end_s``: from the deadline check to
-    the exit, which is the last evaluation, the save, one iteration and the exit), two iterations and 1 s.
-    Every 30 iterations it sets ``max_iters`` (and its cosine's length) to the iterations the time left allows
-    at the last 30's pace, as fit's Deadline callback does; past the deadline, it evaluates, saves and stops at
-    the iteration it is on. ``steps`` is the saved model's iterations; ``max_iters`` is what the pace set first."""
+    """nanoGPT's CPU recipe with ``max_iters`` chosen from its last measured ``pace`` to end inside the budget
+    (the budget less 1 s and the seconds outside its iterations, over seconds per iteration); the run's own pace
+    then replaces ``pace``. The scratch copy also follows a deadline (``NANOGPT_DEADLINE``, :data:`STOPPED`),
+    resetting ``max_iters`` every 30 iterations as fit's Deadline callback does."""
     iters = int((budget - 1.0 - pace["other_s"]) / pace["iter_s"])
     reserve = pace["end_s"] + 2 * pace["iter_s"] + 1.0
     out = f"out-speedrun-{seed}-{time.strftime('%H%M%S')}"
@@ -301,10 +293,8 @@ def _flag(name: str) -> int:
 
 
 def _pace_of(run: Run) -> dict:
-    """nanoGPT's start-up (launch to "using fused AdamW"), its seconds per iteration over the iterations after
-    the first 10 % (warm-up), the rest of its wall time (evaluations, save, exit: ``other_s``), and its end
-    (``end_s``: from the last iteration before its last evaluation to the exit), from the times its lines
-    arrived."""
+    """nanoGPT's start-up, seconds per iteration (after the first 10 %), the rest of its wall time (``other_s``)
+    and its end (``end_s``), from the times its lines arrived."""
     startup = next(t for t, line in run.lines if line.startswith("using fused AdamW"))
     iters_at = [t for t, line in run.lines if line.startswith("iter ")]
     steady = iters_at[max(1, len(iters_at) // 10) :]

@@ -1,12 +1,6 @@
 """Callbacks: checkpoints that are never broken, the progress bar, throughput, samples during training, and
-the printed predictions. They are the glue between a module and its data; the modules know neither.
-
-Private Lightning members used, with no public hook in their place (tests/test_reliability.py pins each):
-``SafeModelCheckpoint`` reads ``_every_n_train_steps`` and ``_defer_save_until_validation`` and calls
-``_should_skip_saving_checkpoint``, ``_should_save_on_train_epoch_end``, ``_monitor_candidates``,
-``_save_topk_checkpoint`` and ``_save_last_checkpoint``: nothing public says that a save was deferred, and
-Lightning 2.6 then drops it, so these write every checkpoint that was asked for.
-"""
+the printed predictions. ``SafeModelCheckpoint`` uses ModelCheckpoint's private members (nothing public says that
+a save was deferred, which Lightning 2.6 then drops); tests/test_reliability.py pins each."""
 
 from __future__ import annotations
 
@@ -53,9 +47,8 @@ class TrainingDiverged(RuntimeError):
 
 
 class SafeCheckpointIO(CheckpointIO):
-    """Wraps the strategy's checkpoint writer: refuses weights that are not finite, and writes each file to a
-    temporary name of its own in the same folder, then renames it into place (atomic on POSIX), so a crash
-    mid-write leaves the previous checkpoint whole and two runs never share a temporary file."""
+    """The strategy's checkpoint writer, refusing weights that are not finite and writing each file whole (a
+    temporary file of its own, renamed into place)."""
 
     def __init__(self, inner: CheckpointIO, callback: SafeModelCheckpoint) -> None:
         self.inner, self.callback = inner, callback
@@ -154,14 +147,9 @@ class Deadline(Callback):
 
 
 class StopOnSignal(Callback):
-    """Ctrl-C (SIGINT) or SIGTERM (what ``kill`` and schedulers send) stops a fit where a checkpoint is whole:
-    at the end of the training step under way, or at the end of the validation under way. ``last.ckpt`` is then
-    written, the run says how to continue, and the process exits non-zero (130 or 143). ``--ckpt_path last``
-    then ends exactly as the uninterrupted run does. A second Ctrl-C stops at once, saving nothing. ``predict``
-    stops the same way, at the end of the batch under way.
-
-    Lightning's own SIGTERM handling raises a ``SystemExit`` with status 0 part-way through its loop's
-    bookkeeping; this callback's handlers replace it while training runs, and put it back afterwards."""
+    """Ctrl-C or SIGTERM stops a fit at the end of the step (or validation) under way, writes ``last.ckpt``
+    and exits 130 or 143; ``--ckpt_path last`` then ends as the uninterrupted run does. A second Ctrl-C stops at
+    once. Replaces Lightning's SIGTERM handling (a ``SystemExit(0)`` mid-loop) while training runs."""
 
     def __init__(self) -> None:
         self.signal: signal.Signals | None = None  # the signal that asked for a stop
@@ -217,13 +205,8 @@ class StopOnSignal(Callback):
 
 
 class SafeModelCheckpoint(ModelCheckpoint):
-    """``ModelCheckpoint`` whose files are written through :class:`SafeCheckpointIO`: atomically, and never
-    with non-finite weights (training then stops with an error that names the last good checkpoint).
-
-    ``monitor: null`` in a config means the module's own metric (``val/bpc`` for the character model,
-    ``val/acc`` for the classifier); the CLI fills it in, with the file name pattern that goes with it. The
-    arguments below are ``ModelCheckpoint``'s, with their bounds declared (the command line names the flag).
-    """
+    """``ModelCheckpoint`` writing through :class:`SafeCheckpointIO` (training stops on non-finite weights,
+    naming the last good checkpoint). ``monitor: null``: the module's own metric (``val/bpc``, ``val/acc``)."""
 
     def __init__(self, *, dirpath: PathName | None = None, save_top_k: TopK = 1, mode: Literal["min", "max"] = "min",
                  every_n_train_steps: NonNegative | None = None, every_n_epochs: NonNegative | None = None,
@@ -259,10 +242,8 @@ class SafeModelCheckpoint(ModelCheckpoint):
                              "(--checkpoint.dirpath moves the folder)")  # fmt: skip
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
-        """A fit that fails after training steps (a config's callback at an epoch's end, a logger, the disk) keeps
-        them in ``last.ckpt``; a stop on a signal saves its own (:class:`StopOnSignal`), and a divergence or a
-        second Ctrl-C saves nothing. One process only: a save waits for every rank, and one that failed alone
-        would wait for ranks that are inside another collective."""
+        """A fit that fails after training steps keeps them in ``last.ckpt`` (one process only: a save waits
+        for every rank); a divergence or a second Ctrl-C saves nothing."""
         start = getattr(self, "trained_from", None)  # None before training: a restore failed midway saved its half
         if isinstance(exception, Interrupted | TrainingDiverged | KeyboardInterrupt) or start is None:
             return
@@ -291,9 +272,8 @@ class SafeModelCheckpoint(ModelCheckpoint):
         self.trained_from = trainer.global_step
 
     def load_state_dict(self, state_dict: dict) -> None:
-        """Lightning's record of the checkpoints written, each path made real: a resumed run deletes the worst of
-        its best ones where the path lies in its folder, and a checkpoint's ``FOLDER/../../file`` looked as if it
-        did (a damaged or hostile file deleted a file anywhere)."""
+        """Lightning's record of the checkpoints written, each path resolved: a resumed run deletes the worst of
+        them, and a hostile ``FOLDER/../../file`` must not pass as inside its folder."""
         super().load_state_dict(state_dict)
         real = lambda path: os.path.realpath(path) if path and "://" not in str(path) else path  # noqa: E731
         self.best_k_models = {real(path): score for path, score in self.best_k_models.items()}
@@ -319,10 +299,8 @@ class SafeModelCheckpoint(ModelCheckpoint):
 
     # ---- every checkpoint asked for is written (Lightning 2.6 drops some; tests/test_reliability.py pins these) ----
     def _save_last_on_schedule(self, trainer) -> None:
-        """``every_n_train_steps`` before the first validation: Lightning defers the save until the monitored
-        metric exists, to the end of validation, and then does not save there when it saves at epoch ends, so a
-        run validated once an epoch wrote nothing in its first epoch. ``last.ckpt`` needs no metric: written
-        now. (Private members of ModelCheckpoint: no public hook says a save was deferred.)"""
+        """``every_n_train_steps`` before the first validation: Lightning defers the save until the metric
+        exists, then drops it; ``last.ckpt`` needs no metric, so it is written now."""
         every = getattr(self, "_every_n_train_steps", 0)
         if not (getattr(self, "_defer_save_until_validation", False) and self.save_last and every):
             return
@@ -344,9 +322,7 @@ class SafeModelCheckpoint(ModelCheckpoint):
             self._defer_save_until_validation = False
 
     def on_train_end(self, trainer, pl_module) -> None:
-        """``last.ckpt`` is the model training ended with, also when the last step was not a saving step; a
-        ``fast_dev_run`` writes none, as Lightning promises (its own save here wrote one, and the run's folder then
-        refused the real run)."""
+        """``last.ckpt`` is the model training ended with; a ``fast_dev_run`` writes none."""
         if trainer.fast_dev_run:
             return
         super().on_train_end(trainer, pl_module)
@@ -407,10 +383,8 @@ def _on_stderr(init):
 
 
 class ProgressBar(TQDMProgressBar):
-    """Lightning's bar, on stderr (stdout holds a command's output only), with one training bar over the whole run:
-    optimizer steps out of ``trainer.max_steps``, its rate and time left counted from where this process started
-    (a resumed run included), and the training values that the module copies to the host on logging steps
-    (``LitTransformer.log_train``), so showing them costs no device sync."""
+    """Lightning's bar, on stderr, with one training bar over the whole run (steps out of ``max_steps``, the
+    rate counted from where this process started) showing the host copies of ``LitTransformer.log_train``."""
 
     init_sanity_tqdm = _on_stderr(TQDMProgressBar.init_sanity_tqdm)
     init_validation_tqdm = _on_stderr(TQDMProgressBar.init_validation_tqdm)
@@ -449,13 +423,8 @@ class ProgressBar(TQDMProgressBar):
 
 
 class Throughput(Callback):
-    """Training tokens a second over all devices and, on a GPU whose peak Lightning knows, the model FLOPs
-    utilisation, logged on the trainer's logging steps as ``train/tokens_per_s`` and ``train/mfu``; on a GPU also
-    the peak memory allocated so far, ``train/peak_mem_gb``.
-
-    Host-side counters only: nothing waits for the device. (Lightning's ThroughputMonitor synchronises with
-    the GPU every step.) Each figure covers the steps *completed* since the last one: the batch about to run is
-    counted after the figure, since counting it would overstate the first figure by a step."""
+    """``train/tokens_per_s`` over all devices and, on a GPU, ``train/mfu`` and ``train/peak_mem_gb``, on the
+    logging steps. Host-side counters only (no device sync); each figure covers the steps completed since the last."""
 
     ESTIMATE_AFTER = (3, 23)  # the estimate of the run's time times these steps (the first few warm up)
 
@@ -496,9 +465,8 @@ class Throughput(Callback):
 
 
 class SampleText(Callback):
-    """After each validation, continue a random validation slice with the model and print it (the tutorial:
-    600 characters at temperature 0.5 from a 256-character seed); W&B also gets a table of samples. Acts
-    on models that generate (the character model) fed by a data module with ``seed_text`` and ``vocab``."""
+    """After each validation, a random validation slice continued by the model and printed (and logged to W&B),
+    for models that generate fed by a data module with ``seed_text`` and ``vocab``."""
 
     def __init__(
         self, length: SampleLength = 600, temperature: NonNegativeFloat = 0.5, seed_length: Count = 256
@@ -555,10 +523,8 @@ class SampleText(Callback):
 
 
 class PhaseTimes(Callback):
-    """Where a run's wall time goes, written to ``phases.json`` beside the CSV log at the end of each stage:
-    the time of the first training or validation batch (start-up ends there), seconds in the training loop
-    (validation inside it excluded), seconds in validation (sanity check and samples included) and in
-    samples. Times are ``time.time()``, so a launcher can measure start-up from its own clock."""
+    """Where a run's wall time goes, in ``phases.json`` beside the CSV log: the first batch's ``time.time()``
+    (start-up ends there), and seconds in training, validation and samples."""
 
     def __init__(self) -> None:
         # moments (time.time(), None until they happen) and durations (seconds)
@@ -608,9 +574,8 @@ class PhaseTimes(Callback):
 
 
 class PredictionWriter(BasePredictionWriter):
-    """Writes what ``predict`` computed, to stdout or a file: for a classifier one line per input in input
-    order, ``label<TAB>probability<TAB>text`` (batches carry their texts); for the character model one
-    line, the file's bits per byte (batches carry bits and bytes scored)."""
+    """What ``predict`` computed, to stdout or a file: a classifier's ``label<TAB>probability<TAB>text`` for
+    each input in order; a character model's bits per byte of the file."""
 
     def __init__(self, output: PathName | None = None) -> None:
         """

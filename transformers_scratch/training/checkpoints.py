@@ -1,8 +1,6 @@
 """Reading what ``fit`` wrote. A :class:`Checkpoint` reads a file once, as data (``weights_only``), and checks
 what it holds: the kind of model, its settings, its weights' names and shapes, the vocabulary and the run it
-continues. Every command that reads a checkpoint goes through it: fit (``--ckpt_path``, ``model.init_from``,
-``model.pretrained``), validate, test, predict, sample, export, attention and decode; convert_xl reads its file of
-tensors with :meth:`Checkpoint.tensors`. A file is untrusted: each refusal is one line naming the flag and file."""
+continues. Every command that reads a checkpoint goes through it; each refusal is one line naming flag and file."""
 
 from __future__ import annotations
 
@@ -127,10 +125,8 @@ class Checkpoint:
         return self.hparams.get("model")
 
     def settings(self, module_class: Any) -> Any:
-        """The model settings, checked against the config class of the module that will take them, before
-        anything is built (:func:`~..model.config.read_settings`): a model larger than its weights, and too large
-        to build cheaply (:data:`CHEAP`), is refused before it is allocated; a smaller one is built, and its first
-        weight that differs named (:meth:`check_fits`). A dict of every setting."""
+        """The model settings, checked against the module's config class before anything is built; a model
+        larger than its weights and than :data:`CHEAP` is refused before it is allocated."""
         cls = settings_class(module_class)
         if cls is None or self.model is None:
             return self.model
@@ -149,9 +145,8 @@ class Checkpoint:
         return cls
 
     def check_fits(self, module: torch.nn.Module, fix: str | None = None) -> None:
-        """The weights against the module built from the settings, before a strict load, whose RuntimeError lists
-        every key: a name or a shape the module lacks is refused in one line, naming the first, and ``fix`` (by
-        default: the data settings, where only the window differs; else a damaged or foreign file)."""
+        """The weights against the module built from the settings, before a strict load: the first name or shape
+        the module lacks is refused in one line, with ``fix``."""
         ours = {name: tuple(t.shape) for name, t in module.state_dict().items()}
         problems = [f"{name!r} is missing" for name in ours if name not in self.shapes]
         problems += [f"{name!r} is not one of its weights" for name in self.shapes if name not in ours]
@@ -204,9 +199,8 @@ class Checkpoint:
         return module.eval(), self.vocab
 
     def refuse_changed(self, given: dict, trained, argv: list[str], linked: tuple[str, ...]) -> None:
-        """A model flag on the command line (``argv``, parsed as ``given``) that the checkpoint's ``trained``
-        settings contradict would be silently replaced by them (its weights fit nothing else): refused, naming both
-        values and the ways out."""
+        """A model flag (``argv``, parsed as ``given``) that the checkpoint's ``trained`` settings contradict
+        would be silently replaced: refused, naming both values."""
         trained = trained if isinstance(trained, dict) else vars(trained) if trained is not None else {}
         for arg in argv:
             flag = arg.split("=", 1)[0]
@@ -221,9 +215,8 @@ class Checkpoint:
                 )
 
     def check_data(self, data) -> None:
-        """The data of a run from this checkpoint must give the ids its model reads: the same kind of vocabulary
-        and size; windows longer than it was trained on are refused for learned positions (no vector there) and
-        noted for the others. ``data``: the run's data settings."""
+        """The run's ``data`` must give the ids the model reads (the same vocabulary); windows longer than it was
+        trained on are refused for learned positions and noted for the others."""
         vocab, trained = self.vocab, self.model or {}
         field = lambda key, default: (
             (trained.get(key) if isinstance(trained, dict) else getattr(trained, key, None)) or default
@@ -271,9 +264,8 @@ class Checkpoint:
 
 @contextmanager
 def restoring(source: str):
-    """Lightning's restore of a run from a checkpoint (its loops, optimizer, schedule, data position, random
-    stream), where a damaged entry fails with any error, deep in torch: named as the file's (``source``), in one
-    line; a refusal of the project's is prefixed with it."""
+    """Lightning's restore of a run, where a damaged entry fails with any error deep in torch: named as the
+    file's (``source``) in one line."""
     try:
         yield
     except (OSError, MemoryError, torch.OutOfMemoryError):
@@ -292,9 +284,7 @@ def restoring(source: str):
 
 
 def check_linked_context(model, data) -> None:
-    """``model.context`` comes from the data (``data.context``, or ``data.max_length`` for reviews); a different
-    value typed by hand would be silently replaced. (A parsed config cannot tell a typed value from the default,
-    so the default itself passes.)"""
+    """``model.context`` comes from the data: another value typed by hand would be silently replaced."""
     given, linked = model.get("context"), data.get("context", data.get("max_length"))
     if given is None or linked is None or given in (linked, TransformerConfig.context):
         return

@@ -1,7 +1,5 @@
-"""What a run says on the terminal. stdout holds a command's output only (a sample, predictions); the run's own
-notes go to stderr through :func:`note`. By default a run is quiet: Lightning's and W&B's messages, the model
-summary are left out, and ``--verbose`` brings them back. The warnings in :data:`SILENCED` are never shown:
-each contradicts what the project guarantees, or asks nothing of the user (the reasons are beside them)."""
+"""What a run says on the terminal: stdout holds a command's output only, notes go to stderr (:func:`note`).
+A run is quiet unless ``--verbose``; the warnings in :data:`SILENCED` are never shown (the reasons beside them)."""
 
 from __future__ import annotations
 
@@ -82,9 +80,7 @@ def note(message: str) -> None:
 
 
 def quiet() -> None:
-    """Leave out what a run does not need to say: Lightning's information (devices, seed, tips), W&B's terminal
-    output (the run's folders are in the run's own header), and the Hugging Face Hub's retries of a request (with
-    no network, ten lines before the one that says what to do)."""
+    """Leave out Lightning's information, W&B's terminal output and the Hugging Face Hub's retries."""
     for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
         logging.getLogger(name).setLevel(logging.WARNING)
     os.environ.setdefault("WANDB_SILENT", "true")

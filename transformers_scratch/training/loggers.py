@@ -1,10 +1,5 @@
-"""Logging: W&B that also works with no account or no network, and CSV files that a resumed run continues.
-
-Private Lightning members used, with no public hook in their place: ``CSVLogger.experiment`` sets ``_experiment``
-through ``_fs``, and ``_AppendingWriter`` overrides ``ExperimentWriter._check_log_dir_exists``, which deletes the
-rows a resumed run must keep (tests/test_reliability.py pins them). ``WandbLogger`` drops ``anonymous`` from
-``_wandb_init`` when it is not asked for: Lightning always passes it, and W&B warns on every run that the
-setting is deprecated."""
+"""Logging: W&B that also works with no account or no network, and CSV files that a resumed run continues (through
+private members of Lightning's CSVLogger, pinned by tests/test_reliability.py)."""
 
 from __future__ import annotations
 
@@ -61,11 +56,8 @@ def _reachable(host: str = "api.wandb.ai", port: int = 443, timeout: float = 3.0
 
 
 class WandbLogger(_WandbLogger):
-    """Lightning's ``WandbLogger``, online when it can be, else offline with a note on how to sync.
-
-    ``offline=None`` (default) decides: ``WANDB_MODE`` if set; otherwise online only with an API key
-    (``WANDB_API_KEY`` or ``wandb login``) and a reachable server.
-    """
+    """Lightning's ``WandbLogger``, online when it can be (``WANDB_MODE``, else an API key and a reachable
+    server), else offline with a note on how to sync."""
 
     def __init__(
         self, project: str = "transformers-scratch", save_dir: PathName = "logs", offline: bool | None = None, **kwargs
@@ -156,9 +148,7 @@ class _AppendingWriter(ExperimentWriter):
 
 
 class CSVLogger(_CSVLogger):
-    """Lightning's ``CSVLogger``, except that a run which continues its version (a resumed ``fit``) keeps the
-    rows logged before the interruption. (It replaces the writer Lightning's ``experiment`` makes, through the
-    private attributes that property uses; tests/test_reliability.py pins the rows kept.)"""
+    """Lightning's ``CSVLogger``, except that a resumed ``fit`` keeps the rows logged before the interruption."""
 
     def __init__(self, save_dir: PathName = "logs", name: str | None = "lightning_logs",
                  version: int | str | None = None, prefix: str = "",

@@ -69,12 +69,8 @@ def compile_mode(value: Compile) -> str | None:
 
 
 class LitTransformer(L.LightningModule):
-    """What every experiment shares: the optimizer (:mod:`.optim`), compile, sharding, training logs.
-
-    A module knows its model and nothing of the data: what it needs from the data (vocabulary size,
-    classes, context) reaches the model config through the CLI's argument links. Throughput and MFU are the
-    :class:`~.callbacks.Throughput` callback's.
-    """
+    """What every experiment shares: the optimizer (:mod:`.optim`), compile, sharding, training logs. A module
+    knows nothing of the data: its sizes reach the model config through the CLI's argument links."""
 
     model: nn.Module
     optim: OptimConfig
@@ -144,12 +140,8 @@ class LitTransformer(L.LightningModule):
         return (self.trainer.global_step + 1) % every == 0
 
     def log_train(self, **values) -> None:
-        """Log training values on a logging step, without a per-step device sync.
-
-        Lightning reads every ``prog_bar`` value back to the host after *every* batch until the epoch ends,
-        which waits for the GPU each step. So training values go to the loggers only, and the progress bar
-        (:class:`~.callbacks.ProgressBar`) shows host copies made here, once per logging step.
-        """
+        """Log training values on a logging step, to the loggers only (Lightning's ``prog_bar`` would sync with
+        the GPU every batch); the progress bar shows the host copies made here."""
         self.log_dict({f"train/{k}": v for k, v in values.items()})
         shown = {k: float(v.detach() if torch.is_tensor(v) else v) for k, v in values.items()}
         self.shown = {**getattr(self, "shown", {}), **shown}
@@ -478,10 +470,8 @@ MEMORY = "xl_memory"  # the checkpoint's entry: every process's training memory,
 
 
 class LitXL(BitsPerByte, LitTransformer):
-    """Transformer-XL on ordered byte streams (``OrderedTextDataModule``): every training step carries the memory
-    its segment leaves to the next, and the checkpoint keeps it, so a resumed run continues the very streams and
-    memory. Validation and test walk their split in consecutive segments with their own memory, of
-    ``eval_mem_len`` positions. Bits per byte, as :class:`LitCharLM`."""
+    """Transformer-XL on ordered byte streams: every training step carries the memory its segment leaves to the
+    next (kept in the checkpoint); validation and test walk their split with a memory of ``eval_mem_len``."""
 
     checkpoint_metric = LitCharLM.checkpoint_metric
 

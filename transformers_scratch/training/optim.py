@@ -175,10 +175,8 @@ def _newton_schulz(x: torch.Tensor, coefficients: tuple[float, float, float], st
 
 
 class Optimizers(torch.optim.Optimizer):
-    """Several optimizers over disjoint parameters, stepped as one: what Lightning's automatic optimization,
-    the schedule and gradient clipping see. ``param_groups`` lists the parts' own groups (the same dicts, read
-    afresh: a part's ``load_state_dict`` replaces them), so the schedule sets every group's rate;
-    ``state_dict`` holds each part's."""
+    """Several optimizers over disjoint parameters, stepped as one; ``param_groups`` lists the parts' own groups
+    (read afresh), so the schedule sets every group's rate."""
 
     def __init__(self, *parts: torch.optim.Optimizer) -> None:
         self.parts = parts
@@ -255,13 +253,9 @@ def build_optimizer(module: nn.Module, cfg: OptimConfig, total: float, scaled: b
 
 
 def save_resume_state(checkpoint: dict, global_step: int, schedule_steps: int | None) -> None:
-    """What an exact resume needs beyond Lightning's own state: the global random stream (dropout) and the
-    schedule's length.
-
-    Lightning adds one to its logging step when it resumes, assuming the checkpoint was written before the
-    step's own increment; one written at the end of an epoch or of training was written after it, and the
-    resumed run's log rows were shifted by one. The count is stored as Lightning expects it. (Its loop state
-    has no public API; tests/test_reliability.py pins the logged steps of resumed runs.)"""
+    """What an exact resume needs beyond Lightning's state: the random stream and the schedule's length; and the
+    fit loop's step count stored as Lightning expects it on resume (else a checkpoint of an epoch's end shifts the
+    resumed run's log rows by one; tests/test_reliability.py pins them)."""
     checkpoint["rng"] = {"torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         checkpoint["rng"]["cuda"] = torch.cuda.get_rng_state_all()

@@ -21,11 +21,8 @@ def _holder(lock: Path) -> str:
 
 
 def claim_run_folder(folder: Path, resuming: bool) -> None:
-    """One run, one place: a fit holds its checkpoint folder until it ends, and a fresh fit never starts in a
-    folder that holds another run's checkpoints. The hold is the kernel's lock (``flock``) on the folder's lock
-    file, taken in one step, so that of two fits started at the same moment exactly one wins; it ends with the
-    process however that ends, so a killed run leaves nothing to take over but the temporary files its
-    interrupted writes left, which are cleared. The file holds the process id, for the refusal to name."""
+    """One run, one place: a fit holds its checkpoint folder (the kernel's ``flock`` on its lock file, which ends
+    with the process), and a fresh fit never starts in a folder that holds another run's checkpoints."""
     import fcntl  # POSIX: Linux and macOS
 
     folder.mkdir(parents=True, exist_ok=True)
