@@ -385,12 +385,8 @@ class CLI(LightningCLI):
         parser.link_arguments("data.num_classes", "model.init_args.model.num_classes", apply_on="instantiate")
         parser.link_arguments("data.context", "model.init_args.model.context", apply_on="instantiate")
         # What every run shares; a config changes only what differs (e.g. `checkpoint: {save_top_k: 3}`).
-        parser.add_argument(
-            "--name",
-            type=RunName | None,
-            default=None,
-            help="Run name: logs/<name>/, checkpoints/<name>/ (default: the config's).",
-        )
+        parser.add_argument("--name", type=RunName | None, default=None,
+                            help="Run name: logs/<name>/, checkpoints/<name>/ (default: the config's).")  # fmt: skip
         for key, callback in CALLBACK_GROUPS.items():
             parser.add_lightning_class_args(callback, key)
         for flag, default, text in (

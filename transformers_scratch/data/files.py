@@ -57,9 +57,7 @@ def read_text(path: str | os.PathLike, where: str, limit: int, kind: str = "a te
 
 
 def inflates_past(path: str | os.PathLike) -> int | None:
-    """What a file of torch.save's inflates to, where that is far past its size; else None (and for no readable
-    zip: torch's reader names that). torch.save stores its entries and torch.load inflates compressed ones too,
-    so a small file could be a bomb."""
+    """What a file of torch.save's inflates to, where that is far past its size (a bomb); else None."""
     try:
         with zipfile.ZipFile(path) as archive:
             inflated = sum(entry.file_size for entry in archive.infolist())
@@ -154,9 +152,8 @@ def printable(text: str) -> str:
 
 
 def download(url: str, dest: Path, what: str, manual_hint: str, sha256: str | None = None) -> Path:
-    """Fetch url to dest atomically: a broken transfer, or one whose SHA-256 is not ``sha256``, never leaves a
-    file at dest, and partial files that a killed download left are removed first. A folder made for it and
-    left empty by a failure is removed too."""
+    """Fetch url to dest atomically: a broken transfer, or one whose SHA-256 is not ``sha256``, leaves no file
+    (nor a folder made for it), and a killed download's partial files are removed first."""
     made = not dest.parent.exists()
     dest.parent.mkdir(parents=True, exist_ok=True)
     for stale in unfinished(dest.parent, dest.name):

@@ -49,10 +49,9 @@ def python_stdlib_file() -> str:
 
 
 def assemble_python_stdlib(dest: Path) -> dict:
-    """The ``.py`` sources of the running Python's standard library, tests and vendored third-party code left
-    out, in sorted order, each after a line ``# path``, written to ``dest`` (atomically). A record of what was
-    assembled (the Python version, the files, the bytes and their SHA-256) is written beside it as
-    ``dest.json`` and returned, so that a result names exactly the bytes it was measured on."""
+    """The ``.py`` sources of the running Python's standard library (no tests, no vendored code), sorted, each
+    after a line ``# path``, written to ``dest``; a record of them (version, files, bytes, SHA-256) is written
+    beside it as ``dest.json`` and returned."""
     root = Path(sysconfig.get_paths()["stdlib"])
     files = sorted(
         p.relative_to(root)

@@ -1,9 +1,6 @@
-"""Vocabularies: bytes for the character model, words for the classifier, and how a checkpoint carries them.
-
-A trained model is only usable with the ids it was trained on, so the vocabulary travels in every
-checkpoint. The data modules write it (``state_dict``) and every command that loads a checkpoint reads it
-back through :func:`checkpoint_vocab`, which finds it by its content, whatever the data module is called.
-"""
+"""Vocabularies: bytes for the character model, words for the classifier. A model is usable only with the ids it
+was trained on, so the vocabulary travels in every checkpoint (the data's ``state_dict``), read back by
+:func:`checkpoint_vocab`."""
 
 from __future__ import annotations
 
@@ -126,9 +123,8 @@ class TokenizerVocab:
 
     @contextlib.contextmanager
     def native(self, doing: str):
-        """Around a call into tokenizers' Rust code, which panics on some broken tokenizer.json files: its
-        PanicException (a BaseException) becomes one DataError naming the tokenizer, and the panic's own report,
-        written straight to the terminal, is kept off it."""
+        """Around a call into tokenizers' Rust code: a panic on a broken tokenizer.json (a BaseException) becomes
+        one DataError naming it, its own report kept off the terminal."""
         sys.stderr.flush()
         saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 2)
