@@ -9,12 +9,9 @@
     python -m transformers_scratch.experiments.bench --end-to-end --data.path input.txt \
         --nanogpt-train ../nanoGPT/train.py
 
-Every variant runs in its own process (clean memory peak, no compile cache shared). Training tokens/s is
-batch x context / the median time of timed optimizer steps (forward, backward, AdamW) after warm-up steps.
-Peak memory: on GPU the allocator's peak; on CPU the process's peak resident set (it includes the ~0.4 GB
-that PyTorch itself occupies). MFU = tokens/s x model FLOPs per token / the device's dense bf16 peak.
-Generation figures carry the machine's load (1-minute average) when they were taken. ``--end-to-end`` times
-whole ``fit`` runs instead (see :mod:`transformers_scratch.experiments.endtoend`).
+Every variant runs in its own process. Training tokens/s is batch x context / the median time of an optimizer
+step after warm-up; peak memory is the GPU allocator's, or the CPU process's resident set; MFU = tokens/s x FLOPs
+per token / the device's dense bf16 peak. ``--end-to-end`` times whole ``fit`` runs (:mod:`.endtoend`).
 """
 
 from __future__ import annotations

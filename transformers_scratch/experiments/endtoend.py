@@ -3,17 +3,10 @@
     python -m transformers_scratch.experiments.bench --end-to-end --data.path ../shared/data/tinyshakespeare.txt \
         --nanogpt-train path/to/nanoGPT/train.py --rounds 2
 
-Each run is a fresh process, timed from launch to exit: ``cli.py fit`` with the project's configs
-(``shakespeare_char.yaml`` + ``shakespeare_char_cpu.yaml``), its loggers and samples on, and nanoGPT's
-``train.py`` with the recipe's flags from its README, in a scratch copy of its checkout. The two alternate,
-so a change in the machine's load touches both. Reported per run: wall and CPU seconds, start-up (launch
-to the first batch), time in the training loop, in validation and in samples, and the final model's loss
-on the same held-out bytes: the test split, the last 5 % of the file, which both leave out of training.
-
-How the phases are read: ``fit`` writes them (``PhaseTimes``, ``phases.json``). nanoGPT's are read from
-its output, each line stamped when it arrives: start-up ends at the line printed just before the loop
-("using fused AdamW"), an evaluation lasts from the line before it to its "step N:" line, and the training
-loop is the rest up to the last "iter" line.
+Each run is a fresh process timed from launch to exit, the two alternating: ``cli.py fit`` with
+``shakespeare_char.yaml`` + ``shakespeare_char_cpu.yaml`` (loggers and samples on), and nanoGPT's ``train.py`` with
+its README's flags in a scratch copy. Reported per run: wall and CPU seconds, start-up, training, validation and
+samples (fit's ``phases.json``; nanoGPT's from when its lines arrive), and the loss on the last 5 % of the file.
 """
 
 from __future__ import annotations

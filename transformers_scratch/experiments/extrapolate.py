@@ -2,13 +2,9 @@
 
     python cli.py extrapolate --data.path tinyshakespeare.txt
 
-Trains the character model of ``configs/tiny_charlm.yaml`` + ``configs/extrapolate.yaml`` (context 256)
-once per position kind, with the same steps and seed, through the real ``fit``; then runs ``test`` on
-each checkpoint with contiguous windows of 256, 512 and 1,024 bytes, and prints the
-test bits per character as a table. A longer window gives each byte more earlier bytes to read, so a model
-whose positions carry past its training context gains, and one whose positions do not, loses. Learned
-embeddings have no vector past 256 and are refused there. Runs already trained in ``--work`` are reused.
-``--config`` adds configs on top, e.g. ``configs/extrapolate_enwik8.yaml`` (the tutorial's enwik8 sizes).
+Trains ``configs/tiny_charlm.yaml`` + ``configs/extrapolate.yaml`` (context 256) once per position kind through
+the real ``fit``, then tests each checkpoint with windows of 256, 512 and 1,024 bytes and prints the bits per
+character (learned positions have none past 256). Runs already in ``--work`` are reused; ``--config`` adds configs.
 """
 
 from __future__ import annotations

@@ -2,20 +2,10 @@
 
     python -m transformers_scratch.experiments.bench --long-context --plot scaling.png
 
-Two tables, every measurement in its own process (a clean memory peak; on a GPU one process measures one
-attention kernel at every context, each with the allocator's peak of its own):
-- one attention's forward and backward pass (batch 1, 4 heads of 32 by default; float32 on a CPU, bfloat16 on a
-  GPU, where SDPA takes its flash kernel and the sparse patterns go through FlexAttention) at contexts 1,024 to
-  65,536:
-  dense SDPA (causal), the explicit t^2 matrix (``reference_attention``'s way, as far as it fits), and each
-  sparse pattern (strided, fixed) in each head layout (split, alternate, union);
-- a whole model's training step (forward, backward, AdamW; 6 blocks of width 256 by default) at the same
-  contexts, with SDPA and with each sparse pattern.
-
-The sparse block length is the power of two nearest sqrt(t), so that the sparse kernels do t sqrt(t) work; the
-fixed pattern keeps c = 4 summary positions a block. Peak memory is what the pass adds: on a CPU the peak
-resident set during it less the resident set before it; on a GPU the allocator's peak less what was allocated
-before. The fitted exponent is the slope of log time over log context from 4,096 up.
+Two tables, each measurement in its own process: one attention's forward and backward pass, and a whole model's
+training step, at contexts 1,024 to 65,536, dense and in each sparse pattern (block length the power of two nearest
+sqrt(t)). Peak memory is what the pass adds; the fitted exponent is the slope of log time over log context from
+4,096 up. How each is measured: .readme/benchmarks.md.
 """
 
 from __future__ import annotations
