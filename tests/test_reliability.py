@@ -227,6 +227,14 @@ def test_a_setting_that_a_library_refuses_as_it_loads_gets_one_line(tmp_path, se
     assert f"correct or unset {name}\n" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_an_error_after_the_sanity_check_starts_a_line_where_stderr_is_no_terminal(capsys, text):
+    """The sanity check's bars end in a carriage return: in a pipe or a file, a refusal raised after them (one
+    of Lightning's, as training starts) starts a line of its own, for a reader that splits lines at newlines."""
+    err = fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), "--trainer.logger", "false",
+                "--trainer.limit_train_batches", "1e-9", message="limit_train_batches")  # fmt: skip
+    assert "Sanity Checking" in err and "\nerror: " in err, err[-500:]
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a machine with a GPU takes the setting")
 def test_a_gpu_asked_for_where_there_is_none_is_refused_with_the_fix(capsys, text):
     """Lightning's "No supported gpu backend found!" named the trainer but no fix."""

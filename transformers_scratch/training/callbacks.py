@@ -399,6 +399,11 @@ class ProgressBar(TQDMProgressBar):
                     disable=self.is_disabled, leave=True, dynamic_ncols=True, file=sys.stderr, smoothing=0,
                     bar_format=self.BAR_FORMAT)  # fmt: skip
 
+    def on_sanity_check_end(self, *_) -> None:
+        super().on_sanity_check_end()
+        if not self.is_disabled and not sys.stderr.isatty():  # its bars end in a carriage return: end the line
+            print(file=sys.stderr)
+
     def on_train_start(self, trainer, *_) -> None:
         self.train_progress_bar = self.init_train_tqdm()
 
