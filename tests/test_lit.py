@@ -552,9 +552,15 @@ def test_gradients_are_clipped_with_a_fused_optimizer_at_bf16(tmp_path, monkeypa
 
 def test_wandb_mode_disabled_logs_nothing(tmp_path, monkeypatch):
     """WANDB_MODE=disabled turns W&B off: no offline run is written (Lightning's offline mode would replace
-    the setting with "dryrun")."""
+    the setting with "dryrun"), also after an offline run in the same process (W&B reads WANDB_MODE once)."""
     from transformers_scratch.training.loggers import WandbLogger
 
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    before = WandbLogger(save_dir=str(tmp_path / "before"))
+    before.log_metrics({"x": 1.0}, step=0)
+    before.finalize("success")
+    before.experiment.finish()
+    assert list((tmp_path / "before").rglob("*.wandb"))
     monkeypatch.setenv("WANDB_MODE", "disabled")
     logger = WandbLogger(save_dir=str(tmp_path / "logs"))
     logger.log_metrics({"x": 1.0}, step=0)

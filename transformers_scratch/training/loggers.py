@@ -84,8 +84,10 @@ class WandbLogger(_WandbLogger):
                     )
         if kwargs.get("id") or kwargs.get("version"):
             kwargs.setdefault("resume", "allow")  # a resumed fit continues its run (offline too)
-        self.mode = os.environ.get("WANDB_MODE") if os.environ.get("WANDB_MODE") == "disabled" else (
-            f"offline in {save_dir}/wandb" if offline else "online")  # fmt: skip
+        disabled = os.environ.get("WANDB_MODE") == "disabled"
+        self.mode = "disabled" if disabled else f"offline in {save_dir}/wandb" if offline else "online"
+        if disabled or offline:  # passed to each run: W&B reads WANDB_MODE once a process
+            kwargs.setdefault("mode", "disabled" if disabled else "offline")
         super().__init__(project=project, save_dir=save_dir, offline=offline, **kwargs)
         if not kwargs.get("anonymous"):  # W&B warns that the setting is deprecated whenever it is passed at all
             self._wandb_init.pop("anonymous", None)
