@@ -137,6 +137,14 @@ def text(tmp_path, monkeypatch) -> Path:
              "--trainer.logger.flush_logs_every_n_steps", "0"],
             "trainer.logger.flush_logs_every_n_steps: 0 is not an integer in [1, 16,777,216]",  # Lightning: modulo 0
         ),
+        (
+            ["--trainer.logger", "transformers_scratch.training.loggers.CSVLogger", "--trainer.logger.name", "../x"],
+            "trainer.logger.name: ../x is not one of: a folder name",  # Lightning wrote the logs outside logs/
+        ),
+        (
+            ["--trainer.logger", "transformers_scratch.training.loggers.CSVLogger", "--trainer.logger.version", "/y"],
+            "trainer.logger.version: /y is not one of: an integer, a folder name",
+        ),
         (["--weights_only", "false"], "--weights_only false would unpickle the checkpoint"),  # it was ignored
         (["--model", "LitClassifier"], "data TextDataModule: a LitClassifier reads IMDbDataModule's batches; pass"),
         (["--model", "LitTransformer"], "model LitTransformer is what the models share, not one to train; pass one"),
@@ -148,8 +156,8 @@ def text(tmp_path, monkeypatch) -> Path:
          "clip", "min-steps", "min-epochs", "sanity-steps", "workers", "devices", "devices-negative", "nodes",
          "barebones", "no-checkpointing", "seed",
          "global-seed", "top-k", "every-n", "mode", "filename-format", "filename-outside", "filename-last",
-         "no-last", "weights-alone", "monitor",
-         "early-stopping", "csv-flush-0", "weights-only", "model-and-data-apart", "base-module"],
+         "no-last", "weights-alone", "monitor", "early-stopping", "csv-flush-0", "csv-name", "csv-version",
+         "weights-only", "model-and-data-apart", "base-module"],
 )  # fmt: skip
 def test_out_of_range_settings_get_one_line(capsys, text, args, message):
     err = fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), *args, message=message)

@@ -8,7 +8,7 @@ import netrc
 import os
 import socket
 from pathlib import Path
-from typing import cast
+from typing import Literal, cast
 
 from lightning.pytorch.loggers import CSVLogger as _CSVLogger
 from lightning.pytorch.loggers import WandbLogger as _WandbLogger
@@ -16,7 +16,7 @@ from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_info
 
-from ..bounds import Count, PathName
+from ..bounds import Count, PathName, RunName
 from .console import note
 
 WANDB_MODES = ("online", "offline", "dryrun", "disabled", "shared", "run")  # wandb.Settings' mode
@@ -152,8 +152,8 @@ class _AppendingWriter(ExperimentWriter):
 class CSVLogger(_CSVLogger):
     """Lightning's ``CSVLogger``, except that a resumed ``fit`` keeps the rows logged before the interruption."""
 
-    def __init__(self, save_dir: PathName = "logs", name: str | None = "lightning_logs",
-                 version: int | str | None = None, prefix: str = "",
+    def __init__(self, save_dir: PathName = "logs", name: RunName | Literal["{run}", ""] | None = "lightning_logs",
+                 version: int | RunName | None = None, prefix: str = "",
                  flush_logs_every_n_steps: Count = 100) -> None:  # fmt: skip  # Lightning's takes a count of 0
         super().__init__(save_dir, name, version, prefix, flush_logs_every_n_steps)
         folder = Path(self.log_dir) if version is not None else None  # a resumed run's: it writes there again
