@@ -146,6 +146,7 @@ def assert_cli(args: list[str], folder: Path, names: tuple[str, ...]) -> tuple[i
     text = err.getvalue()
     if code == 0:
         return 0, text
+    assert text.startswith("error:") or "\nerror:" in text, text[-2000:]  # a line of its own in a pipe or file
     lines = [line.rsplit("\r", 1)[-1] for line in text.split("\n")]  # what a terminal shows (bars redraw on \r)
     errors = [i for i, line in enumerate(lines) if line.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in text, text[-2000:]

@@ -58,6 +58,7 @@ def fails(capsys, *args: str, message: str) -> str:
     assert message in err, err[-3000:]
     # What a terminal shows: a progress bar is one line of carriage returns, each redrawing it; the error must
     # start a line of its own, with no bar drawn before it on that line (a bar cleared away by one is fine)
+    assert err.startswith("error:") or "\nerror:" in err, err[-3000:]  # in a pipe or file too, a line of its own
     lines = [line.rsplit("\r", 1)[-1] for line in err.split("\n")]
     at = [i for i, line in enumerate(lines) if line.startswith("error:")]
     assert len(at) == 1, err[-3000:]
@@ -145,6 +146,7 @@ def text(tmp_path, monkeypatch) -> Path:
             ["--trainer.logger", "transformers_scratch.training.loggers.CSVLogger", "--trainer.logger.version", "/y"],
             "trainer.logger.version: /y is not one of: an integer, a folder name",
         ),
+        (["--trainer.limit_val_batches", "1e-9"], "Please increase the `limit_val_batches` argument"),  # in a check
         (["--weights_only", "false"], "--weights_only false would unpickle the checkpoint"),  # it was ignored
         (["--model", "LitClassifier"], "data TextDataModule: a LitClassifier reads IMDbDataModule's batches; pass"),
         (["--model", "LitTransformer"], "model LitTransformer is what the models share, not one to train; pass one"),
@@ -157,7 +159,7 @@ def text(tmp_path, monkeypatch) -> Path:
          "barebones", "no-checkpointing", "seed",
          "global-seed", "top-k", "every-n", "mode", "filename-format", "filename-outside", "filename-last",
          "no-last", "weights-alone", "monitor", "early-stopping", "csv-flush-0", "csv-name", "csv-version",
-         "weights-only", "model-and-data-apart", "base-module"],
+         "val-share", "weights-only", "model-and-data-apart", "base-module"],
 )  # fmt: skip
 def test_out_of_range_settings_get_one_line(capsys, text, args, message):
     err = fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), *args, message=message)

@@ -62,8 +62,11 @@ def live_bars() -> list:
 def close_bars() -> None:
     """End every live progress bar on a line of its own, so that what follows starts a line and no bar is drawn
     again below it (tqdm redraws an open bar when it is collected)."""
-    for bar in live_bars():
+    bars = live_bars()
+    for bar in bars:
         bar.close()
+    if bars and not bars[-1].leave and not sys.stderr.isatty():  # a bar closed in a pipe or file ends in "\r"
+        print(file=sys.stderr)
 
 
 def note(message: str) -> None:
