@@ -146,7 +146,8 @@ def text(tmp_path, monkeypatch) -> Path:
             ["--trainer.logger", "transformers_scratch.training.loggers.CSVLogger", "--trainer.logger.version", "/y"],
             "trainer.logger.version: /y is not one of: an integer, a folder name",
         ),
-        (["--trainer.limit_val_batches", "1e-9"], "Please increase the `limit_val_batches` argument"),  # in a check
+        (["--trainer.limit_val_batches", "1e-9"], "trainer.limit_val_batches: You requested to check 1e-09 of"),
+        (["--trainer.val_check_interval", "100000"], "trainer.val_check_interval: `val_check_interval` (100000) must"),
         (["--weights_only", "false"], "--weights_only false would unpickle the checkpoint"),  # it was ignored
         (["--model", "LitClassifier"], "data TextDataModule: a LitClassifier reads IMDbDataModule's batches; pass"),
         (["--model", "LitTransformer"], "model LitTransformer is what the models share, not one to train; pass one"),
@@ -159,7 +160,7 @@ def text(tmp_path, monkeypatch) -> Path:
          "barebones", "no-checkpointing", "seed",
          "global-seed", "top-k", "every-n", "mode", "filename-format", "filename-outside", "filename-last",
          "no-last", "weights-alone", "monitor", "early-stopping", "csv-flush-0", "csv-name", "csv-version",
-         "val-share", "weights-only", "model-and-data-apart", "base-module"],
+         "val-share", "val-interval-long", "weights-only", "model-and-data-apart", "base-module"],
 )  # fmt: skip
 def test_out_of_range_settings_get_one_line(capsys, text, args, message):
     err = fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), *args, message=message)
@@ -241,7 +242,7 @@ def test_an_error_after_the_sanity_check_starts_a_line_where_stderr_is_no_termin
     """The sanity check's bars end in a carriage return: in a pipe or a file, a refusal raised after them (one
     of Lightning's, as training starts) starts a line of its own, for a reader that splits lines at newlines."""
     err = fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), "--trainer.logger", "false",
-                "--trainer.limit_train_batches", "1e-9", message="limit_train_batches")  # fmt: skip
+                "--trainer.limit_train_batches", "1e-9", message="trainer.limit_train_batches: ")  # fmt: skip
     assert "Sanity Checking" in err and "\nerror: " in err, err[-500:]
 
 

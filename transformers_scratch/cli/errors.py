@@ -5,11 +5,13 @@ another library's messages; tests/test_errors.py runs each reading against the i
 from __future__ import annotations
 
 import errno
+import inspect
 import os
 import re
 
 import torch
 from jsonargparse import ArgumentError
+from lightning import Trainer
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
@@ -112,8 +114,8 @@ def _line(e: BaseException, argv: list[str]) -> str:
         return f"{where}: {loaded}"
     message = str(e)
     if type(e).__name__ != "ArgumentError":  # jsonargparse's parse errors; its checks at instantiation are ValueErrors
-        where = at_fault(e)  # a refusal of a callback's or a logger's settings, in Lightning's words, names neither
-        return f"{where}: {brief(message)}" if where else brief(message)
+        where = at_fault(e) or trainer_setting(e)  # Lightning's refusals of its settings name no group
+        return f"{where}: {brief(message).strip()}" if where else brief(message)
     line = not_a_config(message, argv) or missing_value(message, argv) or usage_slip(message, argv)
     if line is None:
         line = brief(message)
@@ -122,6 +124,17 @@ def _line(e: BaseException, argv: list[str]) -> str:
         culprit = config_at_fault(line, argv)
         line = f"--config {culprit!r}: {line}" if culprit else line
     return line
+
+
+def trainer_setting(e: BaseException) -> str | None:
+    """The first of the Trainer's settings that a refusal of Lightning's, raised as it runs, names in backquotes."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None or not tb.tb_frame.f_globals.get("__name__", "").startswith("lightning.") or str(e)[:7] == "trainer":
+        return None
+    names = inspect.signature(Trainer.__init__).parameters
+    return next((f"trainer.{name}" for name in re.findall(r"`(\w+)", str(e)) if name in names), None)
 
 
 def variable_at_fault(line: str, argv: list[str]) -> str | None:
