@@ -62,7 +62,7 @@ def _process_state(cwd: Path, env: dict[str, str], argv: list[str]):
     try:
         yield
     finally:
-        _finish_wandb()
+        finish_wandb()
         os.chdir(saved_cwd)
         sys.argv = saved_argv
         os.environ.clear()
@@ -81,7 +81,7 @@ def _process_state(cwd: Path, env: dict[str, str], argv: list[str]):
         random.setstate(py_rng)
 
 
-def _finish_wandb() -> None:
+def finish_wandb() -> None:
     """A process's exit ends its W&B run; in one process the next ``wandb.init`` would return the old run."""
     wandb = sys.modules.get("wandb")
     if wandb is not None and getattr(wandb, "run", None) is not None:

@@ -200,6 +200,7 @@ def test_overfit_batches_trains_on_the_same_batches_and_overfits_them(tmp_path, 
     assert losses[-1] < 0.6 * losses[0]  # one batch, learnt
 
 
+@pytest.mark.slow
 def test_resume_continues_from_last(trained):
     cwd, data, _ = trained
     result = cli("fit", "--config", TINY_LM, "--data.path", str(data), "--data.vocab", "file",
@@ -792,6 +793,7 @@ def test_model_settings_help_works_without_a_config_and_shows_every_description_
         assert " ".join(docs[field.name].split()) in words  # whole, not cut
 
 
+@pytest.mark.slow
 def test_the_modules_and_data_modules_help_show_their_own_descriptions_whole(capsys):
     from docstring_parser import parse
 

@@ -33,6 +33,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, assume, example, given, seed, settings
 from hypothesis import strategies as st
+from inprocess import finish_wandb
 
 from transformers_scratch.bounds import MAX_COUNT, MAX_SAMPLE
 from transformers_scratch.cli import main
@@ -257,6 +258,7 @@ def made(tmp_path_factory) -> Path:
               "--data.batch_size", "4", "--trainer.max_steps", "2", "--data.batches_per_epoch", "2",
               "--data.val_size", "4", "--data.test_size", "4", "--trainer.limit_val_batches", "1",
               "--trainer.logger", "false", "--final_validation", "false", "--name", "s2s"])  # fmt: skip
+        finish_wandb()  # the first fit's W&B run: a later test's logger would take it over
     torch.manual_seed(0)
     save_hf(CausalLM(LMConfig(vocab_size=64, context=16, emb=32, heads=2, depth=1)), root / "hf")
     try:

@@ -380,6 +380,7 @@ def trained_tokenizer(text: str, folder, size: int = 300):
     return tokenizer
 
 
+@pytest.mark.slow
 def test_fit_fine_tunes_a_gpt2_folder_with_its_tokenizer_and_sample_decodes(tmp_path, capsys, monkeypatch):
     from test_cli import TINY_LM
 

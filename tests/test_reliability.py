@@ -325,6 +325,7 @@ def test_a_checkpoint_with_the_flat_sparse_settings_reads_as_the_nested_ones():
     assert read_settings(LMConfig, {"context": 64, "sparse_block": 8}, "x").sparse is None  # dense: the rest unused
 
 
+@pytest.mark.slow
 def test_a_batch_this_machine_cannot_hold_ends_the_run_in_one_line(capsys, text, monkeypatch):
     """Out of memory: torch's own allocation error, raised in a training step, is one line that says what to lower;
     a fault of the project's would still show its traceback."""
@@ -1688,6 +1689,7 @@ def test_sample_bounds_the_total_and_the_seed(lm_ckpt, capsys):
           message="is not an integer in [0, 9,223,372,036,854,775,807]")  # fmt: skip
 
 
+@pytest.mark.slow
 def test_predictions_never_land_in_a_folder_or_on_their_input_and_a_replaced_file_is_named(
     lm_ckpt, text, capsys, tmp_path
 ):
@@ -1846,6 +1848,7 @@ def test_an_empty_list_of_loggers_is_logging_off(capsys, text):
     assert Path("checkpoints/tiny_charlm/last.ckpt").is_file() and not Path("logs").exists()
 
 
+@pytest.mark.slow
 def test_a_model_named_with_no_settings_takes_their_defaults_with_the_datas_sizes(text):
     """``fit --model LitCharLM --data TextDataModule`` with no config: the model's settings were None, and linking
     the data's sizes into them failed in Python's words ('NoneType' object does not support item assignment)."""

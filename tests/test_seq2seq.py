@@ -157,6 +157,7 @@ def trained(tmp_path_factory):
     return cwd, "checkpoints/seq2seq_reverse/last.ckpt"
 
 
+@pytest.mark.slow
 def test_fit_test_decode_and_export_through_the_cli(trained):
     tmp_path, ckpt = trained
     test = cli("test", "--config", REVERSE, *TINY, "--ckpt_path", ckpt, cwd=tmp_path)

@@ -309,6 +309,7 @@ def test_convert_xl_refuses_symbols_that_are_digits_but_no_decimal_number(tmp_pa
           "--symbols", str(tmp_path / "symbols.txt"), message="the model's 40 ids as distinct decimal")  # fmt: skip
 
 
+@pytest.mark.slow
 def test_convert_xl_writes_a_checkpoint_that_samples_validates_and_draws(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     state = authors_state()
