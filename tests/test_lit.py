@@ -599,9 +599,7 @@ def test_wandb_refusing_to_start_a_run_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_PROJECT", "a/b")  # a project name W&B refuses, offline too
     wandb.teardown()
-    with pytest.raises(
-        ValueError, match=r"^W&B did not start the run \(Invalid project name 'a/b'.*\); correct WANDB_PROJECT,"
-    ):
+    with pytest.raises(ValueError, match=r"^W&B did not start the run \(Invalid project name 'a/b'"):
         assert WandbLogger(save_dir=str(tmp_path / "logs")).experiment is None
     monkeypatch.delenv("WANDB_PROJECT")
     (tmp_path / "settings").write_bytes(b"\xff[default]\n")  # W&B's own settings file, not UTF-8: named by no one

@@ -47,12 +47,6 @@ def _usable_cache() -> bool:
     return True
 
 
-def _variable_in(text: str) -> str | None:
-    """The ``WANDB_*`` variable whose value a refusal of W&B's quotes (the longest such value)."""
-    named = [key for key, value in os.environ.items() if key.startswith("WANDB_") and len(value) > 1 and value in text]
-    return max(named, key=lambda key: len(os.environ[key]), default=None)
-
-
 def _reachable(host: str = "api.wandb.ai", port: int = 443, timeout: float = 3.0) -> bool:
     try:
         with socket.create_connection((host, port), timeout=timeout):
@@ -115,12 +109,9 @@ class WandbLogger(_WandbLogger):
             return super().experiment
         except UsageError as e:  # W&B's refusal (online with no API key, a project name it refuses): its traceback
             reason = (str(e).splitlines() or ["no reason given"])[0][:200]
-            setting = (
-                _variable_in(reason)
-                or "the setting it names (a WANDB_* variable or the WandbLogger's; `wandb login` gives a key)"
-            )
-            raise ValueError(f"W&B did not start the run ({reason}); correct {setting}, or set WANDB_MODE=offline (no "
-                             "key needed) or disabled") from None  # fmt: skip
+            raise ValueError(f"W&B did not start the run ({reason}); correct the setting it names (a WANDB_* variable "
+                             "or the WandbLogger's; `wandb login` gives a key), or set WANDB_MODE=offline (no key "
+                             "needed) or disabled") from None  # fmt: skip
         except UnicodeDecodeError as e:  # W&B reads its settings file as text, and names no file
             folder = os.environ.get("WANDB_CONFIG_DIR") or "~/.config/wandb"
             raise ValueError(f"W&B could not read its settings file {folder}/settings, which is not UTF-8 text "
@@ -128,9 +119,11 @@ class WandbLogger(_WandbLogger):
         except ValidationError as e:  # a setting W&B's types refuse, such as WANDB_CONSOLE=zzz: named by its variable
             first = e.errors()[0]
             name, given = ".".join(map(str, first["loc"])) or "a setting", str(first.get("input"))
+            where = sorted((key for key, value in os.environ.items() if key.startswith("WANDB_") and len(value) > 1
+                            and value in given), key=lambda key: -len(os.environ[key]))  # fmt: skip
             raise ValueError(
                 f"W&B refuses its setting {name}={given[:40]!r} ({first['msg'][:200]}); correct "
-                f"{_variable_in(given) or f'the WandbLogger setting {name}'}, or unset it"
+                f"{where[0] if where else f'the WandbLogger setting {name}'}, or unset it"
             ) from None
         finally:  # the service started has read it: the rest of the process sees the user's own
             if moved and cache is None:
