@@ -56,9 +56,9 @@ def fails(capsys, *args: str, message: str) -> str:
     err = capsys.readouterr().err
     assert "Traceback" not in err and err.count("error:") == 1, err[-3000:]
     assert message in err, err[-3000:]
+    assert err.startswith("error:") or "\nerror:" in err, err[-3000:]  # in a pipe or file too, a line of its own
     # What a terminal shows: a progress bar is one line of carriage returns, each redrawing it; the error must
     # start a line of its own, with no bar drawn before it on that line (a bar cleared away by one is fine)
-    assert err.startswith("error:") or "\nerror:" in err, err[-3000:]  # in a pipe or file too, a line of its own
     lines = [line.rsplit("\r", 1)[-1] for line in err.split("\n")]
     at = [i for i, line in enumerate(lines) if line.startswith("error:")]
     assert len(at) == 1, err[-3000:]
