@@ -583,6 +583,7 @@ def test_a_wandb_mode_that_wandb_does_not_know_is_named(tmp_path, monkeypatch):
 def test_wandb_refusing_to_start_a_run_is_one_line(tmp_path, monkeypatch):
     """WANDB_MODE=online with no API key, or a project name W&B refuses: W&B's UsageError was a traceback when the
     run's logging began."""
+    from transformers_scratch.cli.errors import error_line
     from transformers_scratch.training.loggers import WandbLogger
 
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
@@ -599,8 +600,9 @@ def test_wandb_refusing_to_start_a_run_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_PROJECT", "a/b")  # a project name W&B refuses, offline too
     wandb.teardown()
-    with pytest.raises(ValueError, match=r"^W&B did not start the run \(Invalid project name 'a/b'"):
+    with pytest.raises(ValueError, match=r"^W&B did not start the run \(Invalid project name 'a/b'") as refused:
         assert WandbLogger(save_dir=str(tmp_path / "logs")).experiment is None
+    assert error_line(refused.value, ["fit"]).startswith("WANDB_PROJECT: W&B did not start")  # the one error path's
     monkeypatch.delenv("WANDB_PROJECT")
     (tmp_path / "settings").write_bytes(b"\xff[default]\n")  # W&B's own settings file, not UTF-8: named by no one
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path))

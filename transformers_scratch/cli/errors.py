@@ -114,7 +114,7 @@ def _line(e: BaseException, argv: list[str]) -> str:
         return f"{where}: {loaded}"
     message = str(e)
     if type(e).__name__ != "ArgumentError":  # jsonargparse's parse errors; its checks at instantiation are ValueErrors
-        where = at_fault(e) or trainer_setting(e)  # Lightning's refusals of its settings name no group
+        where = at_fault(e) or trainer_setting(e) or wandb_variable(e)  # Lightning's and W&B's name no flag
         return f"{where}: {brief(message).strip()}" if where else brief(message)
     line = not_a_config(message, argv) or missing_value(message, argv) or usage_slip(message, argv)
     if line is None:
@@ -135,6 +135,12 @@ def trainer_setting(e: BaseException) -> str | None:
         return None
     names = inspect.signature(Trainer.__init__).parameters
     return next((f"trainer.{name}" for name in re.findall(r"`(\w+)", str(e)) if name in names), None)
+
+
+def wandb_variable(e: BaseException) -> str | None:
+    """The ``WANDB_*`` variable whose value, quoted, W&B's refusal to start a run names (WANDB_PROJECT='a/b')."""
+    said = next((str(c) for c in causes(e) if type(c).__module__.startswith("wandb")), "")
+    return next((k for k, v in os.environ.items() if k.startswith("WANDB_") and v and f"'{v}'" in said), None)
 
 
 def variable_at_fault(line: str, argv: list[str]) -> str | None:

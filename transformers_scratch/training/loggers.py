@@ -107,11 +107,12 @@ class WandbLogger(_WandbLogger):
             if moved:  # W&B's service would print its own log on stderr, line by line
                 os.environ["XDG_CACHE_HOME"] = str(Path(str(self.save_dir), "wandb", "cache").resolve())
             return super().experiment
-        except UsageError as e:  # W&B's refusal (online with no API key, a project name it refuses): its traceback
+        except UsageError as e:  # W&B's refusal (online with no API key, a project name it refuses): its traceback;
+            # the error path names the WANDB_* variable that it quotes
             reason = (str(e).splitlines() or ["no reason given"])[0][:200]
             raise ValueError(f"W&B did not start the run ({reason}); correct the setting it names (a WANDB_* variable "
                              "or the WandbLogger's; `wandb login` gives a key), or set WANDB_MODE=offline (no key "
-                             "needed) or disabled") from None  # fmt: skip
+                             "needed) or disabled") from e  # fmt: skip
         except UnicodeDecodeError as e:  # W&B reads its settings file as text, and names no file
             folder = os.environ.get("WANDB_CONFIG_DIR") or "~/.config/wandb"
             raise ValueError(f"W&B could not read its settings file {folder}/settings, which is not UTF-8 text "
