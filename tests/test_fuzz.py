@@ -246,8 +246,8 @@ def made(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("made")
     text = "the cat sat on a mat while one dog ran far away to see its friend. " * 300
     (root / "text.txt").write_text(text)
-    with inside(root), contextlib.redirect_stderr(io.StringIO()):
-        os.environ.setdefault("WANDB_MODE", "offline")
+    with inside(root), contextlib.redirect_stderr(io.StringIO()), pytest.MonkeyPatch.context() as env:
+        env.setenv("WANDB_MODE", os.environ.get("WANDB_MODE", "offline"))  # for these fits only
         main(["fit", "--config", TINY_LM, "--data.path", "text.txt", *TINY, "--trainer.max_steps", "2",
               "--data.batches_per_epoch", "2", "--trainer.limit_val_batches", "1", "--sample.length", "0",
               "--name", "made"])  # fmt: skip
