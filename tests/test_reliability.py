@@ -1074,10 +1074,10 @@ def test_a_checkpoint_whose_weights_are_not_finite_is_refused_by_every_command(c
 
 
 @pytest.mark.parametrize("command", [["sample", "--prompt", "a"], ["sample", "--prompt", "a", "--temperature", "0"],
-                                     ["decode", "--input", "12"]])  # fmt: skip
-def test_a_model_whose_scores_overflow_is_one_line_naming_its_checkpoint(capsys, tmp_path, command):
+                                     ["decode", "--input", "12"], ["context", "--data_path", "text.txt"]])  # fmt: skip
+def test_a_model_whose_scores_overflow_is_one_line_naming_its_checkpoint(capsys, text, tmp_path, command):
     """Finite weights so large that the scores overflow: sampling was torch.multinomial's traceback, greedy
-    decoding a string of garbage."""
+    decoding a string of garbage, context's bits per byte NaN."""
     from transformers_scratch.training.modules import LitSeq2Seq
 
     sizes = {"vocab_size": 256, "context": 8, "emb": 16, "heads": 2, "depth": 1}  # write_checkpoint gives 256 bytes

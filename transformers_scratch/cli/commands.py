@@ -442,7 +442,8 @@ def context(
                 if memory is not None:
                     module.eval_options["mem_len"], module.eval_memory = memory, None
                 label = f"{name}, memory {memory}" if memory is not None else name
-                curves[label] = loss_by_position(module, loader(), limit_batches)
+                with damaged(path):
+                    curves[label] = loss_by_position(module, loader(), limit_batches)
     length = max(len(bits) for bits, _ in curves.values())
     ranges = log_bins(length, bins)
     # a bin past a curve's own context (several checkpoints of other contexts) has no bytes: NaN, shown as "-"

@@ -84,6 +84,8 @@ def loss_by_position(module: BitsPerByte, loader, limit: int | None = None) -> t
         counts[: y.size(1)] += scored.sum(0).cpu()
     if bits is None or counts is None or not counts.sum():
         raise ValueError("the split holds no window to score; pass a longer text or a shorter context")
+    if not bits.isfinite().all():  # the mean would print as NaN bits per byte
+        raise FloatingPointError(OVERFLOW)
     return bits, counts
 
 
