@@ -1606,6 +1606,10 @@ def test_scoring_at_another_window_than_learned_positions_were_trained_at_names_
 def test_predict_with_no_file_to_score_names_the_flag(lm_ckpt, text, capsys):
     fails(capsys, "predict", "--config", TINY_LM, "--data.path", str(text), "--ckpt_path", str(lm_ckpt),
           "--data.context", "16", message="predict scores a file: pass --data.predict_path FILE")  # fmt: skip
+    (text.parent / "short.txt").write_text("a" * 16)
+    fails(capsys, "predict", "--config", TINY_LM, "--data.path", str(text), "--ckpt_path", str(lm_ckpt),
+          "--data.context", "16", "--data.predict_path", str(text.parent / "short.txt"),
+          message="holds 16 bytes, fewer than one window of data.context + 1 = 17; pass a longer file")  # fmt: skip
 
 
 def odd_files(folder: Path) -> dict[str, Path]:

@@ -259,7 +259,8 @@ class TextDataModule(ResumableData):
         windows = FileWindows(path, self.vocab) if streamed and isinstance(self.vocab, ByteVocab) else None
         whole = read_bytes(self.predict_path, "data.predict_path") if windows is None else b""
         if (size := len(whole) if windows is None else len(windows)) < minimum:
-            raise DataError(f"data.predict_path {self.predict_path!r} holds {size} bytes, fewer than {least}")
+            raise DataError(f"data.predict_path {self.predict_path!r} holds {size:,} bytes, fewer than {least}; pass "
+                            "a longer file")  # fmt: skip
         try:
             return windows if windows is not None else self.vocab.encode(whole)
         except DataError as e:
