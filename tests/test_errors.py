@@ -204,7 +204,10 @@ def test_a_refusal_of_lightnings_trainer_is_named_as_the_trainers():
 
     with pytest.raises(Exception) as caught:
         Trainer(accelerator="c")
-    assert named_as("trainer", caught.value).startswith("trainer: You selected an invalid accelerator name")
+    assert named_as("trainer", caught.value).startswith("trainer.accelerator: You selected an invalid accelerator")
+    with pytest.raises(Exception) as caught:
+        Trainer(devices="0", accelerator="cpu")
+    assert named_as("trainer", caught.value).startswith("trainer.devices: `Trainer(devices='0')` value is not a valid")
     assert named_as("trainer", ValueError("trainer.callbacks lists one")) == "trainer.callbacks lists one"
 
 

@@ -127,14 +127,14 @@ def _line(e: BaseException, argv: list[str]) -> str:
 
 
 def trainer_setting(e: BaseException) -> str | None:
-    """The first of the Trainer's settings that a refusal of Lightning's, raised as it runs, names in backquotes."""
+    """The first of the Trainer's settings that a refusal raised in Lightning's code names in backquotes."""
     tb = e.__traceback__
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
     if tb is None or not tb.tb_frame.f_globals.get("__name__", "").startswith("lightning.") or str(e)[:7] == "trainer":
         return None
     names = inspect.signature(Trainer.__init__).parameters
-    return next((f"trainer.{name}" for name in re.findall(r"`(\w+)", str(e)) if name in names), None)
+    return next((f"trainer.{name}" for name in re.findall(r"`(?:Trainer\()?(\w+)", str(e)) if name in names), None)
 
 
 def wandb_variable(e: BaseException) -> str | None:
@@ -195,8 +195,9 @@ def memory_line(e: BaseException, argv: list[str]) -> str:
 
 
 def named_as(key: str, e: BaseException) -> str:
-    """A refusal of the settings under ``key``, named as the key's unless it names it already."""
-    return str(e) if str(e).startswith(key) else f"{key}: {e}"
+    """A refusal of the settings under ``key``, named as the key's unless it names it already (the Trainer's as
+    the setting its words name, where they name one: ``trainer.devices``)."""
+    return str(e) if str(e).startswith(key) else f"{key == 'trainer' and trainer_setting(e) or key}: {e}"
 
 
 def brief(message: str) -> str:
