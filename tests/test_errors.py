@@ -208,6 +208,9 @@ def test_a_refusal_of_lightnings_trainer_is_named_as_the_trainers():
     with pytest.raises(Exception) as caught:
         Trainer(devices="0", accelerator="cpu")
     assert named_as("trainer", caught.value).startswith("trainer.devices: `Trainer(devices='0')` value is not a valid")
+    with pytest.raises(Exception) as caught:
+        Trainer(limit_train_batches=1.5)  # named in its words, not in backquotes
+    assert named_as("trainer", caught.value).startswith("trainer.limit_train_batches: You have passed invalid value")
     assert named_as("trainer", ValueError("trainer.callbacks lists one")) == "trainer.callbacks lists one"
 
 

@@ -126,15 +126,17 @@ def _line(e: BaseException, argv: list[str]) -> str:
     return line
 
 
-def trainer_setting(e: BaseException) -> str | None:
-    """The first of the Trainer's settings that a refusal raised in Lightning's code names in backquotes."""
+def trainer_setting(e: BaseException, built: bool = False) -> str | None:
+    """The first of the Trainer's settings that a refusal raised in Lightning's code names in backquotes; as the
+    Trainer is ``built``, the first it names at all (its settings are all that it reads then)."""
     tb = e.__traceback__
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
     if tb is None or not tb.tb_frame.f_globals.get("__name__", "").startswith("lightning.") or str(e)[:7] == "trainer":
         return None
     names = inspect.signature(Trainer.__init__).parameters
-    return next((f"trainer.{name}" for name in re.findall(r"`(?:Trainer\()?(\w+)", str(e)) if name in names), None)
+    said = re.findall(r"`(\w+)", str(e)) + (re.findall(r"\w+", str(e)) if built else [])
+    return next((f"trainer.{name}" for name in said if name in names), None)
 
 
 def wandb_variable(e: BaseException) -> str | None:
@@ -197,7 +199,7 @@ def memory_line(e: BaseException, argv: list[str]) -> str:
 def named_as(key: str, e: BaseException) -> str:
     """A refusal of the settings under ``key``, named as the key's unless it names it already (the Trainer's as
     the setting its words name, where they name one: ``trainer.devices``)."""
-    return str(e) if str(e).startswith(key) else f"{key == 'trainer' and trainer_setting(e) or key}: {e}"
+    return str(e) if str(e).startswith(key) else f"{key == 'trainer' and trainer_setting(e, built=True) or key}: {e}"
 
 
 def brief(message: str) -> str:
