@@ -276,6 +276,29 @@ def test_an_empty_prompt_is_refused():
         model.generate(torch.zeros(1, 0, dtype=torch.long), 2)
 
 
+@pytest.mark.parametrize("kind", ["causal", "xl"])
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_greedy_generation_of_a_model_whose_scores_overflow_is_refused(kind, use_cache):
+    """argmax reads NaN scores as a token: greedy decoding was garbage without a word (sampling's multinomial
+    refuses NaN probabilities itself). Positions from the fifth on overflow, so the prompt's scores are finite."""
+    from transformers_scratch import TransformerXL, XLConfig
+
+    torch.manual_seed(0)
+    model = TransformerXL(XLConfig(vocab_size=30, mem_len=8, **SMALL)) if kind == "xl" else CausalLM(
+        LMConfig(vocab_size=30, **SMALL))  # fmt: skip
+    prompt = torch.randint(0, 30, (2, 4))
+    model.generate(prompt, 6, temperature=0, use_cache=use_cache)  # finite: no refusal
+
+    def past_the_prompt(module, args, out: torch.Tensor) -> torch.Tensor:  # a cached step's one position is new
+        new = torch.arange(out.size(1)) >= 4 if out.size(1) > 1 else torch.ones(1, dtype=torch.bool)
+        return out.masked_fill(new[:, None], float("inf"))
+
+    hook = model.head.register_forward_hook(past_the_prompt)
+    with pytest.raises(FloatingPointError, match="scores are not finite"):
+        model.generate(prompt, 6, temperature=0, use_cache=use_cache)
+    hook.remove()
+
+
 def test_top_k_one_is_greedy():
     torch.manual_seed(0)
     model = CausalLM(LMConfig(vocab_size=30, **SMALL))

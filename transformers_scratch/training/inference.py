@@ -35,7 +35,6 @@ def continue_text(module: LitCharLM, vocab: ByteVocab, prompt: str, length: int,
         left -= n
         if length > SAMPLE_PIECE:
             print(f"sampled {length - left:,} of {length:,} characters", file=sys.stderr, flush=True)
-    refuse_overflow(model, out[:1, -model.cfg.context :])  # greedy decoding reads NaN scores as a token: garbage
     return [vocab.decode(row.cpu()) for row in out]
 
 
@@ -54,9 +53,8 @@ def decode_sources(module: LitSeq2Seq, sources: list[str], batch_size: int):
 
 @torch.no_grad()
 def refuse_overflow(model, *inputs: Tensor) -> None:
-    """Scores of NaN or inf for ``inputs``: weights so large that they overflow, from which greedy decoding is
-    garbage. One forward, before or after decoding, not a check of every step's scores, which would wait on a GPU
-    at each (sampling's own check of its probabilities raises, ``sample_next``)."""
+    """Scores of NaN or inf for ``inputs``: weights so large that they overflow, from which an encoder-decoder's
+    greedy decoding is garbage; one forward after decoding (a causal model's ``generate`` checks its own steps)."""
     out = model(*inputs)
     if not (out[0] if isinstance(out, tuple) else out).isfinite().all():
         raise FloatingPointError(OVERFLOW)
