@@ -63,15 +63,15 @@ def generate(model, prompt: Tensor, max_new_tokens: int, *, temperature: float =
     tokens = prompt.new_empty(b, t + max_new_tokens)  # written in place: no growing concatenation
     tokens[:, :t] = prompt
     next_logits = (steps or causal_steps)(model, tokens, t, use_cache, cuda_graph)
-    finite = torch.ones((), dtype=torch.bool, device=prompt.device)  # greedy's scores, read once at the end
+    best = tokens.new_empty(b, max_new_tokens, dtype=torch.float)  # greedy's chosen scores, checked at the end
     with decoding_threads(prompt.device, use_cache):
         for end in range(t, t + max_new_tokens):  # tokens[:, :end] are known
-            logits = next_logits(end)
-            if temperature == 0:  # argmax reads NaN scores as a token (sampling checks its own: sample_next)
-                finite &= logits.isfinite().all()
-            tokens[:, end] = sample_next(logits, temperature, top_k, generator, top_p)[:, 0]
+            if temperature == 0:  # a row's max is NaN or inf where any score is: argmax would read it as a token
+                best[:, end - t], tokens[:, end] = next_logits(end).max(dim=-1)
+            else:  # sampling checks its own probabilities (sample_next)
+                tokens[:, end] = sample_next(next_logits(end), temperature, top_k, generator, top_p)[:, 0]
     model.train(was_training)
-    if not finite:
+    if temperature == 0 and not best.isfinite().all():
         raise FloatingPointError(OVERFLOW)
     return tokens
 
