@@ -66,7 +66,7 @@ def generate(model, prompt: Tensor, max_new_tokens: int, *, temperature: float =
     best = tokens.new_empty(b, max_new_tokens, dtype=torch.float)  # greedy's chosen scores, checked at the end
     with decoding_threads(prompt.device, use_cache):
         for end in range(t, t + max_new_tokens):  # tokens[:, :end] are known
-            if temperature == 0:  # a row's max is NaN or inf where any score is: argmax would read it as a token
+            if temperature == 0:  # the max is NaN or inf where any score is (-inf where all are): not a choice
                 best[:, end - t], tokens[:, end] = next_logits(end).max(dim=-1)
             else:  # sampling checks its own probabilities (sample_next)
                 tokens[:, end] = sample_next(next_logits(end), temperature, top_k, generator, top_p)[:, 0]
