@@ -122,10 +122,9 @@ ATTENTION: dict[str, AttentionFn] = {"reference": reference_attention, "sdpa": f
 
 
 class Attend:
-    """A layer's attention kernel, chosen once when the layer is built: ``attend(q, k, v, mask, causal,
-    dropout_p, bias, offset)`` -> (b, h, t, s), for queries at positions offset.. over keys from 0. This one is
-    dense, through ``fn`` (the written-out reference or the fused kernel); a sparse layer's kernel, a subclass,
-    computes a pattern."""
+    """A layer's attention kernel, chosen once when the layer is built: ``attend(q, k, v, mask, causal, dropout_p, bias,
+    offset)`` -> (b, h, t, s), for queries at positions offset.. over keys from 0. This one is dense, through ``fn``
+    (the written-out reference or the fused kernel); a sparse layer's kernel, a subclass, computes a pattern."""
 
     def __init__(self, fn: AttentionFn = fused_attention) -> None:
         self.fn = fn
@@ -219,10 +218,9 @@ class MultiHeadAttention(nn.Module):
         cache: KVCache | None = None,
         memory_kv: tuple[Tensor, Tensor] | None = None,
     ) -> Tensor:
-        """x: (b, t, k) queries; memory: (b, u, k) keys/values (None: self-attention), or memory_kv, their
-        projections from :meth:`memory_kv`; key_mask: (b, u) bool, True for real tokens, False for padding;
-        cache: append and attend over it.
-        """
+        """x: (b, t, k) queries; memory: (b, u, k) keys/values (None: self-attention), or memory_kv, their projections
+        from :meth:`memory_kv`; key_mask: (b, u) bool, True for real tokens, False for padding; cache: append and attend
+        over it."""
         b, t, k = x.shape
         q, key, val = self.project(x, memory, memory_kv)  # (b, h, t, s), 2 x (b, g, u, s)
         offset = 0 if cache is None else cache.offset  # the position of x[:, 0]

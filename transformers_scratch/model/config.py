@@ -323,8 +323,7 @@ def _count(n: float) -> str:
 
 
 def _divisor_near(n: int, target: int) -> int:
-    """The divisor of n closest to target (for error messages). A divisor above 2 x target lies farther from it
-    than 1 does, and no one runs more heads than MAX_HEADS_HINT, so the search stops there: the width may have 40
-    digits."""
+    """The divisor of n closest to target (for error messages). A divisor above 2 x target lies farther from it than 1
+    does, and no one runs more heads than MAX_HEADS_HINT, so the search stops there: the width may have 40 digits."""
     top = min(n, 2 * target, MAX_HEADS_HINT)
     return min((d for d in range(1, top + 1) if n % d == 0), key=lambda d: (abs(d - target), d))

@@ -1,6 +1,5 @@
-"""Generation: sampling a token (temperature, top-k, top-p), decoding loops with and without the key/value
-cache, and the CUDA-graph decoding step, which the models' ``generate`` methods call. Shapes: b batch, t length,
-v vocabulary."""
+"""Generation: sampling a token (temperature, top-k, top-p), decoding loops with and without the key/value cache, and
+the CUDA-graph decoding step, which the models' ``generate`` methods call. Shapes: b batch, t length, v vocabulary."""
 
 from __future__ import annotations
 

@@ -71,9 +71,8 @@ def rotate(x: Tensor, offset: int | Tensor = 0, base: float = 10000.0) -> Tensor
 
 
 def alibi_slopes(heads: int) -> Tensor:
-    """ALiBi's per-head slopes (Press et al. 2022): the geometric sequence 2^(-8/n), 2^(-16/n), ... for n
-    heads when n is a power of two; otherwise those of the power of two below, then every other slope of
-    the power of two above."""
+    """ALiBi's per-head slopes (Press et al. 2022): the geometric sequence 2^(-8/n), 2^(-16/n), ... for n heads when n
+    is a power of two; otherwise those of the power of two below, then every other slope of the power of two above."""
     n = 2 ** math.floor(math.log2(heads))
     slopes = [2 ** (-8 * (i + 1) / n) for i in range(n)]
     return torch.tensor(slopes + [2 ** (-8 * (i + 1) / (2 * n)) for i in range(0, 2 * (heads - n), 2)])

@@ -395,9 +395,8 @@ def flex_sparse_attention(
 
 
 class SparseAttend(Attend):
-    """A sparse layer's kernel: the blocked or FlexAttention fast path over a whole sequence from position 0,
-    else the dense kernel ``fn`` under the pattern's (h, t, u) mask (decoding steps after the first, pictures,
-    kernel dense)."""
+    """A sparse layer's kernel: the blocked or FlexAttention fast path over a whole sequence from position 0, else the
+    dense kernel ``fn`` under the pattern's (h, t, u) mask (decoding steps after the first, pictures, kernel dense)."""
 
     def __init__(self, pattern: SparsePattern, layer: int, fn: AttentionFn = fused_attention) -> None:
         super().__init__(fn)
