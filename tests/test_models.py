@@ -284,8 +284,8 @@ def test_greedy_generation_of_a_model_whose_scores_overflow_is_refused(kind, use
     from transformers_scratch import TransformerXL, XLConfig
 
     torch.manual_seed(0)
-    model = TransformerXL(XLConfig(vocab_size=30, mem_len=8, **SMALL)) if kind == "xl" else CausalLM(
-        LMConfig(vocab_size=30, **SMALL))  # fmt: skip
+    sizes = dict(vocab_size=30, **SMALL)
+    model = TransformerXL(XLConfig(mem_len=8, **sizes)) if kind == "xl" else CausalLM(LMConfig(**sizes))
     prompt = torch.randint(0, 30, (2, 4))
     model.generate(prompt, 6, temperature=0, use_cache=use_cache)  # finite: no refusal
 
