@@ -702,14 +702,17 @@ def test_the_extrapolation_runner_trains_each_kind_and_tests_every_window(tmp_pa
 
     data = corpus(tmp_path / "text.txt", n=80_000)  # test split 4,000 bytes: several windows of 512
     small = tmp_path / "small.yaml"  # --config on top of the runner's configs
-    small.write_text("model:\n  init_args:\n    model:\n      depth: 1\n      emb: 32\n")
+    small.write_text(
+        "model:\n  init_args:\n    model:\n      depth: 1\n      emb: 32\ndata:\n  init_args:\n    context: 128\n"
+    )
     monkeypatch.setenv("WANDB_MODE", "disabled")
-    args = ["--data.path", str(data), "--steps", "2", "--windows", "256", "512", "--kinds", "learned", "rope",
+    args = ["--data.path", str(data), "--steps", "2", "--windows", "128", "512", "--kinds", "learned", "rope",
             "--work", str(tmp_path / "work"), "--config", str(small)]  # fmt: skip
     assert extrapolate.main(args, build_cli) == 0
-    table = capsys.readouterr().out.split("\n| positions")[1]
+    header, table = capsys.readouterr().out.split("\n| positions")
+    assert "trained at context 128 (2 steps each)" in header  # the config's context, not the default's
     learned, rope = (line.split("|")[2:4] for line in table.splitlines()[2:4])
-    assert float(learned[0]) > 0 and "refused" in learned[1]  # no learned vector past 256
+    assert float(learned[0]) > 0 and "refused" in learned[1]  # no learned vector past 128
     assert float(rope[0]) > 0 and float(rope[1]) > 0
     state = torch.load(tmp_path / "work/checkpoints/extrapolate-rope/last.ckpt", weights_only=True)
     assert state["global_step"] == 2 and state["hyper_parameters"]["model"]["depth"] == 1

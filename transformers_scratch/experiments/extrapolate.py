@@ -55,12 +55,11 @@ def main(argv: list[str], build) -> int:
     work.mkdir(parents=True, exist_ok=True)
     extra = [Path(config).resolve() for config in args.config]
     configs = [arg for config in CONFIGS + extra for arg in ("--config", str(config))]
-    table, start = {}, time.perf_counter()
+    table, contexts, start = {}, set(), time.perf_counter()
     for kind in args.kinds:
         name = f"extrapolate-{kind}"
         last = work / "checkpoints" / name / "last.ckpt"
-        done = last.is_file() and Checkpoint(str(last), weights=False).step >= args.steps
-        if not done:
+        if not (last.is_file() and Checkpoint(str(last), weights=False).step >= args.steps):
             resume = ["--ckpt_path", "last"] if last.is_file() else []
             began = time.perf_counter()
             fit = ["fit", *configs, "--data.path", path, "--model.model.positions", kind, "--name", name,
@@ -71,6 +70,7 @@ def main(argv: list[str], build) -> int:
                 print(f"error: {kind}: {error}", file=sys.stderr)
                 return 1
             print(f"{kind}: trained {args.steps} steps in {time.perf_counter() - began:.0f} s", flush=True)
+        contexts.add(str((Checkpoint(str(last), weights=False).model or {}).get("context")))  # the trained context
         for window in args.windows:
             test = ["test", *configs, "--data.path", path, "--model.model.positions", kind, "--name", name,
                     "--data.context", str(window), "--ckpt_path", str(last), "--trainer.logger", "false",
@@ -80,7 +80,7 @@ def main(argv: list[str], build) -> int:
                 error = "refused: no learned vector past the training context"
             table[kind, window] = f"{bpc:.3f}" if bpc is not None else error or "failed"
             print(f"{kind} at {window}: {table[kind, window]}", flush=True)
-    print(f"\ntest bits per character, trained at context 256 ({args.steps} steps each); "
+    print(f"\ntest bits per character, trained at context {', '.join(sorted(contexts))} ({args.steps} steps each); "
           f"{time.perf_counter() - start:.0f} s in all\n")  # fmt: skip
     print("| positions | " + " | ".join(f"window {w}" for w in args.windows) + " |")
     print("|---|" + "---:|" * len(args.windows))
