@@ -1,6 +1,7 @@
 """The one error path (cli/errors.py) against the installed jsonargparse: each message it reads is produced here by
 the real library, so a release that rewords one fails this file instead of a user's run."""
 
+import importlib.util
 import os
 from dataclasses import dataclass
 from typing import Literal
@@ -211,6 +212,10 @@ def test_a_refusal_of_lightnings_trainer_is_named_as_the_trainers():
     with pytest.raises(Exception) as caught:
         Trainer(limit_train_batches=1.5)  # named in its words, not in backquotes
     assert named_as("trainer", caught.value).startswith("trainer.limit_train_batches: You have passed invalid value")
+    if importlib.util.find_spec("deepspeed") is None:
+        with pytest.raises(Exception) as caught:
+            Trainer(strategy="deepspeed")  # named by its value, which the words quote
+        assert named_as("trainer", caught.value, {"strategy": "deepspeed"}).startswith("trainer.strategy: To use the")
     assert named_as("trainer", ValueError("trainer.callbacks lists one")) == "trainer.callbacks lists one"
 
 

@@ -126,17 +126,21 @@ def _line(e: BaseException, argv: list[str]) -> str:
     return line
 
 
-def trainer_setting(e: BaseException, built: bool = False) -> str | None:
+def trainer_setting(e: BaseException, given: dict | None = None) -> str | None:
     """The first of the Trainer's settings that a refusal raised in Lightning's code names in backquotes; as the
-    Trainer is ``built``, the first it names at all (its settings are all that it reads then)."""
+    Trainer is built from the settings ``given``, the first it names at all (its settings are all that it reads
+    then), else the one whose value it quotes (``deepspeed`` in `To use the DeepSpeedStrategy, ...`)."""
     tb = e.__traceback__
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
     if tb is None or not tb.tb_frame.f_globals.get("__name__", "").startswith("lightning.") or str(e)[:7] == "trainer":
         return None
     names = inspect.signature(Trainer.__init__).parameters
-    said = re.findall(r"`(\w+)", str(e)) + (re.findall(r"\w+", str(e)) if built else [])
-    return next((f"trainer.{name}" for name in said if name in names), None)
+    said = re.findall(r"`(\w+)", str(e)) + (re.findall(r"\w+", str(e)) if given is not None else [])
+    squashed = re.sub(r"[-_]", "", str(e).lower())  # transformer-engine quoted as transformer_engine
+    quoted = [k for k, v in (given or {}).items() if isinstance(v, str) and len(v) > 2 and
+              re.sub(r"[-_]", "", v.lower()) in squashed]  # fmt: skip
+    return next((f"trainer.{name}" for name in said + quoted if name in names), None)
 
 
 def wandb_variable(e: BaseException) -> str | None:
@@ -196,10 +200,10 @@ def memory_line(e: BaseException, argv: list[str]) -> str:
     return f"out of memory: {where} could not allocate{asked or ' what this command needed'}; {fix}"
 
 
-def named_as(key: str, e: BaseException) -> str:
-    """A refusal of the settings under ``key``, named as the key's unless it names it already (the Trainer's as
-    the setting its words name, where they name one: ``trainer.devices``)."""
-    return str(e) if str(e).startswith(key) else f"{key == 'trainer' and trainer_setting(e, built=True) or key}: {e}"
+def named_as(key: str, e: BaseException, given: dict | None = None) -> str:
+    """A refusal of the settings under ``key``, named as the key's unless it names it already (the Trainer's, built
+    from the settings ``given``, as the setting it names or quotes, where it does: ``trainer.devices``)."""
+    return str(e) if str(e).startswith(key) else f"{key == 'trainer' and trainer_setting(e, given or {}) or key}: {e}"
 
 
 def brief(message: str) -> str:

@@ -454,10 +454,11 @@ class CLI(LightningCLI):
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         """The Trainer's refusal of its own settings (in words that name the value, not where it was set), named
         as the trainer's."""
+        given = (self.config[self.subcommand] if self.subcommand else self.config).get("trainer") or {}
         try:
             trainer: Any = super().instantiate_trainer(**kwargs)
         except (MisconfigurationException, ValueError, ModuleNotFoundError, RuntimeError, TypeError) as e:
-            raise ValueError(named_as("trainer", e)) from e
+            raise ValueError(named_as("trainer", e, dict(given))) from e
         for callback in trainer.callbacks:  # a config's own: a failure in its code is the config's (errors.py)
             callback.from_config = type(callback).__name__ in getattr(self, "added", ())
         return trainer
