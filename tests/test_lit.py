@@ -604,6 +604,12 @@ def test_wandb_refusing_to_start_a_run_is_one_line(tmp_path, monkeypatch):
         assert WandbLogger(save_dir=str(tmp_path / "logs")).experiment is None
     assert error_line(refused.value, ["fit"]).startswith("WANDB_PROJECT: W&B did not start")  # the one error path's
     monkeypatch.delenv("WANDB_PROJECT")
+    monkeypatch.setenv("WANDB_RUN_ID", "")  # W&B's words name it, and quote no value
+    wandb.teardown()
+    with pytest.raises(ValueError, match=r"^W&B did not start the run \(Run ID cannot be empty\)") as refused:
+        assert WandbLogger(save_dir=str(tmp_path / "logs")).experiment is None
+    assert error_line(refused.value, ["fit"]).startswith("WANDB_RUN_ID: W&B did not start")
+    monkeypatch.delenv("WANDB_RUN_ID")
     (tmp_path / "settings").write_bytes(b"\xff[default]\n")  # W&B's own settings file, not UTF-8: named by no one
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path))
     wandb.teardown()

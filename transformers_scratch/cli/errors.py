@@ -144,9 +144,13 @@ def trainer_setting(e: BaseException, given: dict | None = None) -> str | None:
 
 
 def wandb_variable(e: BaseException) -> str | None:
-    """The ``WANDB_*`` variable whose value, quoted, W&B's refusal to start a run names (WANDB_PROJECT='a/b')."""
+    """The ``WANDB_*`` variable whose value, quoted, W&B's refusal to start a run names (WANDB_PROJECT='a/b'), else
+    the one whose name it starts with (WANDB_RUN_ID: `Run ID cannot be empty`)."""
     said = next((str(c) for c in causes(e) if type(c).__module__.startswith("wandb")), "")
-    return next((k for k, v in os.environ.items() if k.startswith("WANDB_") and v and f"'{v}'" in said), None)
+    variables = [k for k in os.environ if k.startswith("WANDB_")]
+    quoted = (k for k in variables if os.environ[k] and f"'{os.environ[k]}'" in said)
+    named = (k for k in variables if said.lower().startswith(f"{k[6:].replace('_', ' ').lower()} "))
+    return next(quoted, None) or next(named, None)
 
 
 def variable_at_fault(line: str, argv: list[str]) -> str | None:
