@@ -103,7 +103,7 @@ def text(tmp_path, monkeypatch) -> Path:
         (["--trainer.max_time", "1:30"], "trainer.max_time: '1:30' is not a time of at least 0 (DD:HH:MM:SS, or a"),
         (["--trainer.max_time", "{minutes: -1}"], "trainer.max_time: \"{'minutes': -1}\" is not a time of at least 0"),
         (["--trainer.accelerator", "c"], "trainer.accelerator: You selected an invalid accelerator name: `accelerator"),
-        (["--trainer.precision", "transformer-engine"], "trainer.precision: Requirement 'transformer_engine"),  # not installed
+        (["--trainer.precision", "transformer-engine"], "trainer.precision: Requirement 'transformer_engine"),  # absent
         (["--model.model.rope_base", "1e-320"], "model.model.rope_base: 1e-320 is not a number in (1.0, inf)"),
         (["--trainer.gradient_clip_val", "-1"], "trainer.gradient_clip_val: -1.0 is not a non-negative number"),
         (["--trainer.min_steps", "-1"], "trainer.min_steps: -1 is not a non-negative integer"),

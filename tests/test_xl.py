@@ -2,6 +2,7 @@
 gradient into the memory, segmenting that does not change a windowed model, cached sampling, the authors' weights
 in, ordered streams, evaluation that scores every byte once, and the memory through save and resume."""
 
+import csv
 import math
 import os
 import re
@@ -515,8 +516,11 @@ def test_validation_and_test_score_every_byte_whatever_the_memory(capsys, tmp_pa
         assert counted == len(dm.splits["val"]) - 1
     capsys.readouterr()
     main(["context", "--ckpt_path", last, "--data_path", str(data), "--batch_size", "3", "--eval_mem_len", "[0, 5]",
-          "--bins", "2"])  # a curve for each memory  # fmt: skip
+          "--bins", "2", "--csv", "ctx.csv"])  # a curve for each memory  # fmt: skip
     assert capsys.readouterr().out.startswith("positions\tshakespeare_xl, memory 0\tshakespeare_xl, memory 5\n")
+    with open("ctx.csv", newline="") as table:  # a curve's name holds a comma: quoted, four fields a row
+        rows = list(csv.reader(table))
+    assert {len(row) for row in rows} == {4} and rows[1][:2] == ["shakespeare_xl, memory 0", "1"]
 
 
 @pytest.mark.slow

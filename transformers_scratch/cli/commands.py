@@ -3,7 +3,9 @@ options and ``--help``. Each reads its checkpoint once, prints its output on std
 
 from __future__ import annotations
 
+import csv as csv_rows
 import dataclasses
+import io
 import math
 import re
 import sys
@@ -453,11 +455,12 @@ def context(
     for i, (lo, hi) in enumerate(ranges):
         print(f"{lo}-{hi}\t" + "\t".join("-" if math.isnan(v[i]) else f"{v[i]:.4f}" for v in binned.values()))
     print("all\t" + "\t".join(f"{float(b.sum() / c.sum()):.4f}" for b, c in curves.values()))
-    if table is not None:
-        rows = ["curve,position,bytes,bits_per_byte"] + [
-            f"{label},{i + 1},{int(c)},{float(b / c):.6f}" for label, (bits, counts) in curves.items()
-            for i, (b, c) in enumerate(zip(bits, counts, strict=True)) if c]  # fmt: skip
-        write_whole(table, "\n".join(rows) + "\n")
+    if table is not None:  # a curve's name may hold a comma (", memory 512"): quoted
+        rows = io.StringIO()
+        csv_rows.writer(rows, lineterminator="\n").writerows([("curve", "position", "bytes", "bits_per_byte")] + [
+            (label, i + 1, int(c), f"{float(b / c):.6f}") for label, (bits, counts) in curves.items()
+            for i, (b, c) in enumerate(zip(bits, counts, strict=True)) if c])  # fmt: skip
+        write_whole(table, rows.getvalue())
     if target is not None:
         mids = [math.sqrt(lo * hi) for lo, hi in ranges]
         draw_context({k: (mids, v) for k, v in binned.items()}, target, f"bits per byte by position ({split})", dpi)
