@@ -154,6 +154,12 @@ def text(tmp_path, monkeypatch) -> Path:
         (["--weights_only", "false"], "--weights_only false would unpickle the checkpoint"),  # it was ignored
         (["--model", "LitClassifier"], "data TextDataModule: a LitClassifier reads IMDbDataModule's batches; pass"),
         (["--model", "LitTransformer"], "model LitTransformer is what the models share, not one to train; pass one"),
+        (["--trainer.callbacks", "{class_path: EarlyStopping, init_args: {monitor: val/x}}"],  # one, not a list
+         "trainer.callbacks.monitor 'val/x' (EarlyStopping) is no metric that this model's validation logs"),
+        (["--trainer.callbacks", "EarlyStopping"], "trainer.callbacks: the following arguments are required: monitor"),
+        (["--trainer.callbacks", "{class_path: EarlyStopping, init_args: {x: 1}}"],
+         "trainer.callbacks: Option 'x' is not accepted; --trainer.callbacks.help EarlyStopping lists the settings"),
+        (["--trainer.logger", "CSVLogger"], "trainer.logger: Multiple subclasses with name CSVLogger. Give the full"),
     ],
     ids=["heads", "depth", "batch-size", "context", "max-steps", "cooldown", "unknown", "workers-null", "seed-null",
          "log-every-0", "val-every-0", "accumulate-0", "val-interval-0", "val-interval-1.5", "val-interval-key",
@@ -164,7 +170,8 @@ def text(tmp_path, monkeypatch) -> Path:
          "barebones", "no-checkpointing", "seed",
          "global-seed", "top-k", "every-n", "mode", "filename-format", "filename-outside", "filename-last",
          "no-last", "weights-alone", "monitor", "early-stopping", "csv-flush-0", "csv-name", "csv-version",
-         "val-share", "val-interval-long", "weights-only", "model-and-data-apart", "base-module"],
+         "val-share", "val-interval-long", "weights-only", "model-and-data-apart", "base-module", "one-callback",
+         "callback-unset", "callback-option", "logger-of-two-names"],
 )  # fmt: skip
 def test_out_of_range_settings_get_one_line(capsys, text, args, message):
     err = fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), *args, message=message)

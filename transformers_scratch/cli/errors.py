@@ -215,7 +215,9 @@ def brief(message: str) -> str:
     lines = [line.strip().removeprefix("- ") for line in message.split("\n") if line.strip()]
     if len(lines) <= 1:
         return message
-    at = next((i for i, line in enumerate(lines) if not line.startswith(SCAFFOLDING)), None)
+    a_class = any(line.startswith(("Problem with given class_path", "Multiple subclasses")) for line in lines)
+    skip = SCAFFOLDING + (("Expected a <class 'list'>", "Expected a path but") if a_class else ())  # not meant
+    at = next((i for i, line in enumerate(lines) if not line.startswith(skip)), None)
     if at is None:
         return lines[0]
     keys = [line.split('"')[1] for line in lines[:at] if line.startswith('Parser key "')]  # the first reason's

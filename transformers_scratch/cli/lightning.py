@@ -465,6 +465,8 @@ class CLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         cfg = self.config[self.subcommand] if self.subcommand else self.config
+        if isinstance(cfg.trainer.get("callbacks"), Namespace):  # one callback, as the Trainer takes it: a list of one
+            cfg.trainer.callbacks = [cfg.trainer.callbacks]
         ckpt = self.run.ckpt
         if self.subcommand == "fit" and ckpt is not None and ckpt.run:
             self._continue_logs(cfg, ckpt.run)
