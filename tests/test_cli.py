@@ -470,6 +470,20 @@ def test_a_config_that_names_its_loggers_leaves_the_default_list_unread_and_wand
     assert result.returncode == 0, result.stderr[-2000:]
 
 
+def test_a_logger_named_by_its_class_alone_logs_under_the_runs_name(tmp_path, monkeypatch):
+    """As the default loggers do; made outside the command line, Lightning's defaults."""
+    from transformers_scratch.training.loggers import CSVLogger, WandbLogger
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    for logger in (CSVLogger, WandbLogger):
+        args = ["--config", TINY_LM, "--data.path", str(corpus(tmp_path / "text.txt")), "--name", "run7",
+                "--trainer.logger", f"{logger.__module__}.{logger.__name__}"]  # fmt: skip
+        (made,) = build_cli(args, run=False).trainer.loggers
+        assert made.name == "run7" if logger is CSVLogger else made._wandb_init["name"] == "run7"
+    assert CSVLogger().name == "lightning_logs" and WandbLogger()._wandb_init["name"] is None
+
+
 @pytest.mark.parametrize("flag", ["--trainer.logger.init_args.flush_logs_every_n_steps=7", "--trainer.logger+=x"])
 def test_a_command_line_that_edits_the_loggers_keeps_the_default_list(flag):
     from transformers_scratch.cli.lightning import configs_name_loggers

@@ -63,7 +63,7 @@ from ..training.callbacks import (
 )
 from ..training.checkpoints import Checkpoint, check_ckpt_path, check_linked_context, restoring, settings_class
 from ..training.console import note, quiet, shown, silence
-from ..training.loggers import CSVLogger, WandbLogger
+from ..training.loggers import RUN, CSVLogger, WandbLogger
 from ..training.modules import LitTransformer
 from ..training.optim import OptimConfig
 from ..training.run_folder import claim_run_folder, release_run_folder
@@ -76,7 +76,6 @@ set_parsing_settings(import_path_denylist=["*"], import_path_allowlist=ALLOWED_I
 register()  # the interval types of the settings: jsonargparse checks each value against its own
 
 
-RUN = "{run}"  # stands for the run's name in the shared defaults until the parsed config gives it
 LINKED = ("vocab_size", "num_classes", "context")  # model sizes that come from the data
 
 
@@ -576,7 +575,7 @@ class CLI(LightningCLI):
 
     def header(self) -> str:
         """The run in two lines, before the bar: its name and folders, and the model's size."""
-        logs = [f"{lg.log_dir}/" if isinstance(lg, CSVLogger) else f"W&B ({lg.mode})" if isinstance(lg, WandbLogger)
+        logs = [f"W&B ({lg.mode})" if isinstance(lg, WandbLogger) else f"{lg.log_dir}/" if lg.log_dir
                 else type(lg).__name__ for lg in self.trainer.loggers]  # fmt: skip
         model, cfg = self.model.model, self.model.model.cfg
         resuming = f"resuming from {shown(self.config.fit.ckpt_path)}\n" if self.config.fit.get("ckpt_path") else ""
@@ -610,7 +609,7 @@ class CLI(LightningCLI):
         self._validate_in_full()
         ours = run_checkpoint(self.trainer)
         best = ours.best_model_path if ours is not None else ""
-        log = next((lg.log_dir for lg in self.trainer.loggers if isinstance(lg, CSVLogger)), None)
+        log = next((lg.log_dir for lg in self.trainer.loggers if lg.log_dir and not isinstance(lg, WandbLogger)), None)
         # a config's own ModelCheckpoints, where they wrote something
         saved = [c for c in self.trainer.checkpoint_callbacks if c is not ours and isinstance(c, ModelCheckpoint)]
         others = [

@@ -20,6 +20,7 @@ from ..bounds import Count, PathName, RunName
 from .console import note
 
 WANDB_MODES = ("online", "offline", "dryrun", "disabled", "shared", "run")  # wandb.Settings' mode
+RUN = "{run}"  # a logger's name by default: the run's, which the command line puts in; Lightning's default outside it
 
 
 def _has_credentials() -> bool:
@@ -59,9 +60,8 @@ class WandbLogger(_WandbLogger):
     """Lightning's ``WandbLogger``, online when it can be (``WANDB_MODE``, else an API key and a reachable
     server), else offline with a note on how to sync."""
 
-    def __init__(
-        self, project: str = "transformers-scratch", save_dir: PathName = "logs", offline: bool | None = None, **kwargs
-    ) -> None:
+    def __init__(self, project: str = "transformers-scratch", save_dir: PathName = "logs", offline: bool | None = None,
+                 name: str | None = RUN, **kwargs) -> None:  # fmt: skip
         if (os.environ.get("WANDB_MODE") or "online") not in WANDB_MODES:  # W&B's own refusal names no variable
             raise ValueError(f"WANDB_MODE={os.environ['WANDB_MODE'][:40]!r} is none of W&B's modes "
                              f"({', '.join(WANDB_MODES)}); set one of them, or unset it")  # fmt: skip
@@ -88,7 +88,8 @@ class WandbLogger(_WandbLogger):
         self.mode = "disabled" if disabled else f"offline in {save_dir}/wandb" if offline else "online"
         if disabled or offline:  # passed to each run: W&B reads WANDB_MODE once a process
             kwargs.setdefault("mode", "disabled" if disabled else "offline")
-        super().__init__(project=project, save_dir=save_dir, offline=offline, **kwargs)
+        name = None if name == RUN else name  # W&B names the run
+        super().__init__(project=project, save_dir=save_dir, offline=offline, name=name, **kwargs)
         if not kwargs.get("anonymous"):  # W&B warns that the setting is deprecated whenever it is passed at all
             self._wandb_init.pop("anonymous", None)
 
@@ -153,9 +154,10 @@ class _AppendingWriter(ExperimentWriter):
 class CSVLogger(_CSVLogger):
     """Lightning's ``CSVLogger``, except that a resumed ``fit`` keeps the rows logged before the interruption."""
 
-    def __init__(self, save_dir: PathName = "logs", name: RunName | Literal["{run}", ""] | None = "lightning_logs",
+    def __init__(self, save_dir: PathName = "logs", name: RunName | Literal["{run}", ""] | None = RUN,
                  version: int | RunName | None = None, prefix: str = "",
                  flush_logs_every_n_steps: Count = 100) -> None:  # fmt: skip  # Lightning's takes a count of 0
+        name = "lightning_logs" if name == RUN else name
         super().__init__(save_dir, name, version, prefix, flush_logs_every_n_steps)
         folder = Path(self.log_dir) if version is not None else None  # a resumed run's: it writes there again
         if folder and folder.is_dir() and (links := sorted(p.name for p in folder.iterdir() if p.is_symlink())):
