@@ -160,6 +160,7 @@ def text(tmp_path, monkeypatch) -> Path:
         (["--trainer.callbacks", "{class_path: EarlyStopping, init_args: {x: 1}}"],
          "trainer.callbacks: Option 'x' is not accepted; --trainer.callbacks.help EarlyStopping lists the settings"),
         (["--trainer.logger", "CSVLogger"], "trainer.logger: Multiple subclasses with name CSVLogger. Give the full"),
+        (["--trainer.precision", "16-true"], "trainer.precision 16-true keeps the weights and AdamW's state in"),
     ],
     ids=["heads", "depth", "batch-size", "context", "max-steps", "cooldown", "unknown", "workers-null", "seed-null",
          "log-every-0", "val-every-0", "accumulate-0", "val-interval-0", "val-interval-1.5", "val-interval-key",
@@ -171,11 +172,19 @@ def text(tmp_path, monkeypatch) -> Path:
          "global-seed", "top-k", "every-n", "mode", "filename-format", "filename-outside", "filename-last",
          "no-last", "weights-alone", "monitor", "early-stopping", "csv-flush-0", "csv-name", "csv-version",
          "val-share", "val-interval-long", "weights-only", "model-and-data-apart", "base-module", "one-callback",
-         "callback-unset", "callback-option", "logger-of-two-names"],
+         "callback-unset", "callback-option", "logger-of-two-names", "float16-weights"],
 )  # fmt: skip
 def test_out_of_range_settings_get_one_line(capsys, text, args, message):
     err = fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), *args, message=message)
     assert "Does not validate" not in err and "usage:" not in err
+
+
+def test_adamw_over_float16_weights_makes_nan_of_a_weight_whose_gradient_is_0():
+    """Why fit refuses trainer.precision 16-true (float16 weights and optimizer state): AdamW's eps is 0 there."""
+    weight = torch.nn.Parameter(torch.ones(2, dtype=torch.float16))
+    weight.grad = torch.tensor([0.0, 1.0], dtype=torch.float16)
+    torch.optim.AdamW([weight]).step()
+    assert weight[0].isnan() and weight[1].isfinite()
 
 
 @pytest.mark.parametrize("dirpath", [None, "checkpoints/run"])

@@ -154,7 +154,7 @@ class BoundedTrainer(Trainer):
 
 def bound_trainer(trainer, sub: str | None = None) -> None:
     """What no one setting's type can say: more CPU devices than cores, a GPU that is not there, nodes that no
-    launcher starts, and a limit of 0 batches for ``sub`` (validate, test, predict)."""
+    launcher starts, float16 weights for AdamW, and a limit of 0 batches for ``sub`` (validate, test, predict)."""
     devices, cores = str(trainer.get("devices")), os.cpu_count() or 1
     if devices.isdigit() and int(devices) > cores and not torch.cuda.is_available():
         raise ValueError(f"trainer.devices={shortened(devices)}: on a CPU each device is a process of its own, and "
@@ -167,6 +167,10 @@ def bound_trainer(trainer, sub: str | None = None) -> None:
         raise ValueError(f"trainer.num_nodes={shortened(str(nodes))} with no cluster to join: this process would wait "
                          "for the other nodes without end; launch the command on every node under SLURM or torchrun, "
                          "or with MASTER_ADDR, MASTER_PORT and NODE_RANK set (.readme/going-big.md)")  # fmt: skip
+    if sub == "fit" and str(trainer.get("precision")) == "16-true":  # NaN at the first step (test_reliability.py)
+        raise ValueError("trainer.precision 16-true keeps the weights and AdamW's state in float16, where its eps "
+                         "(1e-8) is 0: a weight whose gradient is 0 becomes NaN at the first step; pass 16-mixed "
+                         "(float16 arithmetic over float32 weights) or bf16-true")  # fmt: skip
     if (limit := LIMITS.get(sub or "")) and trainer.get(limit) == 0:  # it printed nothing, and exited 0
         raise ValueError(f"trainer.{limit} 0: {sub} would read no batch; leave it out, or pass a count of batches or "
                          "a fraction of the split")  # fmt: skip
