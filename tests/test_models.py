@@ -299,6 +299,21 @@ def test_greedy_generation_of_a_model_whose_scores_overflow_is_refused(kind, use
     hook.remove()
 
 
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_greedy_decoding_of_an_encoder_decoder_whose_scores_overflow_is_refused(use_cache):
+    """As a causal model's: the decode command read one output again to check it; the Python API did not."""
+    torch.manual_seed(0)
+    model = EncoderDecoder(EncoderDecoderConfig(vocab_size=30, **SMALL))
+    src = torch.randint(0, 30, (2, 5))
+    model.generate(src, bos_id=1, max_new_tokens=6, use_cache=use_cache)  # finite: no refusal
+    hook = model.head.register_forward_hook(
+        lambda module, args, out: out.masked_fill(out.new_ones((), dtype=bool), float("nan"))
+    )
+    with pytest.raises(FloatingPointError, match="scores are not finite"):
+        model.generate(src, bos_id=1, max_new_tokens=6, use_cache=use_cache)
+    hook.remove()
+
+
 def test_top_k_one_is_greedy():
     torch.manual_seed(0)
     model = CausalLM(LMConfig(vocab_size=30, **SMALL))

@@ -1094,18 +1094,22 @@ def test_a_checkpoint_whose_weights_are_not_finite_is_refused_by_every_command(c
 
 
 @pytest.mark.parametrize("command", [["sample", "--prompt", "a"], ["sample", "--prompt", "a", "--temperature", "0"],
-                                     ["decode", "--input", "12"], ["context", "--data_path", "text.txt"]])  # fmt: skip
+                                     ["decode", "--input", "12"], ["context", "--data_path", "text.txt"],
+                                     ["test", "--config", str(ROOT / "configs" / "seq2seq_reverse.yaml")]])  # fmt: skip
 def test_a_model_whose_scores_overflow_is_one_line_naming_its_checkpoint(capsys, text, tmp_path, command):
     """Finite weights so large that the scores overflow: sampling was torch.multinomial's traceback, greedy
-    decoding a string of garbage, context's bits per byte NaN."""
+    decoding a string of garbage (the Python API's too; test's exact match, then a traceback), context's bits per
+    byte NaN."""
     from transformers_scratch.training.modules import LitSeq2Seq
 
     sizes = {"vocab_size": 256, "context": 8, "emb": 16, "heads": 2, "depth": 1}  # write_checkpoint gives 256 bytes
-    module = LitSeq2Seq(sizes) if command[0] == "decode" else LitCharLM(TINY)
+    if command[0] == "test":  # the reverse task's data: 14 ids, sources of up to 12 digits
+        sizes.update(vocab_size=14, context=13)
+    module = LitSeq2Seq(sizes) if command[0] in ("decode", "test") else LitCharLM(TINY)
     with torch.no_grad():
         for weight in module.parameters():
             weight.fill_(1e30)
-    path = write_checkpoint(tmp_path / "huge.ckpt", module, {"vocab_symbols": None})
+    path = write_checkpoint(tmp_path / "huge.ckpt", module, {} if command[0] == "test" else {"vocab_symbols": None})
     fails(capsys, command[0], "--ckpt_path", str(path), *command[1:], message=f"--ckpt_path {str(path)!r}: the "
           "model's scores are not finite (NaN or inf): its weights are so large that they overflow")  # fmt: skip
 

@@ -38,6 +38,7 @@ from ..training.checkpoints import Checkpoint
 from ..training.console import shown
 from ..training.inference import continue_text, decode_sources, export_vocab
 from ..training.modules import LitCharLM, LitClassifier, LitMaskedLM, LitSeq2Seq, LitXL
+from .errors import damaged
 
 MAX_INPUTS = 100_000  # --input_file lines
 MAX_TEXT_FILE = 10_000_000  # bytes of a --X_file
@@ -108,7 +109,7 @@ def sample(
         )
     module, vocab = Checkpoint(ckpt_path).trained(LitCharLM, LitXL, command="sample", vocab=True)
     options = dict(temperature=temperature, top_k=top_k, top_p=top_p, use_cache=cache, cuda_graph=cuda_graph)
-    with damaged(ckpt_path):
+    with damaged(f"--ckpt_path {ckpt_path!r}"):
         print("\n---\n".join(continue_text(module, vocab, prompt, length, num_samples, seed, **options)))
 
 
@@ -144,21 +145,12 @@ def decode(ckpt_path: PathName, input: str | None = None, input_file: PathName |
             raise ValueError(f"{at}: {source[:40]!r} has {len(source):,} characters, more than the model's context "
                              f"{context}; pass shorter sources, or train with a larger data.max_length")  # fmt: skip
     written, numbers = 0, iter(n for n, _ in numbered)
-    with damaged(ckpt_path):
+    with damaged(f"--ckpt_path {ckpt_path!r}"):
         for outputs in decode_sources(module, [source for _, source in numbered], batch_size):
             for output in outputs:  # output line N is source line N's: a blank source line stays blank
                 n = next(numbers)
                 print("\n" * (n - written - 1) + output)
                 written = n
-
-
-@contextmanager
-def damaged(ckpt_path: str):
-    """A model whose scores overflow, named as its checkpoint."""
-    try:
-        yield
-    except FloatingPointError as e:
-        raise ValueError(f"--ckpt_path {ckpt_path!r}: {e}; a diverged or damaged model: pass another file") from None
 
 
 # fit's keys, which the data modules' refusals name, as context's flags
@@ -337,7 +329,7 @@ def attention(
             sp = model.cfg.sparse
             title += f"; {sp.pattern} pattern, l={sp.block}, {sp.layout} heads (grey: outside the pattern)"
     if not weights.isfinite().all():  # a picture of NaN: blank cells, which read as attention to nothing
-        with damaged(ckpt_path):
+        with damaged(f"--ckpt_path {ckpt_path!r}"):
             raise FloatingPointError("the model's attention weights are not finite (NaN or inf): its weights are so "
                                      "large that they overflow")  # fmt: skip
     target = out_file(out, inputs=(("--ckpt_path", ckpt_path), ("--text_file", text_file)))
@@ -444,7 +436,7 @@ def context(
                 if memory is not None:
                     module.eval_options["mem_len"], module.eval_memory = memory, None
                 label = f"{name}, memory {memory}" if memory is not None else name
-                with damaged(path):
+                with damaged(f"--ckpt_path {path!r}"):
                     curves[label] = loss_by_position(module, loader(), limit_batches)
     length = max(len(bits) for bits, _ in curves.values())
     ranges = log_bins(length, bins)

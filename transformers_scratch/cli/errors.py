@@ -8,6 +8,7 @@ import errno
 import inspect
 import os
 import re
+from contextlib import contextmanager
 
 import torch
 from jsonargparse import ArgumentError
@@ -124,6 +125,18 @@ def _line(e: BaseException, argv: list[str]) -> str:
         culprit = config_at_fault(line, argv)
         line = f"--config {culprit!r}: {line}" if culprit else line
     return line
+
+
+@contextmanager
+def damaged(source: str | None):
+    """A model whose scores overflow, named as its checkpoint's ``source`` (``--ckpt_path 'a.ckpt'``; None: a fit's
+    own weights, which diverged)."""
+    try:
+        yield
+    except FloatingPointError as e:
+        if source is None:
+            raise ValueError(f"{e}; the run diverged: lower the learning rate or keep gradient clipping on") from None
+        raise ValueError(f"{source}: {e}; a diverged or damaged model: pass another file") from None
 
 
 def trainer_setting(e: BaseException, given: dict | None = None) -> str | None:

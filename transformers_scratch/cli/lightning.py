@@ -68,7 +68,7 @@ from ..training.modules import LitTransformer
 from ..training.optim import OptimConfig
 from ..training.run_folder import claim_run_folder, release_run_folder
 from .config_files import check_config_files, check_values, written
-from .errors import ALLOWED_IMPORTS, named_as
+from .errors import ALLOWED_IMPORTS, damaged, named_as
 
 # A config names classes and callables by import path; only these packages may be named (checked by jsonargparse
 # before it imports anything), so a config cannot run os.system, eval or an arbitrary module's import-time code.
@@ -453,6 +453,12 @@ class CLI(LightningCLI):
         init = self.config[sub].model.get("init_args")
         if init is not None and init.get("init_from"):  # the checkpoint holds what it started from, and more
             init.init_from = None
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        """Lightning's run of the command, where a model whose scores overflow (greedy decoding refuses them) is
+        named as its checkpoint."""
+        with damaged(self.run.ckpt.source if self.run.ckpt else None):
+            super()._run_subcommand(subcommand)
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         """The Trainer's refusal of its own settings (in words that name the value, not where it was set), named

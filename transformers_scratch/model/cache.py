@@ -7,11 +7,8 @@ from torch import Tensor
 
 
 class KVCache:
-    """Keys and values of the positions seen so far, for one attention layer, preallocated.
-
-    Used by generation: each new token computes its own key and value once, and attends over the cache
-    instead of recomputing the whole window.
-    """
+    """Keys and values of the positions seen so far, for one attention layer, preallocated. Used by generation: each new
+    token computes its own key and value once, and attends over the cache instead of recomputing the whole window."""
 
     def __init__(self, batch: int, heads: int, length: int, head_width: int, dtype: torch.dtype, device) -> None:
         self.k = torch.zeros(batch, heads, length, head_width, dtype=dtype, device=device)  # (b, h, max u, s)

@@ -15,11 +15,15 @@ OVERFLOW = "the model's scores are not finite (NaN or inf): its weights are so l
 
 
 def sample_next(logits: Tensor, temperature: float = 1.0, top_k: int | None = None,
-                generator: torch.Generator | None = None, top_p: float | None = None) -> Tensor:  # fmt: skip
-    """Draw one token per row from logits (b, v): temperature 0 is greedy, top_k keeps the k likeliest, top_p
-    the nucleus (see :func:`nucleus`); ``generator``: draw from it instead of the global random stream."""
+                generator: torch.Generator | None = None, top_p: float | None = None,
+                best: Tensor | None = None) -> Tensor:  # fmt: skip
+    """One token per row of logits (b, v): temperature 0 is greedy (the chosen scores into ``best`` (b,), NaN where
+    any is), top_k keeps the k likeliest, top_p the nucleus (:func:`nucleus`); ``generator``: draw from it."""
     if temperature == 0:
-        return logits.argmax(dim=-1, keepdim=True)  # (b, 1)
+        scores, tokens = logits.max(dim=-1, keepdim=True)  # (b, 1)
+        if best is not None:
+            best.copy_(scores[:, 0])
+        return tokens
     # less the row's largest, over a temperature of at least the dtype's smallest: the same softmax, and a
     # temperature as small as 1e-320 is greedy, where logits / temperature would give inf - inf or 0 / 0 = NaN
     temperature = max(temperature, torch.finfo(logits.dtype).tiny)
@@ -64,11 +68,8 @@ def generate(model, prompt: Tensor, max_new_tokens: int, *, temperature: float =
     next_logits = (steps or causal_steps)(model, tokens, t, use_cache, cuda_graph)
     best = tokens.new_empty(b, max_new_tokens, dtype=torch.float)  # greedy's chosen scores, checked at the end
     with decoding_threads(prompt.device, use_cache):
-        for end in range(t, t + max_new_tokens):  # tokens[:, :end] are known
-            if temperature == 0:  # the max is NaN or inf where any score is (-inf where all are): not a choice
-                best[:, end - t], tokens[:, end] = next_logits(end).max(dim=-1)
-            else:  # sampling checks its own probabilities (sample_next)
-                tokens[:, end] = sample_next(next_logits(end), temperature, top_k, generator, top_p)[:, 0]
+        for end in range(t, t + max_new_tokens):  # tokens[:, :end] are known; sampling checks its probabilities
+            tokens[:, end] = sample_next(next_logits(end), temperature, top_k, generator, top_p, best[:, end - t])[:, 0]
     model.train(was_training)
     if temperature == 0 and not best.isfinite().all():
         raise FloatingPointError(OVERFLOW)
@@ -187,14 +188,15 @@ def generate_seq2seq(model, src: Tensor, *, bos_id: int, max_new_tokens: int, sr
     done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
     caches = model.new_caches(src.size(0), max_new_tokens) if use_cache else None
     kvs = model.memory_kvs(memory) if use_cache else None
+    best = memory.new_zeros(src.size(0), max_new_tokens, dtype=torch.float)  # greedy's chosen scores, as generate's
     for end in range(1, 1 + max_new_tokens):  # out[:, :end] is decoded (BOS first); written in place
-        if use_cache:
-            logits = model.decode(out[:, end - 1 : end], None, src_mask, caches=caches, memory_kvs=kvs)[:, -1]
-        else:
-            logits = model.decode(out[:, :end], memory, src_mask)[:, -1]  # (b, v)
-        out[:, end] = sample_next(logits, temperature, top_k, top_p=top_p)[:, 0]
+        fed = out[:, end - 1 : end] if use_cache else out[:, :end]  # the newest token over the caches, or all
+        logits = model.decode(fed, None if use_cache else memory, src_mask, caches=caches, memory_kvs=kvs)[:, -1]
+        out[:, end] = sample_next(logits, temperature, top_k, top_p=top_p, best=best[:, end - 1])[:, 0]
         if eos_id is not None and (done := done | (out[:, end] == eos_id)).all():
             out = out[:, : end + 1]  # every row has ended
             break
     model.train(was_training)
+    if temperature == 0 and not best.isfinite().all():
+        raise FloatingPointError(OVERFLOW)
     return out[:, 1:]
