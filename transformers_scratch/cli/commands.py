@@ -109,7 +109,7 @@ def sample(
         )
     module, vocab = Checkpoint(ckpt_path).trained(LitCharLM, LitXL, command="sample", vocab=True)
     options = dict(temperature=temperature, top_k=top_k, top_p=top_p, use_cache=cache, cuda_graph=cuda_graph)
-    with damaged(f"--ckpt_path {ckpt_path!r}"):
+    with damaged(ckpt_path):
         print("\n---\n".join(continue_text(module, vocab, prompt, length, num_samples, seed, **options)))
 
 
@@ -145,7 +145,7 @@ def decode(ckpt_path: PathName, input: str | None = None, input_file: PathName |
             raise ValueError(f"{at}: {source[:40]!r} has {len(source):,} characters, more than the model's context "
                              f"{context}; pass shorter sources, or train with a larger data.max_length")  # fmt: skip
     written, numbers = 0, iter(n for n, _ in numbered)
-    with damaged(f"--ckpt_path {ckpt_path!r}"):
+    with damaged(ckpt_path):
         for outputs in decode_sources(module, [source for _, source in numbered], batch_size):
             for output in outputs:  # output line N is source line N's: a blank source line stays blank
                 n = next(numbers)
@@ -329,7 +329,7 @@ def attention(
             sp = model.cfg.sparse
             title += f"; {sp.pattern} pattern, l={sp.block}, {sp.layout} heads (grey: outside the pattern)"
     if not weights.isfinite().all():  # a picture of NaN: blank cells, which read as attention to nothing
-        with damaged(f"--ckpt_path {ckpt_path!r}"):
+        with damaged(ckpt_path):
             raise FloatingPointError("the model's attention weights are not finite (NaN or inf): its weights are so "
                                      "large that they overflow")  # fmt: skip
     target = out_file(out, inputs=(("--ckpt_path", ckpt_path), ("--text_file", text_file)))
@@ -436,7 +436,7 @@ def context(
                 if memory is not None:
                     module.eval_options["mem_len"], module.eval_memory = memory, None
                 label = f"{name}, memory {memory}" if memory is not None else name
-                with damaged(f"--ckpt_path {path!r}"):
+                with damaged(path):
                     curves[label] = loss_by_position(module, loader(), limit_batches)
     length = max(len(bits) for bits, _ in curves.values())
     ranges = log_bins(length, bins)

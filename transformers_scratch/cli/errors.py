@@ -128,15 +128,14 @@ def _line(e: BaseException, argv: list[str]) -> str:
 
 
 @contextmanager
-def damaged(source: str | None):
-    """A model whose scores overflow, named as its checkpoint's ``source`` (``--ckpt_path 'a.ckpt'``; None: a fit's
-    own weights, which diverged)."""
+def damaged(ckpt_path: str | None):
+    """A model whose scores overflow, named as its checkpoint (None: a fit's own weights, which diverged)."""
     try:
         yield
     except FloatingPointError as e:
-        if source is None:
+        if ckpt_path is None:
             raise ValueError(f"{e}; the run diverged: lower the learning rate or keep gradient clipping on") from None
-        raise ValueError(f"{source}: {e}; a diverged or damaged model: pass another file") from None
+        raise ValueError(f"--ckpt_path {ckpt_path!r}: {e}; a diverged or damaged model: pass another file") from None
 
 
 def trainer_setting(e: BaseException, given: dict | None = None) -> str | None:

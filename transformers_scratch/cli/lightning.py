@@ -457,7 +457,7 @@ class CLI(LightningCLI):
     def _run_subcommand(self, subcommand: str) -> None:
         """Lightning's run of the command, where a model whose scores overflow (greedy decoding refuses them) is
         named as its checkpoint."""
-        with damaged(self.run.ckpt.source if self.run.ckpt else None):
+        with damaged(self.run.ckpt.path if self.run.ckpt else None):
             super()._run_subcommand(subcommand)
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:

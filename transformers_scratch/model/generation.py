@@ -17,8 +17,8 @@ OVERFLOW = "the model's scores are not finite (NaN or inf): its weights are so l
 def sample_next(logits: Tensor, temperature: float = 1.0, top_k: int | None = None,
                 generator: torch.Generator | None = None, top_p: float | None = None,
                 best: Tensor | None = None) -> Tensor:  # fmt: skip
-    """One token per row of logits (b, v): temperature 0 is greedy (the chosen scores into ``best`` (b,), NaN where
-    any is), top_k keeps the k likeliest, top_p the nucleus (:func:`nucleus`); ``generator``: draw from it."""
+    """One token per row of logits (b, v): temperature 0 is greedy (its scores written to ``best`` (b,): NaN where
+    any score is), top_k keeps the k likeliest, top_p the nucleus (:func:`nucleus`); ``generator``: draw from it."""
     if temperature == 0:
         scores, tokens = logits.max(dim=-1, keepdim=True)  # (b, 1)
         if best is not None:
