@@ -456,8 +456,8 @@ class CLI(LightningCLI):
 
     def _run_subcommand(self, subcommand: str) -> None:
         """Lightning's run of the command, where a model whose scores overflow (greedy decoding refuses them) is
-        named as its checkpoint."""
-        with damaged(self.run.ckpt.path if self.run.ckpt else None):
+        named as its checkpoint (in fit, as the run's own weights)."""
+        with damaged(self.run.ckpt.path if self.run.ckpt and subcommand != "fit" else None):
             super()._run_subcommand(subcommand)
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
