@@ -909,6 +909,21 @@ def test_ctrl_c_outside_a_fit_is_one_line_and_status_130(monkeypatch, capsys):
         assert isinstance(ended, SystemExit) and ended.code == 130 and capsys.readouterr().err == INTERRUPTED + "\n"
 
 
+def test_ts_debug_set_to_0_or_false_keeps_the_one_line(monkeypatch, capsys, tmp_path):
+    """TS_DEBUG=0 gave the traceback, as any value did."""
+    import transformers_scratch.cli as cli
+
+    args = ["sample", "--ckpt_path", str(tmp_path / "gone.ckpt"), "--prompt", "a"]
+    for off in ("0", "false", "", "Off"):
+        monkeypatch.setenv("TS_DEBUG", off)
+        with pytest.raises(SystemExit):
+            cli.main(args)
+        assert capsys.readouterr().err.startswith("error: --ckpt_path")
+    monkeypatch.setenv("TS_DEBUG", "1")
+    with pytest.raises(FileNotFoundError):
+        cli.main(args)
+
+
 def test_a_quiet_run_leaves_out_the_hubs_retries_of_a_request(monkeypatch):
     """With no network, the Hugging Face Hub's client said ten lines of retries before the one error line."""
     import logging

@@ -1,7 +1,8 @@
 """Files written whole: a temporary name beside the target, renamed into place once complete, so that a killed
 or failed write never leaves half a file (checkpoints, exports, data caches, downloads, predictions). Every layer
 writes through it, as every layer declares its bounds in :mod:`.bounds`. Output into a pipe whose reader stopped
-(``| head``) ends the command quietly; output that cannot be written (``> /dev/full``) is said so."""
+(``| head``) ends the command quietly; output that cannot be written (``> /dev/full``) is said so; ``TS_DEBUG``
+asks for the traceback instead."""
 
 from __future__ import annotations
 
@@ -90,3 +91,8 @@ def output_unwritable(e: BaseException) -> str | None:
     except OSError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
     return f"the standard output cannot be written ({e.strerror}); send it to a file on a disk with room (> FILE)"
+
+
+def debugging() -> bool:
+    """Whether ``TS_DEBUG`` asks for tracebacks: set, and not empty, 0, false, no or off."""
+    return os.environ.get("TS_DEBUG", "").strip().lower() not in ("", "0", "false", "no", "off")

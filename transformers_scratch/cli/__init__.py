@@ -17,7 +17,7 @@ from functools import cache
 from pathlib import Path
 from typing import NoReturn
 
-from ..atomic import output_closed, output_unwritable, stopped_reading
+from ..atomic import debugging, output_closed, output_unwritable, stopped_reading
 
 # The help names every command without importing torch or Lightning (a fraction of a second, not seconds).
 LIGHTNING = {
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> None:
         from .errors import error_line, refused
         from .lightning import build_cli
     except (ValueError, OSError) as e:
-        if os.environ.get("TS_DEBUG"):
+        if debugging():
             raise
         named = [k for k, v in given if k in str(e) or len(v) > 1 and v in str(e) or repr(v) in str(e)]  # or value
         said = " ".join(str(e).split()).split(". ")[0][:200]
@@ -172,13 +172,13 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as e:
         if isinstance(e, BrokenPipeError) and output_closed():  # not another pipe (a service's, a worker's)
             stopped_reading()
-        if os.environ.get("TS_DEBUG") or not refused(e):  # a fault of the project's: its traceback
+        if debugging() or not refused(e):  # a fault of the project's: its traceback
             raise
         close_bars()
         print(f"error: {clipped(error_line(e, args))}\n{DEBUG_HINT}", file=sys.stderr)
         sys.exit(1)
     except KeyboardInterrupt:  # Ctrl-C (a fit's first one saves the run and stops by itself): no traceback
-        if os.environ.get("TS_DEBUG"):
+        if debugging():
             raise
         close_bars()
         print(INTERRUPTED, file=sys.stderr)

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..atomic import output_closed, stopped_reading
+from ..atomic import debugging, output_closed, stopped_reading
 from ..bounds import Count, Depth, NonNegative, PositiveFloat
 from ..model.config import EncoderDecoderConfig, LMConfig
 from ..model.models import CausalLM, EncoderDecoder
@@ -320,7 +320,7 @@ def main(argv: list[str] | None = None) -> None:
             raise
         stopped_reading()
     except (ValueError, KeyboardInterrupt) as e:
-        if os.environ.get("TS_DEBUG"):  # as the command line: the traceback on demand
+        if debugging():  # as the command line: the traceback on demand
             raise
         from ..training.console import INTERRUPTED
 
