@@ -59,8 +59,9 @@ def main(argv: list[str], build) -> int:
     for kind in args.kinds:
         name = f"extrapolate-{kind}"
         last = work / "checkpoints" / name / "last.ckpt"
-        if not (last.is_file() and Checkpoint(str(last), weights=False).step >= args.steps):
-            resume = ["--ckpt_path", "last"] if last.is_file() else []
+        ckpt = Checkpoint(str(last), weights=False) if last.is_file() else None
+        if ckpt is None or ckpt.step < args.steps:
+            resume = ["--ckpt_path", "last"] if ckpt else []
             began = time.perf_counter()
             fit = ["fit", *configs, "--data.path", path, "--model.model.positions", kind, "--name", name,
                    "--trainer.max_steps", str(args.steps), "--trainer.enable_progress_bar", "false",
@@ -70,7 +71,8 @@ def main(argv: list[str], build) -> int:
                 print(f"error: {kind}: {error}", file=sys.stderr)
                 return 1
             print(f"{kind}: trained {args.steps} steps in {time.perf_counter() - began:.0f} s", flush=True)
-        contexts.add(str((Checkpoint(str(last), weights=False).model or {}).get("context")))  # the trained context
+            ckpt = Checkpoint(str(last), weights=False)
+        contexts.add(str((ckpt.model or {}).get("context")))  # the context it trained at
         for window in args.windows:
             test = ["test", *configs, "--data.path", path, "--model.model.positions", kind, "--name", name,
                     "--data.context", str(window), "--ckpt_path", str(last), "--trainer.logger", "false",
