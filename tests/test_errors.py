@@ -222,10 +222,12 @@ def test_a_refusal_of_lightnings_trainer_is_named_as_the_trainers():
 @pytest.mark.parametrize("value", [10**400, float("inf"), float("nan"), True, "x", [1], None, -1])
 def test_an_interval_refuses_what_lies_outside_it_with_a_value_error(value):
     """Whatever a config, a checkpoint or a flag holds: a ValueError that jsonargparse and the settings report
-    (an integer of hundreds of digits is no OverflowError, infinity and NaN lie in no interval)."""
+    (an integer of hundreds of digits is no OverflowError; infinity and NaN lie in no interval, and are said to be
+    no finite number: "inf is not a non-negative number" reads as false)."""
     from transformers_scratch.bounds import NonNegativeFloat
 
-    with pytest.raises(ValueError, match="is not a non-negative number"):
+    said = "is not finite: pass a non-negative number" if value != value or value == float("inf") else "is not a non"
+    with pytest.raises(ValueError, match=said):
         NonNegativeFloat.check(value)
 
 

@@ -1460,7 +1460,7 @@ def test_a_checkpoint_of_a_newer_layout_is_named_with_the_fix_by_every_command(
 
 @pytest.mark.parametrize("optim, message", [
     ([1, 2], "OptimConfig settings [1, 2] are no mapping of settings"),  # it was kept, a list, as the module's optim
-    ({"lr": float("nan")}, "model.optim lr=nan is not a number in [0.0, "),  # it named model.optim as a flag's
+    ({"lr": float("nan")}, "model.optim lr=nan is not finite: pass a number in [0.0, "),  # it named model.optim as a flag's
 ])  # fmt: skip
 def test_a_checkpoints_optimiser_settings_out_of_bounds_name_the_checkpoint(capsys, tmp_path, optim, message):
     module = LitCharLM(TINY)

@@ -50,9 +50,11 @@ class Interval(metaclass=Named):
         whole = cls.base is not int or (isinstance(value, float) and value.is_integer())
         if isinstance(value, bool) or not isinstance(value, int | float) or not (whole or isinstance(value, int)):
             raise ValueError(f"{str(value)[:40]} is not {cls.__name__}")
+        if not math.isfinite(value if isinstance(value, float) else 0.0):  # inf or NaN
+            raise ValueError(f"{value} is not finite: pass {cls.__name__}")
         below = value <= cls.low if cls.open_low else value < cls.low
         above = value >= cls.high if cls.open_high else value > cls.high
-        if below or above or not math.isfinite(value if isinstance(value, float) else 0.0):  # nor inf nor NaN
+        if below or above:
             raise ValueError(f"{str(value)[:40]} is not {cls.__name__}")
         try:
             return cls.base(value)
