@@ -336,7 +336,7 @@ def test_export_format_hf_through_the_cli_and_its_refusal(tmp_path, capsys, monk
     from test_reliability import write_checkpoint
 
     from transformers_scratch.cli import main
-    from transformers_scratch.training import LitCharLM
+    from transformers_scratch.training import LitCharLM, LitMaskedLM
 
     monkeypatch.chdir(tmp_path)
     module = redraw(LitCharLM(LMConfig(vocab_size=256, context=16, emb=32, heads=4, depth=2, activation="gelu")))
@@ -352,8 +352,14 @@ def test_export_format_hf_through_the_cli_and_its_refusal(tmp_path, capsys, monk
     with pytest.raises(SystemExit):
         main(["export", "--ckpt_path", "sin.ckpt", "--out", "hf2", "--format", "hf"])
     err = capsys.readouterr().err
-    assert err.count("error:") == 1 and "model positions sinusoidal has no counterpart in GPT-2" in err
+    assert err.count("error:") == 1 and "error: --ckpt_path 'sin.ckpt': model positions sinusoidal has no " in err
+    assert err.rstrip().splitlines()[0].endswith("export it, or export it with --format project")
     assert not (tmp_path / "hf2").exists()
+    masked = LitMaskedLM(MaskedLMConfig(vocab_size=256, context=16, emb=32, heads=4, depth=1))  # the project's
+    write_checkpoint(tmp_path / "mlm.ckpt", masked, {"vocab_symbols": None})  # format takes no LitMaskedLM
+    with pytest.raises(SystemExit):
+        main(["export", "--ckpt_path", "mlm.ckpt", "--out", "hf2", "--format", "hf"])
+    assert "has no counterpart in BERT" in (err := capsys.readouterr().err) and "--format project" not in err
 
     def dies(tensors, path, metadata=None) -> None:  # a write that stops part-way: a full disk, or a kill
         Path(path).write_bytes(b"half the weights")

@@ -32,7 +32,7 @@ from ..bounds import (
 )
 from ..data import ByteVocab, DataError, WordVocab
 from ..data.files import read_text, refuse_output
-from ..model.hf import save_hf
+from ..model.hf import HFError, save_hf
 from ..model.pretrained import save_pretrained
 from ..training.checkpoints import Checkpoint
 from ..training.console import shown
@@ -186,7 +186,11 @@ def export(ckpt_path: PathName, out: PathName, format: Literal["project", "hf"] 
     try:
         if format == "hf":
             module, _ = Checkpoint(ckpt_path).trained(LitCharLM, LitMaskedLM, command="export --format hf")
-            folder = save_hf(module.model, out)
+            try:
+                folder = save_hf(module.model, out)
+            except HFError as e:  # a model none of the families expresses: the project's format holds a LitCharLM
+                project = ", or export it with --format project" if isinstance(module, LitCharLM) else ""
+                raise ValueError(f"--ckpt_path {ckpt_path!r}: {e}{project}") from None
         else:
             module, vocab = Checkpoint(ckpt_path).trained(LitCharLM, LitClassifier, LitSeq2Seq, LitXL, command="export")
             folder = save_pretrained(module.model, out, {"vocab": export_vocab(module, vocab)})
