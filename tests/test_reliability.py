@@ -1746,8 +1746,10 @@ def test_a_picture_never_lands_in_a_folder_named_as_its_file(lm_ckpt, capsys, tm
     fails(capsys, "attention", "--ckpt_path", str(lm_ckpt), "--text", "the cat", "--out", "pictures",
           message="--out 'pictures' is a folder; pass a file name")  # fmt: skip
     main(["attention", "--ckpt_path", str(lm_ckpt), "--text", "the cat", "--out", "a.png"])
-    main(["attention", "--ckpt_path", str(lm_ckpt), "--text", "the cat", "--out", "a.png"])
-    assert "note: replacing a.png" in capsys.readouterr().err  # an output it replaces is named
+    main(["attention", "--ckpt_path", str(lm_ckpt), "--text", "the cat" * 9, "--out", "a.png"])
+    err = capsys.readouterr().err
+    assert "note: replacing a.png" in err  # an output it replaces is named, and the limit that cut the text short
+    assert f"drawing the first {TINY.context} of 63 tokens (the model's context, {TINY.context})" in err
 
 
 @pytest.mark.parametrize("content, message", [

@@ -310,11 +310,13 @@ def attention(
     module, vocab = Checkpoint(ckpt_path).trained(LitClassifier, LitCharLM, LitXL, command="attention", vocab=True)
     model = module.model
     xl = isinstance(module, LitXL)  # a segment after its memory: the text may be longer than one segment
-    ids, tokens, total = attention_input(vocab, text, max_tokens if xl else min(max_tokens, model.cfg.context))
+    limit = max_tokens if xl or max_tokens <= model.cfg.context else model.cfg.context
+    ids, tokens, total = attention_input(vocab, text, limit)
     if ids.size(1) == 0:
         raise ValueError("the text holds no tokens to read; give some words")
     if total > ids.size(1):
-        print(f"note: drawing the first {ids.size(1)} of {total} tokens (--max_tokens {max_tokens})", file=sys.stderr)
+        why = f"--max_tokens {max_tokens}" if limit == max_tokens else f"the model's context, {limit}"
+        print(f"note: drawing the first {ids.size(1)} of {total} tokens ({why})", file=sys.stderr)
     if getattr(model.cfg, "pool", None) == "cls":
         tokens = ["[CLS]", *tokens]
     kind = "words" if isinstance(vocab, WordVocab) else "characters"
