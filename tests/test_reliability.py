@@ -29,14 +29,14 @@ from test_cli import corpus
 from test_data import make_aclimdb
 from torch.utils.data import DataLoader, TensorDataset
 
-from transformers_scratch import CausalLM, ClassifierConfig, LMConfig
+from transformers_scratch import CausalLM, ClassifierConfig, LMConfig, MaskedLMConfig
 from transformers_scratch.cli import build_cli, main
 from transformers_scratch.data import DataError, IMDbDataModule, TextDataModule, WordVocab, files
 from transformers_scratch.data.imdb import read_aclimdb
 from transformers_scratch.data.vocab import ByteVocab
 from transformers_scratch.model.pretrained import save_pretrained
 from transformers_scratch.training.callbacks import SafeModelCheckpoint, SampleText, TrainingDiverged
-from transformers_scratch.training.modules import LitCharLM, LitClassifier, as_config
+from transformers_scratch.training.modules import LitCharLM, LitClassifier, LitMaskedLM, as_config
 from transformers_scratch.training.optim import OptimConfig, lr_factor
 from transformers_scratch.training.pictures import learning_curves
 from transformers_scratch.training.run_folder import LOCK, claim_run_folder, release_run_folder
@@ -1095,11 +1095,14 @@ def test_a_checkpoint_whose_weights_are_not_finite_is_refused_by_every_command(c
 
 @pytest.mark.parametrize("command", [["sample", "--prompt", "a"], ["sample", "--prompt", "a", "--temperature", "0"],
                                      ["decode", "--input", "12"], ["context", "--data_path", "text.txt"],
-                                     ["test", "--config", str(ROOT / "configs" / "seq2seq_reverse.yaml")]])  # fmt: skip
+                                     ["test", "--config", str(ROOT / "configs" / "seq2seq_reverse.yaml")],
+                                     ["validate", *(lm := ["--config", TINY_LM, "--data.path", "text.txt",
+                                                           "--data.context", "16"])],
+                                     ["predict", *lm, "--data.predict_path", "text.txt"]])  # fmt: skip
 def test_a_model_whose_scores_overflow_is_one_line_naming_its_checkpoint(capsys, text, tmp_path, command):
     """Finite weights so large that the scores overflow: sampling was torch.multinomial's traceback, greedy
-    decoding a string of garbage (the Python API's too; test's exact match, then a traceback), context's bits per
-    byte NaN."""
+    decoding a string of garbage (the Python API's too; test's exact match, then a traceback), context's,
+    validate's and predict's bits per byte inf or NaN."""
     from transformers_scratch.training.modules import LitSeq2Seq
 
     sizes = {"vocab_size": 256, "context": 8, "emb": 16, "heads": 2, "depth": 1}  # write_checkpoint gives 256 bytes
@@ -1112,6 +1115,21 @@ def test_a_model_whose_scores_overflow_is_one_line_naming_its_checkpoint(capsys,
     path = write_checkpoint(tmp_path / "huge.ckpt", module, {} if command[0] == "test" else {"vocab_symbols": None})
     fails(capsys, command[0], "--ckpt_path", str(path), *command[1:], message=f"--ckpt_path {str(path)!r}: the "
           "model's scores are not finite (NaN or inf): its weights are so large that they overflow")  # fmt: skip
+
+
+def test_a_classifier_or_masked_lm_whose_scores_overflow_is_refused_where_it_is_scored():
+    """validate, test and predict of such a model: the error path names its checkpoint (as above)."""
+    ids, mask = torch.randint(2, 9, (2, 8)), torch.ones(2, 8, dtype=torch.bool)
+    sizes = {"vocab_size": 9, "context": 8, "emb": 16, "heads": 2, "depth": 1}
+    classifier, masked = LitClassifier(ClassifierConfig(**sizes)), LitMaskedLM(MaskedLMConfig(**sizes))
+    with torch.no_grad():
+        for weight in [*classifier.parameters(), *masked.parameters()]:
+            weight.fill_(1e30)
+    for step in (classifier.validation_step, classifier.test_step, masked.validation_step):
+        with pytest.raises(FloatingPointError, match="weights are so large that they overflow"):
+            step((ids, mask, ids[:, 0] % 2 if step != masked.validation_step else ids), 0)
+    with pytest.raises(FloatingPointError, match="weights are so large that they overflow"):
+        classifier.predict_step((ids, mask), 0)
 
 
 @pytest.mark.parametrize("command", [["sample", "--prompt", "a", "--length", "9"],
@@ -1325,6 +1343,11 @@ def test_an_imdb_checkpoint_needs_its_vocabulary_size(capsys, text, tmp_path):
     ckpt = write_checkpoint(tmp_path / "imdb.ckpt", module, {"vocab": ["good", "bad"]})
     fails(capsys, "predict", "--config", TINY_IMDB, "--ckpt_path", str(ckpt), "--data.predict_path", str(text),
           message="trained with a vocabulary of 2 words, and this run has data.vocab_words 20000")  # fmt: skip
+    masked = LitMaskedLM(MaskedLMConfig(vocab_size=5, context=8, emb=16, heads=2, depth=1))  # + [MASK]: it said 3
+    ckpt = write_checkpoint(tmp_path / "mlm.ckpt", masked, {"vocab": ["good", "bad"]})
+    fails(capsys, "validate", "--config", str(ROOT / "configs" / "imdb_mlm.yaml"), "--ckpt_path", str(ckpt),
+          message="trained with a vocabulary of 2 words, and this run has data.vocab_words 50000; pass --data.vocab_"
+          "words 2")  # fmt: skip
 
 
 def test_an_empty_reviews_file_for_predict_says_so(tmp_path):
@@ -1460,7 +1483,7 @@ def test_a_checkpoint_of_a_newer_layout_is_named_with_the_fix_by_every_command(
 
 @pytest.mark.parametrize("optim, message", [
     ([1, 2], "OptimConfig settings [1, 2] are no mapping of settings"),  # it was kept, a list, as the module's optim
-    ({"lr": float("nan")}, "model.optim lr=nan is not finite: pass a number in [0.0, "),  # it named model.optim as a flag's
+    ({"lr": float("nan")}, "model.optim lr=nan is not finite: pass a number in [0.0, "),  # named as a flag's
 ])  # fmt: skip
 def test_a_checkpoints_optimiser_settings_out_of_bounds_name_the_checkpoint(capsys, tmp_path, optim, message):
     module = LitCharLM(TINY)

@@ -33,6 +33,7 @@ from ..model.config import (
     XLConfig,
     read_settings,
 )
+from ..model.generation import OVERFLOW
 from ..model.hf import from_hf
 from ..model.models import CausalLM, EncoderDecoder, MaskedLM, SequenceClassifier, encoder_state
 from ..model.xl import TransformerXL
@@ -104,6 +105,14 @@ class LitTransformer(L.LightningModule):
     def batch_ids(self, batch) -> Tensor:
         """The token ids (b, t) a training batch feeds the model: what throughput counts."""
         return batch[0]
+
+    @staticmethod
+    def finite(score: Tensor) -> Tensor:
+        """A score that validation, test or predict reports (a loss, a prediction's logits), refused where the
+        weights are so large that it overflows: it would print as inf or NaN."""
+        if not score.isfinite().all():
+            raise FloatingPointError(OVERFLOW)
+        return score
 
     def configure_model(self) -> None:
         """Hardware-dependent set-up, once the trainer knows the devices and before it wraps the model."""
@@ -303,7 +312,7 @@ class LitClassifier(LitTransformer):
                 self.log_train(loss=loss, acc=acc.compute())  # accuracy over the steps since the last log
                 acc.reset()
         else:
-            self.log(f"{stage}/loss", loss, prog_bar=True, batch_size=len(labels), sync_dist=True)
+            self.log(f"{stage}/loss", self.finite(loss), prog_bar=True, batch_size=len(labels), sync_dist=True)
             self.log(f"{stage}/acc", acc, prog_bar=True, batch_size=len(labels))
         return loss
 
@@ -318,7 +327,7 @@ class LitClassifier(LitTransformer):
 
     def predict_step(self, batch, batch_idx: int) -> Tensor:
         ids, mask = batch[:2]
-        return self(ids, mask).float().softmax(-1)  # (b, c) class probabilities
+        return self.finite(self(ids, mask).float()).softmax(-1)  # (b, c) class probabilities
 
 
 class LitMaskedLM(LitTransformer):
@@ -366,7 +375,7 @@ class LitMaskedLM(LitTransformer):
         return loss
 
     def validation_step(self, batch, batch_idx: int) -> None:
-        loss = self._step(batch, self.val_acc)
+        loss = self.finite(self._step(batch, self.val_acc))
         self.log("val/loss", loss, prog_bar=True, batch_size=int((batch[2] != IGNORE_INDEX).sum()), sync_dist=True)
         self.log("val/acc", self.val_acc, prog_bar=True)
 
@@ -395,7 +404,7 @@ class BitsPerByte(LitTransformer):
         by another window, or lie past a stream's end)."""
         logits, y = self.logits_of(batch, training=False)
         nats = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum", ignore_index=IGNORE_INDEX)
-        return nats / LN2, (y != IGNORE_INDEX).sum()
+        return self.finite(nats) / LN2, (y != IGNORE_INDEX).sum()
 
     def _eval_step(self, batch, metric: torchmetrics.MeanMetric) -> None:
         bits, count = self.scored_bits(batch)
