@@ -227,7 +227,7 @@ class Checkpoint:
                 raise ValueError(f"{self.source} was trained with data.vocab {kind} ({vocab.size} symbols), and this "
                                  f"run has data.vocab {data['vocab']}; pass --data.vocab {kind}")  # fmt: skip
         if isinstance(vocab, WordVocab):  # data.vocab_words is a cap: a small corpus may fill less of it
-            words = field("vocab_size", len(vocab)) - 2
+            words = field("vocab_size", len(vocab)) - 2 - (self.kind == "LitMaskedLM")  # <pad>, <unk>, [MASK]
             if data.get("vocab_words") not in (None, words):
                 raise ValueError(
                     f"{self.source} was trained with a vocabulary of {words} words, and this run "
