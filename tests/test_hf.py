@@ -431,7 +431,7 @@ def test_fit_fine_tunes_a_gpt2_folder_with_its_tokenizer_and_sample_decodes(tmp_
           "weights that are not finite ('stack.blocks.0.ff.0.weight': NaN or inf)")  # fmt: skip
 
 
-def test_the_imdb_classifier_starts_from_a_bert_encoder_with_its_tokenizer(tmp_path, capsys, monkeypatch):
+def test_the_imdb_classifier_starts_from_a_bert_encoder_with_its_tokenizer(tmp_path, capsys, monkeypatch, recwarn):
     from test_cli import TINY_IMDB
     from test_data import make_aclimdb
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
@@ -467,3 +467,4 @@ def test_the_imdb_classifier_starts_from_a_bert_encoder_with_its_tokenizer(tmp_p
     main(["predict", "--config", TINY_IMDB, "--ckpt_path", "checkpoints/bert_imdb/last.ckpt", "--data.predict_path",
           "reviews.txt", "--data.tokenizer", str(folder), "--data.max_length", "32"])  # fmt: skip
     assert len(capsys.readouterr().out.strip().splitlines()) == 2  # one prediction a review
+    assert not [w for w in recwarn if "batch indices" in str(w.message)]  # Lightning's, of batches it need not know

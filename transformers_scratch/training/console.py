@@ -28,6 +28,9 @@ SILENCED = [
     # the hint asks whether the module logs its metric, which it does (a monitor that validation never logs is
     # refused before the run starts, against the module's val_metrics).
     r"`ModelCheckpoint\(monitor=.*could not find the monitored key",
+    # predict's writer writes each batch's lines as they come, in the loader's order, and reads no batch indices,
+    # which Lightning cannot infer where a loader's items are whole batches (the reviews').
+    r"Couldn't infer the batch indices",
     # Inside Lightning with this torch; nothing a user can act on.
     r".*isinstance\(treespec, LeafSpec\)` is deprecated.*",
 ]
