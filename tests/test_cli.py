@@ -337,6 +337,9 @@ def test_plot_draws_a_runs_learning_curves(trained):
     assert (cwd / "logs" / "tiny_charlm" / "version_0" / "curves.png").is_file()
     missing = cli("plot", "logs/tiny_charlm/version_9", cwd=cwd)
     assert_fails_cleanly(missing, "'logs/tiny_charlm/version_9/metrics.csv' does not exist")
+    whole = cli("plot", "logs/tiny_charlm", cwd=cwd)  # the run's folder, as TensorBoard takes it: its version named
+    assert_fails_cleanly(whole, "pass a run's log folder such as logs/tiny_charlm/version_")
+    assert re.search(r"such as logs/tiny_charlm/version_\d+ \(fit writes", whole.stderr)  # a version it holds
     pipe = cwd / "metrics.pipe"  # as <(ssh host cat logs/.../metrics.csv) hands a remote run's log over
     os.mkfifo(pipe)
     logged = (cwd / "logs" / "tiny_charlm" / "version_0" / "metrics.csv").read_bytes()

@@ -356,9 +356,10 @@ def plot(run: PathName, out: PathName | None = None, dpi: Dpi = 100) -> None:
     given = Path(run)
     metrics = given if given.suffix == ".csv" or (given.exists() and not given.is_dir()) else given / "metrics.csv"
     if not metrics.exists() or metrics.is_dir():
+        logged = sorted(given.glob("version_*/metrics.csv"), key=lambda p: p.stat().st_mtime)  # logs/NAME given
+        example = shown(logged[-1].parent) if logged else "logs/imdb/version_0"
         raise FileNotFoundError(
-            f"{str(metrics)!r} does not exist; pass a run's log folder such as logs/imdb/version_0 (fit writes "
-            "metrics.csv there)"
+            f"{str(metrics)!r} does not exist; pass a run's log folder such as {example} (fit writes metrics.csv there)"
         )
     if out is None and not metrics.is_file():
         raise ValueError(f"run {run!r} is a pipe, with no folder to hold the picture; pass --out curves.png")
