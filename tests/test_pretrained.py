@@ -74,6 +74,13 @@ def test_a_config_json_too_large_to_be_one_is_refused_before_it_is_parsed(tmp_pa
         from_pretrained(folder)
 
 
+def test_a_hugging_face_folder_is_sent_to_from_hf(tmp_path):
+    folder = save_pretrained(MODELS["lm"](), tmp_path / "lm")
+    (folder / "config.json").write_text('{"model_type": "gpt2", "n_embd": 32}')  # what save_hf writes
+    with pytest.raises(ValueError, match=r"config.json' is a Hugging Face model's \('gpt2'\); read it with .*from_hf"):
+        from_pretrained(folder)
+
+
 def test_a_tied_matrix_is_stored_once_and_stays_tied(tmp_path):
     model = trained_a_little("lm-tied")
     save_pretrained(model, tmp_path)

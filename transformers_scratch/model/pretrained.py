@@ -99,6 +99,9 @@ def read_config(folder: str | os.PathLike) -> dict:
     if missing := [name for name in (CONFIG, WEIGHTS) if not (Path(folder) / name).is_file()]:
         raise FileNotFoundError(f"{str(folder)!r} holds no {missing[0]}; pass a folder written by `cli.py export`")
     config = read_json(path, "export the model again")
+    if "model_type" in config:  # transformers' own config.json
+        raise ValueError(f"{str(path)!r} is a Hugging Face model's ({str(config['model_type'])[:40]!r}); read it "
+                         "with transformers_scratch.from_hf")  # fmt: skip
     if not isinstance(config.get("config"), dict):
         raise ValueError(f"{str(path)!r} holds no model config; export the model again")
     version = config.get("format", FORMAT)
