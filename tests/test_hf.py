@@ -296,8 +296,11 @@ def test_a_config_json_that_maps_to_no_model_here_names_the_setting(tmp_path, ma
 def test_a_folder_missing_a_file_of_the_layout_is_refused_naming_it(tmp_path, missing, message):
     folder = saved(gpt2(), tmp_path / "hf")
     (folder / missing).unlink()
-    with pytest.raises(HFError, match=re.escape(f"'{folder}' {message}; pass a folder written by save_pretrained")):
+    with pytest.raises(HFError, match=re.escape(f"'{folder}' {message}; pass a Hugging Face model's folder (")):
         from_hf(folder)
+    (tmp_path / "lm.ckpt").write_bytes(b"PK")  # a file where a folder goes: a checkpoint, say
+    with pytest.raises(HFError, match=re.escape(f"'{tmp_path}/lm.ckpt' is not a folder (or a hub name); pass a Hug")):
+        from_hf(tmp_path / "lm.ckpt")
 
 
 def test_init_from_a_model_of_another_kind_or_smaller_than_the_data_names_the_fix(tmp_path):

@@ -36,6 +36,8 @@ from .config import ClassifierConfig, LMConfig, MaskedLMConfig
 from .models import CausalLM, MaskedLM, SequenceClassifier
 from .pretrained import clear_unfinished, read_json, refuse_not_finite, write_export
 
+HF_FOLDER = "a Hugging Face model's folder (transformers' save_pretrained, or `cli.py export --format hf`)"
+
 
 class HFError(ValueError):
     """A Hugging Face folder or model this project cannot read exactly; the message names what and why."""
@@ -234,7 +236,7 @@ def _weight_files(folder: Path) -> list[Path]:
                 f"{str(folder)!r} holds pickled weights only ({', '.join(pickled[:3])}), which this project never "
                 "unpickles; save the model with safe_serialization (the default) to get .safetensors"
             )
-        raise HFError(f"{str(folder)!r} holds no *.safetensors weights; pass a folder written by save_pretrained")
+        raise HFError(f"{str(folder)!r} holds no *.safetensors weights; pass {HF_FOLDER}")
     return files
 
 
@@ -244,8 +246,8 @@ def _read_folder(folder: Path) -> tuple[dict, dict[str, tuple], Callable[[str], 
 
     path = folder / "config.json"
     if not path.is_file():
-        raise HFError(f"{str(folder)!r} holds no config.json; pass a folder written by save_pretrained")
-    hf = read_json(path, "pass a folder written by save_pretrained", HFError)
+        raise HFError(f"{str(folder)!r} holds no config.json; pass {HF_FOLDER}")
+    hf = read_json(path, f"pass {HF_FOLDER}", HFError)
     shapes, handles = {}, {}
     for file in _weight_files(folder):
         try:
@@ -282,7 +284,7 @@ def _source(source) -> tuple[dict, dict[str, tuple], Callable[[str], torch.Tenso
         return config.to_dict(), {k: tuple(v.shape) for k, v in state.items()}, state.__getitem__
     folder = local_folder(source)
     if not folder.is_dir():
-        raise HFError(f"{str(source)[:80]!r} is not a folder (or a hub name); pass a folder written by save_pretrained")
+        raise HFError(f"{str(source)[:80]!r} is not a folder (or a hub name); pass {HF_FOLDER}")
     return _read_folder(folder)
 
 

@@ -99,11 +99,9 @@ def read_config(folder: str | os.PathLike) -> dict:
     if missing := [name for name in (CONFIG, WEIGHTS) if not (Path(folder) / name).is_file()]:
         raise FileNotFoundError(f"{str(folder)!r} holds no {missing[0]}; pass a folder written by `cli.py export`")
     config = read_json(path, "export the model again")
-    if "model_type" in config:  # transformers' own config.json
-        raise ValueError(f"{str(path)!r} is a Hugging Face model's ({str(config['model_type'])[:40]!r}); read it "
-                         "with transformers_scratch.from_hf")  # fmt: skip
-    if not isinstance(config.get("config"), dict):
-        raise ValueError(f"{str(path)!r} holds no model config; export the model again")
+    if not isinstance(config.get("config"), dict):  # transformers' config.json names a model_type instead
+        fix = "it is a Hugging Face model's: from_hf reads it" if "model_type" in config else "export the model again"
+        raise ValueError(f"{str(path)!r} holds no model config of this project's; {fix}")
     version = config.get("format", FORMAT)
     if not isinstance(version, int) or version > FORMAT or config.get("model") not in MODELS:
         raise ValueError(f"{str(path)!r} describes format {config.get('format')} model {config.get('model')!r}; "

@@ -239,8 +239,7 @@ def _float_mask(allowed: Tensor) -> tuple[Tensor, Tensor | None]:
 def _union_parts(sp: SparsePattern, b: int, h: int, t: int) -> list[tuple[list[_Call], object]]:
     """The union of a causal pattern's parts (on a CPU, where its kernel runs) as two disjoint parts, each a list
     of kernel calls with a function putting their outputs back in (b, h, t, d) order. Part B leaves out the keys
-    part A has (strided: the query itself; fixed: the summaries of the query's own block), so that no key counts
-    twice."""
+    part A has (strided: the query itself; fixed: the summaries of the query's own block): no key counts twice."""
     ell, c = sp.block, sp.summary
     n = -(-t // ell)
 
