@@ -77,6 +77,17 @@ def text(tmp_path, monkeypatch) -> Path:
 
 
 # ---- settings: the project's own message, on one line ------------------------------------------------
+
+
+def test_a_checkpoint_time_interval_is_read_as_trainer_max_time_is():
+    """DD:HH:MM:SS, or timedelta's arguments: jsonargparse read 00:00:05:00 as 0:00:00, a save at every step."""
+    from datetime import timedelta
+
+    assert SafeModelCheckpoint(train_time_interval="00:00:05:00")._train_time_interval == timedelta(minutes=5)
+    assert SafeModelCheckpoint(train_time_interval={"hours": 2})._train_time_interval == timedelta(hours=2)
+    assert SafeModelCheckpoint()._train_time_interval is None
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -123,8 +134,13 @@ def text(tmp_path, monkeypatch) -> Path:
         (["--checkpoint.save_top_k", "-5"], "checkpoint.save_top_k: -5 is not an integer in [-1, 16,777,216]"),
         (
             ["--checkpoint.every_n_train_steps", "3", "--checkpoint.every_n_epochs", "2"],
-            "checkpoint: Combination of parameters every_n_train_steps=3, every_n_epochs=2",
+            "checkpoint.every_n_train_steps and checkpoint.every_n_epochs each say when to save, and exclude each oth",
         ),
+        (  # DD:HH:MM:SS, as trainer.max_time: jsonargparse read it as no time at all, 0:00:00
+            ["--checkpoint.every_n_train_steps", "3", "--checkpoint.train_time_interval", "00:00:05:00"],
+            "checkpoint.every_n_train_steps and checkpoint.train_time_interval each say when to save, and exclude",
+        ),
+        (["--checkpoint.train_time_interval", "0:05:00"], "checkpoint.train_time_interval: '0:05:00' is not a time"),
         (["--checkpoint.mode", "max"], "checkpoint.mode max with no checkpoint.monitor, whose default val/bpc"),
         (["--checkpoint.filename", "{epoch"], "checkpoint.filename '{epoch' is no file name pattern (expected '}'"),
         (["--checkpoint.filename", "../x"], "checkpoint.filename '../x' names a file outside the run's folder, or"),
@@ -169,7 +185,8 @@ def text(tmp_path, monkeypatch) -> Path:
          "clip", "min-steps", "min-epochs", "sanity-steps", "workers", "devices", "devices-negative", "devices-0",
          "train-share-1.5", "fast-dev-run-negative", "nodes",
          "barebones", "no-checkpointing", "seed",
-         "global-seed", "top-k", "every-n", "mode", "filename-format", "filename-outside", "filename-last",
+         "global-seed", "top-k", "every-n", "every-n-and-time", "time-h-m-s", "mode", "filename-format",
+         "filename-outside", "filename-last",
          "no-last", "weights-alone", "monitor", "early-stopping", "csv-flush-0", "csv-name", "csv-version",
          "val-share", "val-interval-long", "weights-only", "model-and-data-apart", "base-module", "one-callback",
          "callback-unset", "callback-option", "logger-of-two-names", "float16-weights"],

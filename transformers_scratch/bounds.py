@@ -96,17 +96,23 @@ class _Time(Interval):
     def check(cls, value):
         parts = value.split(":") if isinstance(value, str) else []
         try:
-            if isinstance(value, dict):
-                if timedelta(**value) < timedelta(0):
-                    raise ValueError
-            elif len(parts) == 4 and all(part.strip().isdecimal() for part in parts):
-                days, hours, minutes, seconds = map(int, parts)
-                timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
-            else:
+            if not isinstance(value, dict) and (len(parts) != 4 or not all(part.strip().isdecimal() for part in parts)):
+                raise ValueError
+            if timespan(value) < timedelta(0):
                 raise ValueError
         except (TypeError, ValueError, OverflowError):
             raise ValueError(f"{str(value)[:40]!r} is not {cls.__name__}") from None
         return value
+
+
+def timespan(time):
+    """A :data:`Time` as a timedelta (None stays None)."""
+    if time is None or isinstance(time, timedelta):
+        return time
+    if isinstance(time, dict):
+        return timedelta(**time)
+    days, hours, minutes, seconds = map(int, time.split(":"))
+    return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
 
 
 _Time.__name__ = "a time of at least 0 (DD:HH:MM:SS, or a mapping of timedelta's arguments)"

@@ -32,10 +32,12 @@ from ..bounds import (
     PathName,
     PositiveFloat,
     SampleLength,
+    Time,
     TopK,
     check_args,
     checked,
     not_finite,
+    timespan,
 )
 from ..data.files import refuse_output
 from .console import note, shown
@@ -211,16 +213,23 @@ class SafeModelCheckpoint(ModelCheckpoint):
     def __init__(self, *, dirpath: PathName | None = None, save_top_k: TopK = 1, mode: Literal["min", "max"] = "min",
                  every_n_train_steps: NonNegative | None = None, every_n_epochs: NonNegative | None = None,
                  save_last: Literal[True, "link"] = True, save_weights_only: Literal[False] = False,
-                 **kwargs) -> None:  # fmt: skip
+                 train_time_interval: Time | None = None, **kwargs) -> None:  # fmt: skip
         """
         Args:
+            train_time_interval: Save each time this much training time has passed, as trainer.max_time is
+                given: DD:HH:MM:SS, or a mapping ({minutes: 30}).
             save_last: Never false: every run keeps checkpoints/NAME/last.ckpt, the file it resumes, samples and
                 exports from (link: a link to the newest checkpoint, on a local filesystem).
             save_weights_only: Never true: last.ckpt keeps the optimizer's and the loops' state that a resume needs.
         """
+        when = {"every_n_train_steps": every_n_train_steps, "every_n_epochs": every_n_epochs,
+                "train_time_interval": train_time_interval is not None}  # fmt: skip
+        if len(given := [f"checkpoint.{k}" for k, v in when.items() if v]) > 1:
+            raise ValueError(f"{' and '.join(given)} each say when to save, and exclude each other; pass one of them")
         try:
             super().__init__(dirpath=dirpath, save_top_k=save_top_k, mode=mode, every_n_train_steps=every_n_train_steps,
-                             every_n_epochs=every_n_epochs, save_last=save_last, **kwargs)  # fmt: skip
+                             every_n_epochs=every_n_epochs, save_last=save_last,
+                             train_time_interval=timespan(train_time_interval), **kwargs)  # fmt: skip
         except MisconfigurationException as e:  # settings that exclude each other: named as the checkpoint key's
             raise ValueError(f"checkpoint: {e}") from None
         self.check_filename()
