@@ -288,7 +288,7 @@ def test_sample_needs_one_prompt_and_a_sane_count(trained):
         assert_fails_cleanly(refused, f"{flag}: ")
         assert bad in refused.stderr and bound in refused.stderr, refused.stderr
     graph = cli("sample", "--ckpt_path", ckpt, "--prompt", "the ", "--cuda_graph", "true", "--cache", "false", cwd=cwd)
-    assert_fails_cleanly(graph, "cuda_graph replays the cached one-token step on a GPU; this call has the model on")
+    assert_fails_cleanly(graph, "cuda_graph replays the cached one-token step on a GPU, and here the model is on")
     if not torch.cuda.is_available():
         graph = cli("sample", "--ckpt_path", ckpt, "--prompt", "the ", "--cuda_graph", "true", cwd=cwd)
         assert_fails_cleanly(graph, "with the cache on, or leave cuda_graph off")

@@ -83,9 +83,9 @@ def causal_steps(model, tokens: Tensor, t: int, use_cache: bool, cuda_graph: boo
     (positions are absolute: a cache cannot slide), so the model then sees half to all of the context.
     ``cuda_graph`` (GPU, cached): each one-token step is one replay of a :class:`GraphedStep`."""
     if cuda_graph and (tokens.device.type != "cuda" or not use_cache):
-        raise ValueError(f"cuda_graph replays the cached one-token step on a GPU; this call has the model on "
-                         f"{tokens.device.type} and use_cache {use_cache}: move it to a GPU with the cache on, or "
-                         "leave cuda_graph off")  # fmt: skip
+        raise ValueError(f"cuda_graph replays the cached one-token step on a GPU, and here the model is on "
+                         f"{tokens.device.type}{'' if use_cache else ' with no cache'}; leave cuda_graph off (or run on "
+                         "a GPU with the cache on)")  # fmt: skip
     context, b = model.cfg.context, tokens.size(0)
     caches: list[KVCache] | None = None
     step: GraphedStep | None = None
