@@ -204,7 +204,7 @@ def test_a_kv_cache_refuses_a_write_past_its_end_or_of_several_positions_in_stat
 
 def test_cuda_graph_decoding_needs_a_gpu_and_the_cache():
     model = CausalLM(LMConfig(vocab_size=30, **SMALL))
-    with pytest.raises(ValueError, match="on a GPU; this call has the model on cpu and use_cache True"):
+    with pytest.raises(ValueError, match="on a GPU, and here the model is on cpu; leave cuda_graph off"):
         model.generate(torch.zeros(1, 3, dtype=torch.long), 4, cuda_graph=True)
 
 
