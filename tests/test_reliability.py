@@ -2189,6 +2189,10 @@ def damage_optimizer(c):
     state[0] = {**state[0], "exp_avg": torch.zeros(3)}
 
 
+def damage_moments(c):  # NaN from the resumed run's first step, told to lower the learning rate
+    c["optimizer_states"][0]["state"][0]["exp_avg"].fill_(float("nan"))
+
+
 def damage_groups(c):  # torch's ValueError was passed on as the project's own refusal, with no fix
     c["optimizer_states"][0]["param_groups"] = []
 
@@ -2216,6 +2220,7 @@ def test_a_damaged_training_state_is_refused_in_one_line_naming_the_checkpoint(c
     for damage, message in [
         (damage_loops, "its training state does not restore (AttributeError: "),
         (damage_optimizer, "its optimizer's exp_avg for a weight of [256, 128] is of another shape"),
+        (damage_moments, "its optimizer's exp_avg holds NaN or inf: a diverged or damaged run; resume from an"),
         (damage_groups, "its training state does not restore (ValueError: loaded state dict has a different number"),
         (damage_position, "the data position it holds ({'epoch': 1000000000000000000000000000000, 'batches': 2})"),
         (damage_rng, "its training state does not restore (RuntimeError: "),
@@ -2226,6 +2231,14 @@ def test_a_damaged_training_state_is_refused_in_one_line_naming_the_checkpoint(c
         torch.save(bad, "bad.ckpt")
         fails(capsys, "fit", *args, "--trainer.max_steps", "4", "--ckpt_path", "bad.ckpt", "--name", "resumed",
               message=f"error: --ckpt_path 'bad.ckpt': {message}")  # fmt: skip
+    bad = copy.deepcopy(good)
+    bad["lr_schedulers"][0]["last_epoch"] = -5  # the schedule goes on from the run's step, not the file's count
+    torch.save(bad, "bad.ckpt")
+    for name, ckpt in (("from_good", "checkpoints/tiny_charlm/last.ckpt"), ("from_bad", "bad.ckpt")):
+        main(["fit", *args, "--trainer.max_steps", "4", "--ckpt_path", ckpt, "--name", name])
+    lr = [torch.load(f"checkpoints/{name}/last.ckpt", weights_only=True)["lr_schedulers"][0]["_last_lr"]
+          for name in ("from_good", "from_bad")]  # fmt: skip
+    assert lr[0] == lr[1]
 
 
 @pytest.mark.slow
@@ -2242,6 +2255,10 @@ def test_a_resume_that_fails_to_restore_leaves_the_checkpoint_it_read_as_it_was(
     fails(capsys, "fit", *args, "--trainer.max_steps", "4", "--ckpt_path", "last",
           message="parameter group that doesn't match the size of optimizer's group")  # fmt: skip
     assert last.read_bytes() == before
+    state["optimizer_states"] = []  # no optimizer to restore: it resumed with a fresh one
+    torch.save(state, "weights.ckpt")
+    fails(capsys, "fit", *args, "--trainer.max_steps", "4", "--ckpt_path", "weights.ckpt", "--name", "other",
+          message="error: --ckpt_path 'weights.ckpt' holds the weights alone, with no optimizer")  # fmt: skip
     for key in ("optimizer_states", "loops"):
         state.pop(key)
     torch.save(state, "weights.ckpt")

@@ -84,8 +84,8 @@ def causal_steps(model, tokens: Tensor, t: int, use_cache: bool, cuda_graph: boo
     ``cuda_graph`` (GPU, cached): each one-token step is one replay of a :class:`GraphedStep`."""
     if cuda_graph and (tokens.device.type != "cuda" or not use_cache):
         raise ValueError(f"cuda_graph replays the cached one-token step on a GPU, and here the model is on "
-                         f"{tokens.device.type}{'' if use_cache else ' with no cache'}; leave cuda_graph off (or run on "
-                         "a GPU with the cache on)")  # fmt: skip
+                         f"{tokens.device.type}{'' if use_cache else ' with no cache'}; leave cuda_graph off (or run "
+                         "on a GPU with the cache on)")  # fmt: skip
     context, b = model.cfg.context, tokens.size(0)
     caches: list[KVCache] | None = None
     step: GraphedStep | None = None

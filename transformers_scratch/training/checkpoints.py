@@ -109,7 +109,7 @@ class Checkpoint:
                              "no folder name); pass another checkpoint")  # fmt: skip
         self.run: dict = run
         self.step: int = step
-        self.resumable = "optimizer_states" in data and "loops" in data  # not so: weights alone (save_weights_only)
+        self.resumable = bool(data.get("optimizer_states")) and "loops" in data  # else: save_weights_only's
         self.shapes = {str(name): tuple(t.shape) for name, t in state.items()}
         size: Any = (
             self.model.get("vocab_size") if isinstance(self.model, dict) else getattr(self.model, "vocab_size", 0)

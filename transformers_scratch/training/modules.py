@@ -198,7 +198,8 @@ class LitTransformer(L.LightningModule):
     def on_train_start(self) -> None:
         if self.resumed is not None:
             with restoring(f"--ckpt_path {self.trainer.ckpt_path!r}"):
-                continue_from(self.resumed, self.optim, self.schedule_steps, self.trainer.lr_scheduler_configs)
+                continue_from(self.resumed, self.optim, self.schedule_steps, self.trainer.lr_scheduler_configs,
+                              self.trainer.global_step)  # fmt: skip
             self.resumed = None
 
 

@@ -19,7 +19,7 @@ from typing import Literal, cast
 import torch
 from torch import nn
 
-from ..bounds import LearningRate, NonNegative, Positive, Rate, Unit, check_fields
+from ..bounds import LearningRate, NonNegative, Positive, Rate, Unit, check_fields, not_finite
 from .console import note
 
 
@@ -265,9 +265,12 @@ def save_resume_state(checkpoint: dict, global_step: int, schedule_steps: int | 
         loop["_batches_that_stepped"] = min(loop["_batches_that_stepped"], global_step - 1)
 
 
-def continue_from(checkpoint: dict, cfg: OptimConfig, schedule_steps: int | None, scheduler_configs) -> None:
+def continue_from(checkpoint: dict, cfg: OptimConfig, schedule_steps: int | None, scheduler_configs,
+                  step: int) -> None:  # fmt: skip
     """Continue a checkpoint's random stream, and apply the optimizer settings of *this* run: restoring the
-    optimizer brought back the old learning rate, betas and weight decay, which would silently win."""
+    optimizer brought back the old learning rate, betas and weight decay, which would silently win. The schedule
+    goes on from the run's ``step`` (a schedule steps with the optimizer: the file's own count is no second
+    truth)."""
     if rng := checkpoint.get("rng"):
         torch.set_rng_state(rng["torch"])
         if "cuda" in rng and torch.cuda.is_available():
@@ -285,6 +288,10 @@ def continue_from(checkpoint: dict, cfg: OptimConfig, schedule_steps: int | None
             if moments:
                 raise ValueError(f"its optimizer's {moments[0]} for a weight of {list(weight.shape)} is of another "
                                  "shape: the file is damaged, or holds another model's optimizer")  # fmt: skip
+            if bad := not_finite(state):  # NaN from the first step on, told as the resumed run's divergence
+                raise ValueError(f"its optimizer's {bad[0]} holds NaN or inf: a diverged or damaged run; resume from "
+                                 "an earlier checkpoint")  # fmt: skip
+        schedule.last_epoch = step
         for i, group in enumerate(groups):
             role = group.get("role", "decay" if i == 0 else "plain")  # unnamed: written before groups had roles
             if role == "muon":
