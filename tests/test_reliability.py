@@ -396,6 +396,9 @@ def test_more_memory_than_the_machine_has_is_an_error_line_not_the_kernels_kill(
      "its settings; name a class by its name or import path (--model.model.help CLASS shows"),  # not --model.help
     (["fit", "--data.help", "os.system"], "--data.help: 'os.system' is no class of the project's; pass one of "
                                           "IMDbDataModule, IMDbMLMDataModule, "),  # not "add it to the allowlist"
+    (["test", "--data.path", "t.txt"], "data: Option 'path' is not accepted; no data class is named: pass a config "
+                                       "that names one, e.g. --config "),  # not --data.help LightningDataModule
+    (["fit", "--model.model.emb", "32"], "model: unrecognized arguments: --model.emb=32; no model class is named"),
 ])  # fmt: skip
 def test_no_command_or_no_required_setting_is_refused_with_what_to_pass(capsys, args, message):
     fails(capsys, *args, message=message)

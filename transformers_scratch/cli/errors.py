@@ -43,6 +43,7 @@ SCAFFOLDING = (
 # and those types in words
 EXPECTED = re.compile(r"(?:Expected a (?:<class '(\w+)'>|typing\.Literal\[(.*)\])(?:\. Got value: (.*))?"
                       r"|Not of type (.+?): .*)$")  # fmt: skip
+BASES = ("LightningModule", "LightningDataModule", "LitTransformer")  # what jsonargparse takes where none is named
 KINDS = {"int": "an integer", "float": "a number", "bool": "true, false", "str": "text", "NoneType": "null"}
 YAML = {"True": "true", "False": "false", "None": "null"}  # a choice of Literal[...] as a config writes it
 
@@ -254,9 +255,11 @@ def brief(message: str) -> str:
     if "import path denylist" in reason:
         reason = (f"{reason.split(chr(39))[1]!r} is refused: a config may name classes and functions from "
                   f"{', '.join(ALLOWED_IMPORTS)} only (nothing else is imported)")  # fmt: skip
-    if keys and re.fullmatch(r"Option '.*' is not accepted", reason):  # a setting that the class lacks
-        paths = [m[1] for line in lines[:at] if (m := re.match(r"Problem with given class_path '([\w.]+)'", line))]
-        cls = paths[-1].rsplit(".", 1)[-1] if paths else "CLASS"  # the class the report names, innermost
+    paths = [m[1] for line in lines[:at] if (m := re.match(r"Problem with given class_path '([\w.]+)'", line))]
+    cls = paths[-1].rsplit(".", 1)[-1] if paths else "CLASS"  # the class the report names, innermost
+    if keys and cls in BASES and re.match(r"Option '.*' is not accepted|unrecognized arguments", reason):
+        reason += f"; no {keys[0]} class is named: pass a config that names one, e.g. --config configs/first_run.yaml"
+    elif keys and re.fullmatch(r"Option '.*' is not accepted", reason):  # a setting that the class lacks
         reason += f"; --{'.'.join(keys)}.help {cls} lists the settings it takes"
     return f"{'.'.join(keys)}: {reason}" if keys else reason
 
