@@ -597,6 +597,12 @@ def test_wandb_refusing_to_start_a_run_is_one_line(tmp_path, monkeypatch):
     logger = WandbLogger(save_dir=str(tmp_path / "logs"))
     with pytest.raises(ValueError, match=r"^W&B did not start the run \(No API key .*\); correct the setting it "):
         assert logger.experiment is None  # never reached
+    monkeypatch.setenv("WANDB_API_KEY", "abc")  # a key W&B refuses as malformed: its AuthenticationError, no UsageError
+    wandb.teardown()
+    with pytest.raises(ValueError, match=r"^W&B did not start the run \(WANDB_API_KEY invalid: ") as refused:
+        assert WandbLogger(save_dir=str(tmp_path / "logs")).experiment is None
+    assert error_line(refused.value, ["fit"]).startswith("WANDB_API_KEY: W&B did not start")
+    monkeypatch.delenv("WANDB_API_KEY")
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_PROJECT", "a/b")  # a project name W&B refuses, offline too
     wandb.teardown()

@@ -158,11 +158,11 @@ def trainer_setting(e: BaseException, given: dict | None = None) -> str | None:
 
 def wandb_variable(e: BaseException) -> str | None:
     """The ``WANDB_*`` variable whose value, quoted, W&B's refusal to start a run names (WANDB_PROJECT='a/b'), else
-    the one whose name it starts with (WANDB_RUN_ID: `Run ID cannot be empty`)."""
+    the one it names, or whose name it starts with (WANDB_RUN_ID: `Run ID cannot be empty`)."""
     said = next((str(c) for c in causes(e) if type(c).__module__.startswith("wandb")), "")
     variables = [k for k in os.environ if k.startswith("WANDB_")]
     quoted = (k for k in variables if os.environ[k] and f"'{os.environ[k]}'" in said)
-    named = (k for k in variables if said.lower().startswith(f"{k[6:].replace('_', ' ').lower()} "))
+    named = (k for k in variables if k in said or said.lower().startswith(f"{k[6:].replace('_', ' ').lower()} "))
     return next(quoted, None) or next(named, None)
 
 

@@ -98,7 +98,7 @@ class WandbLogger(_WandbLogger):
         """W&B's run, started the first time it is needed: a command refused before then leaves no run and no
         folder behind."""
         from pydantic import ValidationError  # W&B's settings are checked by pydantic
-        from wandb.errors import UsageError  # here: W&B is imported once a run is started
+        from wandb.errors import Error  # here: W&B is imported once a run is started
 
         if self.save_dir:
             Path(self.save_dir).mkdir(parents=True, exist_ok=True)  # wandb wants its folder to exist
@@ -108,8 +108,8 @@ class WandbLogger(_WandbLogger):
             if moved:  # W&B's service would print its own log on stderr, line by line
                 os.environ["XDG_CACHE_HOME"] = str(Path(str(self.save_dir), "wandb", "cache").resolve())
             return super().experiment
-        except UsageError as e:  # W&B's refusal (online with no API key, a project name it refuses): its traceback;
-            # the error path names the WANDB_* variable that it quotes
+        except Error as e:  # W&B's refusal (online with no API key or a malformed one, a project name it refuses):
+            # its traceback; the error path names the WANDB_* variable that it quotes
             reason = (str(e).splitlines() or ["no reason given"])[0][:200]
             raise ValueError(f"W&B did not start the run ({reason}); correct the setting it names (a WANDB_* variable "
                              "or the WandbLogger's; `wandb login` gives a key), or set WANDB_MODE=offline (no key "
