@@ -291,7 +291,7 @@ def test_sample_needs_one_prompt_and_a_sane_count(trained):
     assert_fails_cleanly(graph, "cuda_graph replays the cached one-token step on a GPU, and here the model is on")
     if not torch.cuda.is_available():
         graph = cli("sample", "--ckpt_path", ckpt, "--prompt", "the ", "--cuda_graph", "true", cwd=cwd)
-        assert_fails_cleanly(graph, "with the cache on, or leave cuda_graph off")
+        assert_fails_cleanly(graph, "on cpu; leave cuda_graph off (or run on a GPU with the cache on)")
 
 
 def test_export_writes_a_model_that_loads_without_the_project_cli(trained):
