@@ -261,7 +261,8 @@ class IMDbDataModule(ResumableData):
             data_dir: Where the tokenised cache is written.
             vocab_words: Keep the most frequent N training words; the rest become <unk>.
             max_length: Truncate reviews to this many tokens (the model's context must be at least this).
-            val_size: Reviews held out of the training data for validation (balanced, seeded).
+            val_size: Reviews held out of the training data for validation, seeded: half of each class (an odd
+                count holds out one fewer).
             batch_size: Reviews per batch.
             num_workers: DataLoader worker processes.
             seed: Seed of the validation hold-out and of batch shuffling.
