@@ -85,9 +85,13 @@ def test_bad_settings_get_one_clear_error(monkeypatch):
         TransductionDataModule(max_length=1, val_size=500).setup("fit")  # only 10 sources of one digit
     draws = []  # a split that runs dry is said to once it stops giving new sources: not after 200 draws an example
     monkeypatch.setattr(transduction, "draw", lambda *a: draws.append(1) or draw(*a))
-    with pytest.raises(ValueError, match="data.val_size 100000 is more than the 486 distinct val examples"):
-        TransductionDataModule(task="add", max_length=2, val_size=100_000).setup("fit")
-    assert len(draws) < 100_000  # it drew 20,000,000 sources, for minutes
+    with pytest.raises(ValueError, match="data.val_size 600 is more than the 486 distinct val examples found"):
+        TransductionDataModule(task="add", max_length=2, val_size=600).setup("fit")
+    assert 0 < len(draws) < 100_000  # it drew 20,000,000 sources, for minutes
+    draws.clear()  # far more than the split holds (one source in 20): refused before a draw, not after minutes
+    with pytest.raises(ValueError, match="data.val_size 100000 is more than the about 50,000 distinct val examples"):
+        TransductionDataModule(task="add", max_length=3, val_size=100_000).setup("fit")
+    assert not draws
     # add's numbers print with up to 4,300 digits; a held-out set is drawn whole, one by one
     for setting, value, bound in (("max_length", 4097, "[1, 4,096]"), ("val_size", 100_001, "[1, 100,000]")):
         with pytest.raises(ValueError, match=rf"data.{setting}={value} is not an integer in \{bound}"):

@@ -157,6 +157,12 @@ class TransductionDataModule(ResumableData):
 
     def held_out(self, split: str, size: int) -> list[tuple[str, str]]:
         """``size`` distinct examples of ``split``, drawn from a generator of its own."""
+        numbers = sum(10 if n == 1 else 9 * 10 ** (n - 1) for n in range(self.min_length, self.max_length + 1))
+        space = numbers**2 if self.task == "add" else sum(10**n for n in range(self.min_length, self.max_length + 1))
+        if size > space / 20 * 1.05 + 100:  # one source in 20 is the split's: refused now, not after minutes of draws
+            raise ValueError(f"data.{split}_size {size} is more than the about {space // 20:,} distinct {split} "
+                             f"examples of {self.task} at lengths {self.min_length}..{self.max_length} (one in 20 of "
+                             "all); lower it or raise data.max_length")  # fmt: skip
         rng, seen, misses = random.Random(f"{split}-{self.seed}"), set(), 0
         out: list[tuple[str, str]] = []
         while misses <= 20 * len(out) + 10_000:  # that many draws in a row found nothing new: the split is spent
