@@ -91,7 +91,8 @@ def test_bad_settings_get_one_clear_error(monkeypatch):
     draws.clear()  # far more than the split holds (one source in 20): refused before a draw, not after minutes
     with pytest.raises(ValueError, match="data.val_size 100000 is more than the about 50,000 distinct val examples"):
         TransductionDataModule(task="add", max_length=3, val_size=100_000).setup("fit")
-    assert not draws
+    assert not draws  # and a space of 8,000-digit counts is no float: the check does not overflow
+    assert len(TransductionDataModule(task="add", max_length=4_096, val_size=100_000).held_out("val", 3)) == 3
     # add's numbers print with up to 4,300 digits; a held-out set is drawn whole, one by one
     for setting, value, bound in (("max_length", 4097, "[1, 4,096]"), ("val_size", 100_001, "[1, 100,000]")):
         with pytest.raises(ValueError, match=rf"data.{setting}={value} is not an integer in \{bound}"):

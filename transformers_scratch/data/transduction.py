@@ -159,7 +159,7 @@ class TransductionDataModule(ResumableData):
         """``size`` distinct examples of ``split``, drawn from a generator of its own."""
         numbers = sum(10 if n == 1 else 9 * 10 ** (n - 1) for n in range(self.min_length, self.max_length + 1))
         space = numbers**2 if self.task == "add" else sum(10**n for n in range(self.min_length, self.max_length + 1))
-        if size > space / 20 * 1.05 + 100:  # one source in 20 is the split's: refused now, not after minutes of draws
+        if 20 * size > space + space // 20 + 2_000:  # one source in 20 is the split's: refused now, not after minutes
             raise ValueError(f"data.{split}_size {size} is more than the about {space // 20:,} distinct {split} "
                              f"examples of {self.task} at lengths {self.min_length}..{self.max_length} (one in 20 of "
                              "all); lower it or raise data.max_length")  # fmt: skip
