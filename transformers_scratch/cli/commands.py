@@ -310,7 +310,7 @@ def attention(
     module, vocab = Checkpoint(ckpt_path).trained(LitClassifier, LitCharLM, LitXL, command="attention", vocab=True)
     model = module.model
     xl = isinstance(module, LitXL)  # a segment after its memory: the text may be longer than one segment
-    limit = max_tokens if xl or max_tokens <= model.cfg.context else model.cfg.context
+    limit = max_tokens if xl else min(max_tokens, model.cfg.context)
     ids, tokens, total = attention_input(vocab, text, limit)
     if ids.size(1) == 0:
         raise ValueError("the text holds no tokens to read; give some words")

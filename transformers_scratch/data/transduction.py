@@ -157,8 +157,9 @@ class TransductionDataModule(ResumableData):
 
     def held_out(self, split: str, size: int) -> list[tuple[str, str]]:
         """``size`` distinct examples of ``split``, drawn from a generator of its own."""
-        numbers = sum(10 if n == 1 else 9 * 10 ** (n - 1) for n in range(self.min_length, self.max_length + 1))
-        space = numbers**2 if self.task == "add" else sum(10**n for n in range(self.min_length, self.max_length + 1))
+        lengths = range(self.min_length, self.max_length + 1)
+        numbers = sum(10 if n == 1 else 9 * 10 ** (n - 1) for n in lengths)  # of n digits, none led by a 0 but 0
+        space = numbers**2 if self.task == "add" else sum(10**n for n in lengths)  # add's sources: two numbers
         if 20 * size > space + space // 20 + 2_000:  # one source in 20 is the split's: refused now, not after minutes
             raise ValueError(f"data.{split}_size {size} is more than the about {space // 20:,} distinct {split} "
                              f"examples of {self.task} at lengths {self.min_length}..{self.max_length} (one in 20 of "
