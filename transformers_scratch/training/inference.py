@@ -11,7 +11,6 @@ from torch import Tensor
 
 from ..data import ByteVocab, WordVocab, transduction
 from ..data.ids import IGNORE_INDEX
-from ..model.generation import OVERFLOW
 from .modules import LN2, BitsPerByte, LitCharLM, LitSeq2Seq, LitTransformer
 
 SAMPLE_PIECE = 2_000  # longer samples are generated in pieces of this length, with progress on stderr
@@ -70,9 +69,7 @@ def loss_by_position(module: BitsPerByte, loader, limit: int | None = None) -> t
         counts[: y.size(1)] += scored.sum(0).cpu()
     if bits is None or counts is None or not counts.sum():
         raise ValueError("the split holds no window to score; pass a longer text or a shorter context")
-    if not bits.isfinite().all():  # the mean would print as NaN bits per byte
-        raise FloatingPointError(OVERFLOW)
-    return bits, counts
+    return LitTransformer.finite(bits), counts  # refused where the mean would print as NaN bits per byte
 
 
 def log_bins(length: int, bins: int) -> list[tuple[int, int]]:
