@@ -35,11 +35,14 @@ def test_a_split_the_reviews_modules_cannot_serve_says_what_to_do(module, loader
         getattr(module(), loader)()
 
 
-def test_a_tokenizer_path_that_holds_no_tokenizer_json_is_refused_naming_it(tmp_path):
+def test_a_tokenizer_path_that_holds_no_tokenizer_json_is_refused_naming_it(tmp_path, monkeypatch):
     from transformers_scratch.data.vocab import TokenizerVocab
 
     with pytest.raises(DataError, match=f"data.tokenizer '{tmp_path}' is not a tokenizer.json or a folder holding"):
         TokenizerVocab.from_file(str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a hub name with no hub: the flag is named too
+    with pytest.raises(DataError, match="^data.tokenizer 'nobody-here/no-tok' is no folder here"):
+        TokenizerVocab.from_file("nobody-here/no-tok")
 
 
 def test_a_zip_of_several_files_none_named_as_the_archive_is_refused(tmp_path):

@@ -146,10 +146,14 @@ class TokenizerVocab:
         """``path``: a tokenizer.json, or a folder (a Hugging Face model's) that holds one, or a hub name."""
         from ..model.hf import local_folder
 
-        folder = local_folder(path)
+        try:
+            folder = local_folder(path)
+        except ValueError as e:  # a hub name that is no folder here: which setting named it
+            raise DataError(f"data.tokenizer {e}") from None
         file = folder / "tokenizer.json" if folder.is_dir() else folder
         if not file.is_file():
-            raise DataError(f"data.tokenizer {str(path)!r} is not a tokenizer.json or a folder holding one")
+            raise DataError(f"data.tokenizer {str(path)!r} is not a tokenizer.json or a folder holding one; pass "
+                            "one, or a Hugging Face model's folder that holds one")  # fmt: skip
         where = f"data.tokenizer {str(file)!r}"
         return cls(read_text(file, where, cls.MAX_BYTES, "a tokenizer.json"), where)
 
