@@ -45,6 +45,23 @@ def test_a_tokenizer_path_that_holds_no_tokenizer_json_is_refused_naming_it(tmp_
         TokenizerVocab.from_file("nobody-here/no-tok")
 
 
+@pytest.mark.parametrize("words, refusal", [
+    ({"the": 0}, r"^T failed to encode text \(.*\); pass one with an unknown token, or a byte-level one$"),
+    ({}, r"^T holds no tokens; pass a tokenizer.json with a vocabulary$"),
+])  # fmt: skip
+def test_a_tokenizer_that_cannot_encode_the_text_is_refused_naming_it(words, refusal):
+    """tokenizers refuses a word its vocabulary lacks, with no unknown token, by a plain Exception; an empty
+    vocabulary would reach the model as 0 ids, refused there without naming the tokenizer."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from transformers_scratch.data.vocab import TokenizerVocab
+
+    tokenizer = Tokenizer(models.WordLevel(words, unk_token=None))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    with pytest.raises(DataError, match=refusal):
+        TokenizerVocab(tokenizer.to_str(), "T").encode(b"the cat")
+
+
 def test_a_zip_of_several_files_none_named_as_the_archive_is_refused(tmp_path):
     archive = tmp_path / "text.zip"
     with zipfile.ZipFile(archive, "w") as z:

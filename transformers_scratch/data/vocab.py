@@ -106,13 +106,11 @@ class TokenizerVocab:
             raise DataError("a tokenizer needs the tokenizers library: pip install -e '.[hf]'") from None
         self.source = source  # what its refusals name
         with self.native("read"):
-            try:
-                self.tokenizer = Tokenizer.from_str(json_text)
-            except Exception as e:  # tokenizers raises its own exception type for a malformed file
-                reason = " ".join(str(e).split())[:120]
-                raise DataError(f"{source} is not a tokenizer.json ({reason}); pass one") from None
+            self.tokenizer = Tokenizer.from_str(json_text)
             vocab = self.tokenizer.get_vocab(with_added_tokens=True)
             counted = self.tokenizer.get_vocab_size(with_added_tokens=True)
+        if not vocab:
+            raise DataError(f"{source} holds no tokens; pass a tokenizer.json with a vocabulary")
         # the embedding needs a row for every id the tokenizer gives, and a file's ids may leave gaps
         token, top = max(vocab.items(), key=lambda item: item[1], default=("", -1))
         if top >= self.MAX_IDS:  # ids are unsigned
@@ -123,19 +121,20 @@ class TokenizerVocab:
 
     @contextlib.contextmanager
     def native(self, doing: str):
-        """Around a call into tokenizers' Rust code: a panic on a broken tokenizer.json (a BaseException) becomes
-        one DataError naming it, its own report kept off the terminal."""
+        """Around a call into tokenizers' Rust code: its refusal of a broken tokenizer.json (a plain Exception, or
+        a panic: a BaseException) becomes one DataError naming it, its own report kept off the terminal."""
         sys.stderr.flush()
         saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 2)
         try:
             yield
         except BaseException as e:
-            if type(e).__name__ != "PanicException":
+            if type(e).__name__ != "PanicException" and type(e) is not Exception:
                 raise
             reason = " ".join(str(e).split())[:120]
             what = "is not a tokenizer.json" if doing == "read" else f"failed to {doing} text"
-            raise DataError(f"{self.source} {what} ({reason}); pass a tokenizer.json that tokenizers wrote") from None
+            fix = "one with an unknown token, or a byte-level one" if doing == "encode" else "one that tokenizers wrote"
+            raise DataError(f"{self.source} {what} ({reason}); pass {fix}") from None
         finally:
             os.dup2(saved, 2)
             os.close(saved)
