@@ -415,6 +415,8 @@ def context(
         raise ValueError("--ckpt_path names no checkpoint; pass one, or several: --ckpt_path '[a.ckpt, b.ckpt]'")
     paths = [ckpt_path] if isinstance(ckpt_path, str) else ckpt_path
     read = (("--data_path", data_path), *(("--ckpt_path", path) for path in paths))
+    if out and csv and Path(out).resolve() == Path(csv).resolve():  # the table would be drawn over
+        raise ValueError(f"--csv {csv!r} is --out too; pass another name, e.g. --csv context.csv")
     target = out_file(out, inputs=read) if out else None
     table = out_file(csv, "--csv", "context.csv", read) if csv else None
     memories = [eval_mem_len] if isinstance(eval_mem_len, int) else eval_mem_len
