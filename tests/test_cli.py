@@ -877,18 +877,8 @@ def test_context_scores_what_test_scores_by_position(trained):
     refused = cli("context", "--ckpt_path", ckpt, "--data_path", str(data), "--csv", ckpt, cwd=cwd)
     assert_fails_cleanly(refused, f"--csv '{ckpt}' is a file this command reads (--ckpt_path); pass another name")
     assert (cwd / ckpt).read_bytes() == before
-    refused = cli(
-        "context",
-        "--ckpt_path",
-        ckpt,
-        "--data_path",
-        str(data),
-        "--out",
-        "both.png",
-        "--csv",
-        "tables/../both.png",
-        cwd=cwd,
-    )  # two outputs at one path: the picture would replace the table
+    both = ["--out", "both.png", "--csv", "tables/../both.png"]  # two outputs at one path: the table was drawn over
+    refused = cli("context", "--ckpt_path", ckpt, "--data_path", str(data), *both, cwd=cwd)
     assert_fails_cleanly(refused, "--csv 'tables/../both.png' is --out too; pass another name, e.g. --csv context.csv")
 
 
