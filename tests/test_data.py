@@ -351,6 +351,17 @@ def test_a_hold_out_that_empties_a_split_is_refused_with_the_sizes_that_fit(tmp_
         dm.prepare_data()
 
 
+def test_a_class_with_too_few_reviews_to_hold_any_out_is_named(tmp_path):
+    """A class with no training review (not one validation size fits), or with one (none is left to train on)."""
+    make_aclimdb(tmp_path, per_class=1)
+    dm = IMDbDataModule(path=str(tmp_path / "aclImdb"), data_dir=str(tmp_path / "cache"), val_size=2)
+    with pytest.raises(DataError, match="holds out 1 reviews of class 'neg' of the training data's 1; pass data tha"):
+        dm.prepare_data()
+    (tmp_path / "aclImdb/train/neg/0_2.txt").unlink()
+    with pytest.raises(DataError, match=r"holds no aclImdb/.*'train/neg': 0, 'train/pos': 1, 'test/neg': 1"):
+        dm.prepare_data()
+
+
 def _split(cache: dict, **changed) -> dict:
     return {**cache, "train": {**cache["train"], **changed}}
 

@@ -83,7 +83,7 @@ def read_aclimdb(path: Path) -> dict[str, Split]:
     for m, text in _reviews(path, re.compile(r"(?:^|/)aclImdb/(train|test)/(neg|pos)/[^/]+\.txt$")):
         splits[m[1]][0].append(text)
         splits[m[1]][1].append(CLASSES.index(m[2]))
-    counts = {name: len(texts) for name, (texts, _) in splits.items()}
+    counts = {f"{name}/{c}": labels.count(i) for name, (_, labels) in splits.items() for i, c in enumerate(CLASSES)}
     if min(counts.values()) == 0:
         raise DataError(
             f"data.path {str(path)!r} holds no aclImdb/{{train,test}}/{{pos,neg}}/*.txt reviews (found {counts}); "
@@ -121,10 +121,10 @@ def hold_out(labels: list[int], size: int, seed: int) -> list[int]:
     for c in range(len(CLASSES)):
         members = [i for i, y in enumerate(labels) if y == c]
         if not 0 < per_class < len(members):  # a class with none held out, or none left to train on
-            raise DataError(
-                f"data.val_size={size} holds out {per_class} reviews of class {CLASSES[c]!r} of the training data's "
-                f"{len(members)}; pass from {len(CLASSES)} to {len(CLASSES) * (len(members) - 1)}"
-            )
+            most = len(CLASSES) * (len(members) - 1)  # none, for a class of one review
+            fix = f"pass from {len(CLASSES)} to {most}" if most else "pass data that holds more"
+            raise DataError(f"data.val_size={size} holds out {per_class} reviews of class {CLASSES[c]!r} of the "
+                            f"training data's {len(members)}; {fix}")  # fmt: skip
         chosen += [members[j] for j in torch.randperm(len(members), generator=g)[:per_class].tolist()]
     return sorted(chosen)
 
