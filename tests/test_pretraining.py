@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from transformers_scratch.data import IMDbMLMDataModule
+from transformers_scratch.data import DataError, IMDbMLMDataModule
 from transformers_scratch.data.imdb import MaskedBatches, PaddedBatches, mask_tokens
 from transformers_scratch.model.config import ClassifierConfig, MaskedLMConfig
 from transformers_scratch.model.models import MaskedLM, SequenceClassifier, encoder_state
@@ -81,6 +81,22 @@ def test_pretraining_reads_training_and_unlabeled_reviews_never_validation_or_te
     assert not seen & held_out
     with pytest.raises(AttributeError):
         dm.num_classes  # noqa: B018 - nothing for the CLI to link into the model
+
+
+def test_unlabeled_reviews_with_no_word_are_left_out_and_none_at_all_is_named(tmp_path):
+    """A review of no word (empty, or markup alone) teaches nothing; with no other, the cache of none was written,
+    then refused as damaged: "delete it", which rebuilt it."""
+    root = unlabeled(make_aclimdb(tmp_path / "imdb", per_class=6), n=3)
+    (root / "train/unsup/3_0.txt").write_text("<br /><br />")
+    dm = IMDbMLMDataModule(str(root), data_dir=str(tmp_path / "cache"), vocab_words=40, val_size=4)
+    dm.prepare_data()
+    dm.setup("fit")
+    assert len(dm.unlabeled) == 3
+    for review in (root / "train/unsup").iterdir():
+        review.write_text("")
+    dm = IMDbMLMDataModule(str(root), data_dir=str(tmp_path / "cache2"), vocab_words=40, val_size=4)
+    with pytest.raises(DataError, match=f"^data.path '{root}' holds no unlabeled reviews .* with a word in them"):
+        dm.prepare_data()
 
 
 def tiny(cls, **kw):

@@ -522,13 +522,14 @@ class IMDbMLMDataModule(IMDbDataModule):
             texts = read_hf(HF_NAME, ("unsupervised",))["unsupervised"][0]
         else:
             texts = read_unlabeled(Path(source))
-        if not texts:
+        vocab = WordVocab(load_cache(self.cache_file, "vocab")["vocab"])
+        encoded = [ids for text in texts if (ids := vocab.encode(tokenize(text)))]  # a review of no word teaches none
+        if not encoded:
             raise DataError(
-                f"{str(source)!r} holds no unlabeled reviews (aclImdb/train/unsup/*.txt); pass "
+                f"data.{'unlabeled_path' if self.unlabeled_path else 'path'} {str(source)!r} holds no unlabeled "
+                "reviews (aclImdb/train/unsup/*.txt) with a word in them; pass "
                 "--data.unlabeled_path aclImdb_v1_unsup.tar.gz"
             )
-        vocab = WordVocab(load_cache(self.cache_file, "vocab")["vocab"])
-        encoded = [vocab.encode(tokenize(t)) for t in texts]
         cache = {
             "ids": torch.tensor([i for e in encoded for i in e], dtype=torch.int32),
             "lengths": torch.tensor([len(e) for e in encoded]),
