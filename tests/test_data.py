@@ -362,6 +362,15 @@ def test_a_class_with_too_few_reviews_to_hold_any_out_is_named(tmp_path):
         dm.prepare_data()
 
 
+def test_a_split_whose_reviews_hold_no_word_is_named(tmp_path):
+    """Its cache would be written, then refused as damaged ("delete it"), and rebuilt the same."""
+    for review in (make_aclimdb(tmp_path) / "test").glob("*/*.txt"):
+        review.write_text("<br /><br />")
+    dm = IMDbDataModule(path=str(tmp_path / "aclImdb"), data_dir=str(tmp_path / "cache"), val_size=2)
+    with pytest.raises(DataError, match="aclImdb': no review of its test split holds a word; pass aclImdb_v1.tar.gz"):
+        dm.prepare_data()
+
+
 def _split(cache: dict, **changed) -> dict:
     return {**cache, "train": {**cache["train"], **changed}}
 

@@ -27,6 +27,7 @@ from .vocab import TokenizerVocab, WordVocab, distinct, vocab_from_state, vocab_
 
 HF_NAME = "stanfordnlp/imdb"
 ACLIMDB_URL = "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"
+ACLIMDB = f"aclImdb_v1.tar.gz from {ACLIMDB_URL} or the aclImdb/ directory it extracts to"  # what data.path takes
 CLASSES = ("neg", "pos")  # label 0, label 1 (as in the Hugging Face dataset)
 TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?|[^\sa-z0-9]")  # words (with "don't"-style endings) and symbols
 TOKENIZER_VERSION = 1  # bump when tokenize() changes, so caches are rebuilt
@@ -87,7 +88,7 @@ def read_aclimdb(path: Path) -> dict[str, Split]:
     if min(counts.values()) == 0:
         raise DataError(
             f"data.path {str(path)!r} holds no aclImdb/{{train,test}}/{{pos,neg}}/*.txt reviews (found {counts}); "
-            f"pass aclImdb_v1.tar.gz from {ACLIMDB_URL} or the aclImdb/ directory it extracts to"
+            f"pass {ACLIMDB}"
         )
     return splits
 
@@ -328,6 +329,10 @@ class IMDbDataModule(ResumableData):
             encode = lambda name: [sub_words.encode(t.encode("utf-8")).tolist() for t in parts[name][0]]  # noqa: E731
         for name, (_, ys) in parts.items():
             encoded = encode(name)
+            if not any(encoded):  # a split of nothing to read (it would be written, then refused as damaged)
+                raise DataError(
+                    f"data.path {str(self.path)!r}: no review of its {name} split holds a word; pass {ACLIMDB}"
+                )
             cache[name] = {
                 "ids": torch.tensor([i for e in encoded for i in e], dtype=torch.int32),
                 "lengths": torch.tensor([len(e) for e in encoded]),
