@@ -422,6 +422,15 @@ def test_fit_fine_tunes_a_gpt2_folder_with_its_tokenizer_and_sample_decodes(tmp_
     assert out.startswith("the cat") and len(out) > len("the cat")
     from test_reliability import fails
 
+    scored = ["predict", "--config", TINY_LM, "--data.path", "text.txt", "--data.context", "16", "--ckpt_path",
+              "checkpoints/tuned/last.ckpt", "--trainer.logger", "false", "--data.predict_path"]  # fmt: skip
+    main([*scored, "text.txt"])  # the checkpoint's tokenizer, with no --data.tokenizer: its ids are tokens
+    assert re.search(r"text.txt: [\d.]+ bits per token over [\d,]+ tokens\n", capsys.readouterr().out)
+    (tmp_path / "short.txt").write_text("the cat sat on a mat while one dog ran")  # 38 bytes, fewer tokens
+    fails(capsys, *scored, "short.txt", message="'short.txt' holds 10 tokens, fewer than one window of data.con")
+    fails(capsys, "fit", "--config", TINY_LM, "--data.path", "short.txt", "--data.tokenizer", str(folder), "--name",
+          "short", message="train split of 'short.txt' holds 9 tokens (the file has 10, split")  # fmt: skip
+
     edit_config(folder, model_type="mamba")  # a broken folder: the flag, the folder and the reason, on one line
     fails(capsys, "fit", "--config", TINY_LM, "--data.path", "text.txt", "--model.init_from", str(folder),
           "--data.tokenizer", str(folder), "--name", "broken",

@@ -224,12 +224,13 @@ class TextDataModule(ResumableData):
         if self.splits or stage == "predict":
             return
         data = self.vocab.encode(self.raw())
+        unit = f"{self.vocab.unit}s"  # a tokenizer's tokens stand for several bytes each
         for name, (lo, hi) in split_bounds(len(data)).items():
             if hi - lo < self.context + 1:
                 raise DataError(
-                    f"the {name} split of {str(self.source)!r} holds {hi - lo:,} bytes (the file has {len(data):,}, "
+                    f"the {name} split of {str(self.source)!r} holds {hi - lo:,} {unit} (the file has {len(data):,}, "
                     f"split 90/5/5), fewer than one window of data.context + 1 = {self.context + 1}; "
-                    f"use a file of at least {math.ceil((self.context + 1) / SPLITS[1]):,} bytes or lower data.context"
+                    f"use a file of at least {math.ceil((self.context + 1) / SPLITS[1]):,} {unit} or lower data.context"
                 )
             self.splits[name] = data[lo:hi]
 
@@ -249,22 +250,23 @@ class TextDataModule(ResumableData):
 
     def predict_ids(self, minimum: int, least: str):
         """``predict_path``'s ids, encoded with the (checkpoint's) vocabulary: a raw byte file read in windows
-        (:class:`FileWindows`), anything else whole. A file of fewer than ``minimum`` bytes is refused, the message
-        saying ``least``."""
+        (:class:`FileWindows`), anything else whole. A file of fewer than ``minimum`` ids (bytes, or a tokenizer's
+        tokens) is refused, the message saying ``least``."""
         if self.predict_path is None:
             raise ValueError("predict scores a file: pass --data.predict_path FILE")
         path = Path(self.predict_path)
         # memory flat whatever the size; a sub-word tokenizer reads the text whole (tokens do not start at bytes)
         streamed = path.is_file() and path.suffix not in (".zip", ".gz")
         windows = FileWindows(path, self.vocab) if streamed and isinstance(self.vocab, ByteVocab) else None
-        whole = read_bytes(self.predict_path, "data.predict_path") if windows is None else b""
-        if (size := len(whole) if windows is None else len(windows)) < minimum:
-            raise DataError(f"data.predict_path {self.predict_path!r} holds {size:,} bytes, fewer than {least}; pass "
-                            "a longer file")  # fmt: skip
+        whole = read_bytes(path, "data.predict_path") if windows is None else b""
         try:
-            return windows if windows is not None else self.vocab.encode(whole)
+            ids = windows if windows is not None else self.vocab.encode(whole)
         except DataError as e:
             raise DataError(f"data.predict_path {self.predict_path!r}: {e}") from e
+        if len(ids) < minimum:
+            raise DataError(f"data.predict_path {self.predict_path!r} holds {len(ids):,} {self.vocab.unit}s, fewer "
+                            f"than {least}; pass a longer file")  # fmt: skip
+        return ids
 
     def predict_dataloader(self) -> DataLoader:
         """``predict_path`` in evaluation windows."""
@@ -382,7 +384,7 @@ class OrderedTextDataModule(TextDataModule):
         return self._stream_loader(self.segments(split, self.eval_batch_size, StreamedSegments))
 
     def predict_dataloader(self) -> DataLoader:
-        ids = self.predict_ids(2, "2: a byte and the byte it predicts")
+        ids = self.predict_ids(2, "2: one to read and the one it predicts")
         streams = min(self.eval_batch_size, len(ids) - 1)  # a short file: a stream a byte, as many as it has
         return self._stream_loader(StreamedSegments(ids, self.context, streams, range(streams)))
 

@@ -20,6 +20,8 @@ class ByteVocab:
     """Token ids for bytes: all 256 values (the tutorial's enwik8 model), or only the byte values a file
     uses, in sorted order (nanoGPT's shakespeare_char: 65 characters)."""
 
+    unit = "byte"  # what an id stands for, as the metrics count
+
     def __init__(self, symbols: bytes | None = None) -> None:
         self.symbols = symbols
         self.table = torch.full((256,), -1, dtype=torch.long)  # byte value -> id, -1 if absent
@@ -96,6 +98,7 @@ class TokenizerVocab:
     optional install): GPT-2's byte-level BPE, Llama's, or one trained on the data. The JSON travels in every
     checkpoint, so that sample and predict decode with it without the file."""
 
+    unit = "token"
     MAX_BYTES = 50_000_000  # the largest published tokenizer.json files are a few tens of MB
     MAX_IDS = 2**24  # ids a tokenizer may give: the largest published vocabularies hold a few hundred thousand
 

@@ -632,7 +632,8 @@ class PredictionWriter(BasePredictionWriter):
     def write_on_epoch_end(self, trainer, pl_module, predictions, batch_indices) -> None:
         if self.count:
             path = getattr(trainer.datamodule, "predict_path", None) or "the file"
-            self.lines.append(f"{path}: {self.bits / self.count:.4f} bits per byte over {int(self.count):,} bytes")
+            unit = trainer.datamodule.vocab.unit  # the checkpoint's vocabulary's: a byte, or a tokenizer's token
+            self.lines.append(f"{path}: {self.bits / self.count:.4f} bits per {unit} over {int(self.count):,} {unit}s")
         if not trainer.is_global_zero or not self.lines:
             return
         text = "\n".join(self.lines) + "\n"
