@@ -420,6 +420,12 @@ def test_fit_fine_tunes_a_gpt2_folder_with_its_tokenizer_and_sample_decodes(tmp_
     main(["sample", "--ckpt_path", "checkpoints/tuned/last.ckpt", "--prompt", "the cat", "--length", "5"])
     out = capsys.readouterr().out
     assert out.startswith("the cat") and len(out) > len("the cat")
+    for format in ("hf", "project"):  # the tokenizer goes with the weights, for transformers or --data.tokenizer
+        main(["export", "--ckpt_path", "checkpoints/tuned/last.ckpt", "--out", format, "--format", format])
+        assert (tmp_path / format / "tokenizer.json").read_text() == (folder / "tokenizer.json").read_text()
+    assert json.loads((tmp_path / "project/config.json").read_text())["vocab"] == {"tokenizer": "tokenizer.json"}
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    assert hf_tokenizer("the cat").input_ids == tokenizer.encode("the cat").ids
     from test_reliability import fails
 
     scored = ["predict", "--config", TINY_LM, "--data.path", "text.txt", "--data.context", "16", "--ckpt_path",

@@ -176,7 +176,8 @@ def export(ckpt_path: PathName, out: PathName, format: Literal["project", "hf"] 
     Args:
         ckpt_path: A LitCharLM, LitClassifier, LitSeq2Seq or LitXL checkpoint written by fit (LitMaskedLM too,
             for hf; a LitXL's memory is no Hugging Face model's).
-        out: A folder, made if new, that holds no model.safetensors or config.json yet.
+        out: A folder, made if new, that holds no model.safetensors or config.json yet (a run with
+            data.tokenizer adds its tokenizer.json).
         format: project (this project's from_pretrained reads it, with the vocabulary), or hf: a GPT-2, Llama,
             Qwen2 or BERT folder that transformers' AutoModelForCausalLM / AutoModelForMaskedLM loads, for a
             model that one of those families expresses (the refusal names the option that none has).
@@ -185,7 +186,7 @@ def export(ckpt_path: PathName, out: PathName, format: Literal["project", "hf"] 
         raise ValueError(f"--out {out!r} is a file, and export writes a folder; pass a folder, e.g. exported/NAME")
     try:
         if format == "hf":
-            module, _ = Checkpoint(ckpt_path).trained(LitCharLM, LitMaskedLM, command="export --format hf")
+            module, vocab = Checkpoint(ckpt_path).trained(LitCharLM, LitMaskedLM, command="export --format hf")
             try:
                 folder = save_hf(module.model, out)
             except HFError as e:  # a model none of the families expresses: the project's format holds a LitCharLM
@@ -198,7 +199,11 @@ def export(ckpt_path: PathName, out: PathName, format: Literal["project", "hf"] 
         if e.errno is not None:  # the system's, which the error path names
             raise
         raise ValueError(f"--out {e}") from None  # the writers' refusal of a folder that holds a model
-    print(f"exported {type(module).__name__}'s model to {folder}/ (model.safetensors, config.json)")
+    files = "model.safetensors, config.json"
+    if tokenizer := getattr(vocab, "json", None):  # a sub-word tokenizer's: --data.tokenizer and transformers read it
+        write_whole(folder / "tokenizer.json", tokenizer)
+        files += ", tokenizer.json"
+    print(f"exported {type(module).__name__}'s model to {folder}/ ({files})")
 
 
 def convert_xl(

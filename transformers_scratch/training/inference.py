@@ -11,6 +11,7 @@ from torch import Tensor
 
 from ..data import ByteVocab, WordVocab, transduction
 from ..data.ids import IGNORE_INDEX
+from ..data.vocab import TokenizerVocab
 from .modules import LN2, BitsPerByte, LitCharLM, LitSeq2Seq, LitTransformer
 
 SAMPLE_PIECE = 2_000  # longer samples are generated in pieces of this length, with progress on stderr
@@ -80,10 +81,12 @@ def log_bins(length: int, bins: int) -> list[tuple[int, int]]:
 
 
 def export_vocab(module: LitTransformer, vocab) -> dict:
-    """The ``vocab`` entry of an export's config.json: bytes (null: all 256), words after <pad> and <unk>, or
-    the transduction tasks' specials and alphabet."""
+    """The ``vocab`` entry of an export's config.json: bytes (null: all 256), words after <pad> and <unk>, a
+    tokenizer's file, or the transduction tasks' specials and alphabet."""
     if isinstance(module, LitSeq2Seq):
         return {"specials": ["<pad>", "<bos>", "<eos>"][: transduction.SPECIALS], "alphabet": transduction.ALPHABET}
     if isinstance(vocab, WordVocab):
         return {"words": vocab.itos[2:]}
+    if isinstance(vocab, TokenizerVocab):
+        return {"tokenizer": "tokenizer.json"}  # written beside it
     return {"bytes": None if vocab is None or vocab.symbols is None else list(vocab.symbols)}
