@@ -324,7 +324,7 @@ def attention(
         print(f"note: drawing the first {ids.size(1)} of {total} tokens ({why})", file=sys.stderr)
     if getattr(model.cfg, "pool", None) == "cls":
         tokens = ["[CLS]", *tokens]
-    kind = "words" if isinstance(vocab, WordVocab) else "characters"
+    kind = "words" if isinstance(vocab, WordVocab) else "characters" if isinstance(vocab, ByteVocab) else "tokens"
     title = f"{type(module).__name__} attention over {len(tokens)} {kind}: queries down, keys across"
     allowed = None
     if xl:  # the last segment (at most half the tokens) over its memory of the text before
