@@ -427,7 +427,7 @@ def test_fit_fine_tunes_a_gpt2_folder_with_its_tokenizer_and_sample_decodes(tmp_
     hf_tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
     assert hf_tokenizer("the cat").input_ids == tokenizer.encode("the cat").ids
     main(["attention", "--ckpt_path", "checkpoints/tuned/last.ckpt", "--text", "the cat", "--out", "a.png"])
-    assert f"over {len(tokenizer.encode('the cat').ids)} tokens" in capsys.readouterr().err  # not characters
+    assert f"over {len(tokenizer.encode('the cat').ids)} tokens" in capsys.readouterr().out  # not characters
     from test_reliability import fails
 
     scored = ["predict", "--config", TINY_LM, "--data.path", "text.txt", "--data.context", "16", "--ckpt_path",
