@@ -92,7 +92,7 @@ def sample(
         ckpt_path: A LitCharLM or LitXL checkpoint written by fit (or convert_xl).
         prompt: Text to continue.
         prompt_file: Continue this file's text instead.
-        length: Characters (bytes) to generate.
+        length: Characters (bytes; for a run with data.tokenizer, its tokens) to generate.
         num_samples: Samples of the same prompt, drawn together.
         temperature: 0 is greedy; the tutorial samples at 0.5.
         top_k: Sample only from the k likeliest.
