@@ -430,8 +430,13 @@ def test_fit_fine_tunes_a_gpt2_folder_with_its_tokenizer_and_sample_decodes(tmp_
     assert f"over {len(tokenizer.encode('the cat').ids)} tokens" in capsys.readouterr().out  # not characters
     from test_reliability import fails
 
-    scored = ["predict", "--config", TINY_LM, "--data.path", "text.txt", "--data.context", "16", "--ckpt_path",
-              "checkpoints/tuned/last.ckpt", "--trainer.logger", "false", "--data.predict_path"]  # fmt: skip
+    other = tmp_path / "other"
+    other.mkdir()
+    trained_tokenizer(text, other, size=280)  # a resume, or a score, with another tokenizer: its ids mean other text
+    tested = ["test", "--config", TINY_LM, "--data.path", "text.txt", "--data.context", "16", "--ckpt_path",
+              "checkpoints/tuned/last.ckpt", "--trainer.logger", "false"]  # fmt: skip
+    fails(capsys, *tested, "--data.tokenizer", str(other), message=f"not trained with data.tokenizer {str(other)!r}")
+    scored = ["predict", *tested[1:], "--data.predict_path"]
     main([*scored, "text.txt"])  # the checkpoint's tokenizer, with no --data.tokenizer: its ids are tokens
     assert re.search(r"text.txt: [\d.]+ bits per token over [\d,]+ tokens\n", capsys.readouterr().out)
     (tmp_path / "short.txt").write_text("the cat sat on a mat while one dog ran")  # 38 bytes, fewer tokens

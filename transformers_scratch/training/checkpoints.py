@@ -19,7 +19,7 @@ import torch
 from ..bounds import NAME, is_count, refuse_not_finite
 from ..data import ByteVocab, WordVocab, checkpoint_vocab
 from ..data.files import inflates_past, shortened
-from ..data.vocab import DamagedVocab
+from ..data.vocab import DamagedVocab, TokenizerVocab
 from ..model.config import TransformerConfig, read_settings
 
 PROJECT = __name__.partition(".")[0]  # what the project's own classes and modules are named under
@@ -226,6 +226,9 @@ class Checkpoint:
             if data["vocab"] != kind:
                 raise ValueError(f"{self.source} was trained with data.vocab {kind} ({vocab.size} symbols), and this "
                                  f"run has data.vocab {data['vocab']}; pass --data.vocab {kind}")  # fmt: skip
+        if data.get("tokenizer") and getattr(vocab, "json", None) != TokenizerVocab.from_file(data["tokenizer"]).json:
+            raise ValueError(f"{self.source} was not trained with data.tokenizer {data['tokenizer']!r}; pass the "
+                             "one it was, or leave data.tokenizer out: the checkpoint holds its own")  # fmt: skip
         if isinstance(vocab, WordVocab):  # data.vocab_words is a cap: a small corpus may fill less of it
             words = field("vocab_size", len(vocab)) - 2 - (self.kind == "LitMaskedLM")  # <pad>, <unk>, [MASK]
             if data.get("vocab_words") not in (None, words):
