@@ -228,7 +228,7 @@ class Checkpoint:
                                  f"run has data.vocab {data['vocab']}; pass --data.vocab {kind}")  # fmt: skip
         if data.get("tokenizer") and getattr(vocab, "json", None) != TokenizerVocab.from_file(data["tokenizer"]).json:
             raise ValueError(f"{self.source} was not trained with data.tokenizer {data['tokenizer']!r}; pass the "
-                             "one it was, or leave data.tokenizer out: the checkpoint holds its own")  # fmt: skip
+                             "one it was trained with")  # fmt: skip
         if isinstance(vocab, WordVocab):  # data.vocab_words is a cap: a small corpus may fill less of it
             words = field("vocab_size", len(vocab)) - 2 - (self.kind == "LitMaskedLM")  # <pad>, <unk>, [MASK]
             if data.get("vocab_words") not in (None, words):
