@@ -1339,6 +1339,12 @@ def test_a_file_vocabulary_checkpoint_needs_file_vocabulary_data(capsys, text, t
     fails(capsys, "test", "--config", TINY_LM, "--data.path", str(text), "--ckpt_path", str(ckpt),
           message="was trained with data.vocab file (6 symbols), and this run has data.vocab bytes; "
           "pass --data.vocab file")  # fmt: skip
+    from tokenizers import Tokenizer, models
+
+    Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]")).save(str(tmp_path / "tok.json"))
+    fails(capsys, "test", "--config", TINY_LM, "--data.path", str(text), "--ckpt_path", str(ckpt), "--data.vocab",
+          "file", "--data.context", "16", "--data.tokenizer", str(tmp_path / "tok.json"),
+          message="was trained with no tokenizer; leave out data.tokenizer")  # fmt: skip
 
 
 @pytest.mark.slow

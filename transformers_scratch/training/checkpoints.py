@@ -226,9 +226,11 @@ class Checkpoint:
             if data["vocab"] != kind:
                 raise ValueError(f"{self.source} was trained with data.vocab {kind} ({vocab.size} symbols), and this "
                                  f"run has data.vocab {data['vocab']}; pass --data.vocab {kind}")  # fmt: skip
-        if data.get("tokenizer") and getattr(vocab, "json", None) != TokenizerVocab.from_file(data["tokenizer"]).json:
-            raise ValueError(f"{self.source} was not trained with data.tokenizer {data['tokenizer']!r}; pass the "
-                             "one it was trained with")  # fmt: skip
+        if given := data.get("tokenizer"):  # the ids the model reads are the tokenizer's it was trained with
+            if not isinstance(vocab, TokenizerVocab):
+                raise ValueError(f"{self.source} was trained with no tokenizer; leave out data.tokenizer {given!r}")
+            if vocab.json != TokenizerVocab.from_file(given).json:
+                raise ValueError(f"{self.source} was not trained with data.tokenizer {given!r}; pass the one it was")
         if isinstance(vocab, WordVocab):  # data.vocab_words is a cap: a small corpus may fill less of it
             words = field("vocab_size", len(vocab)) - 2 - (self.kind == "LitMaskedLM")  # <pad>, <unk>, [MASK]
             if data.get("vocab_words") not in (None, words):
