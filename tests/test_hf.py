@@ -436,6 +436,8 @@ def test_fit_fine_tunes_a_gpt2_folder_with_its_tokenizer_and_sample_decodes(tmp_
     tested = ["test", "--config", TINY_LM, "--data.path", "text.txt", "--data.context", "16", "--ckpt_path",
               "checkpoints/tuned/last.ckpt", "--trainer.logger", "false"]  # fmt: skip
     fails(capsys, *tested, "--data.tokenizer", str(other), message=f"not trained with data.tokenizer {str(other)!r}")
+    main(tested)  # the checkpoint's tokenizer: the protocol counts its tokens
+    assert "test/bpc: contiguous windows of 16 tokens (each token sees 0..15 earlier tokens)" in capsys.readouterr().err
     scored = ["predict", *tested[1:], "--data.predict_path"]
     main([*scored, "text.txt"])  # the checkpoint's tokenizer, with no --data.tokenizer: its ids are tokens
     assert re.search(r"text.txt: [\d.]+ bits per token over [\d,]+ tokens\n", capsys.readouterr().out)

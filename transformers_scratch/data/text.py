@@ -224,7 +224,7 @@ class TextDataModule(ResumableData):
         if self.splits or stage == "predict":
             return
         data = self.vocab.encode(self.raw())
-        unit = f"{self.vocab.unit}s"  # a tokenizer's tokens stand for several bytes each
+        unit = f"{self.unit}s"  # a tokenizer's tokens stand for several bytes each
         for name, (lo, hi) in split_bounds(len(data)).items():
             if hi - lo < self.context + 1:
                 raise DataError(
@@ -264,7 +264,7 @@ class TextDataModule(ResumableData):
         except DataError as e:
             raise DataError(f"data.predict_path {self.predict_path!r}: {e}") from e
         if len(ids) < minimum:
-            raise DataError(f"data.predict_path {self.predict_path!r} holds {len(ids):,} {self.vocab.unit}s, fewer "
+            raise DataError(f"data.predict_path {self.predict_path!r} holds {len(ids):,} {self.unit}s, fewer "
                             f"than {least}; pass a longer file")  # fmt: skip
         return ids
 
@@ -277,9 +277,15 @@ class TextDataModule(ResumableData):
     @property
     def protocol(self) -> str:
         """How val/bpc and test/bpc are measured, in words (logged beside them)."""
+        u = self.unit
         if self.eval_stride in (None, self.context):
-            return f"contiguous windows of {self.context} bytes (each byte sees 0..{self.context - 1} earlier bytes)"
-        return f"windows every {self.eval_stride} bytes (each byte sees at least {self.context - self.eval_stride})"
+            return f"contiguous windows of {self.context} {u}s (each {u} sees 0..{self.context - 1} earlier {u}s)"
+        return f"windows every {self.eval_stride} {u}s (each {u} sees at least {self.context - self.eval_stride})"
+
+    @property
+    def unit(self) -> str:
+        """What an id stands for: a byte, or a tokenizer's token (the checkpoint's vocabulary's, once it is read)."""
+        return self._vocab.unit if self._vocab is not None else "byte" if self.tokenizer is None else "token"
 
     def seed_text(self, length: int, generator: torch.Generator | None = None) -> Tensor:
         """A random slice of the validation split, (1, length) ids, to seed samples."""
@@ -391,6 +397,6 @@ class OrderedTextDataModule(TextDataModule):
     @property
     def protocol(self) -> str:
         return (
-            f"{self.eval_batch_size} streams in consecutive segments of {self.context} bytes with the model's memory "
-            "(every byte scored once)"
+            f"{self.eval_batch_size} streams in consecutive segments of {self.context} {self.unit}s with the model's "
+            f"memory (every {self.unit} scored once)"
         )

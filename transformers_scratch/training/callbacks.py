@@ -632,7 +632,7 @@ class PredictionWriter(BasePredictionWriter):
     def write_on_epoch_end(self, trainer, pl_module, predictions, batch_indices) -> None:
         if self.count:
             path = getattr(trainer.datamodule, "predict_path", None) or "the file"
-            unit = getattr(getattr(trainer.datamodule, "vocab", None), "unit", "byte")  # or a tokenizer's token
+            unit = getattr(trainer.datamodule, "unit", "byte")  # or a tokenizer's token
             self.lines.append(f"{path}: {self.bits / self.count:.4f} bits per {unit} over {int(self.count):,} {unit}s")
         if not trainer.is_global_zero or not self.lines:
             return
