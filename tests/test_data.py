@@ -45,11 +45,14 @@ def test_a_tokenizer_path_that_holds_no_tokenizer_json_is_refused_naming_it(tmp_
         TokenizerVocab.from_file("nobody-here/no-tok")
 
 
-@pytest.mark.parametrize("words, refusal", [
-    ({"the": 0}, r"^T failed to encode text \(.*\); pass one with an unknown token, or a byte-level one$"),
-    ({}, r"^T holds no tokens; pass a tokenizer.json with a vocabulary$"),
+@pytest.mark.parametrize("words, source, refusal", [
+    ({"the": 0}, "data.tokenizer T", r"^the prompt: data.tokenizer T failed to encode text \(.*\); pass one with an "
+     "unknown token, or a byte-level one$"),
+    ({"the": 0}, "the checkpoint's tokenizer", r"^the prompt: the checkpoint's tokenizer failed to encode text "
+     r"\(.*\); give only words it knows$"),
+    ({}, "T", r"^T holds no tokens; pass a tokenizer.json with a vocabulary$"),
 ])  # fmt: skip
-def test_a_tokenizer_that_cannot_encode_the_text_is_refused_naming_it(words, refusal):
+def test_a_tokenizer_that_cannot_encode_the_text_is_refused_naming_it(words, source, refusal):
     """tokenizers refuses a word its vocabulary lacks, with no unknown token, by a plain Exception; an empty
     vocabulary would reach the model as 0 ids, refused there without naming the tokenizer."""
     from tokenizers import Tokenizer, models, pre_tokenizers
@@ -59,7 +62,7 @@ def test_a_tokenizer_that_cannot_encode_the_text_is_refused_naming_it(words, ref
     tokenizer = Tokenizer(models.WordLevel(words, unk_token=None))
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
     with pytest.raises(DataError, match=refusal):
-        TokenizerVocab(tokenizer.to_str(), "T").encode(b"the cat")
+        TokenizerVocab(tokenizer.to_str(), source).encode_text("the cat")
 
 
 def test_a_zip_of_several_files_none_named_as_the_archive_is_refused(tmp_path):

@@ -136,8 +136,11 @@ class TokenizerVocab:
                 raise
             reason = " ".join(str(e).split())[:120]
             what = "is not a tokenizer.json" if doing == "read" else f"failed to {doing} text"
-            fix = "one with an unknown token, or a byte-level one" if doing == "encode" else "one that tokenizers wrote"
-            raise DataError(f"{self.source} {what} ({reason}); pass {fix}") from None
+            fix = "pass one that tokenizers wrote"
+            if doing == "encode":  # a word it has no id for, and no unknown token: the flag's, or a checkpoint's own
+                ours = self.source.startswith("data.")
+                fix = "pass one with an unknown token, or a byte-level one" if ours else "give only words it knows"
+            raise DataError(f"{self.source} {what} ({reason}); {fix}") from None
         finally:
             os.dup2(saved, 2)
             os.close(saved)
@@ -170,7 +173,10 @@ class TokenizerVocab:
         return torch.tensor(ids, dtype=torch.long)
 
     def encode_text(self, text: str, what: str = "prompt") -> Tensor:
-        return self.encode(text.encode("utf-8", "surrogateescape"))[None]  # (1, t)
+        try:
+            return self.encode(text.encode("utf-8", "surrogateescape"))[None]  # (1, t)
+        except DataError as e:  # which text it could not read
+            raise DataError(f"the {what}: {e}") from None
 
     def decode(self, ids: Tensor) -> str:
         with self.native("decode"):
