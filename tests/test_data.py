@@ -414,6 +414,22 @@ def test_a_damaged_or_stale_imdb_cache_is_named_to_delete(tmp_path, damage):
         IMDbDataModule(**settings).setup()  # type: ignore[arg-type]
 
 
+def test_an_imdb_cache_whose_tokenizer_is_damaged_is_named_to_delete(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    make_aclimdb(tmp_path)
+    settings = dict(path=str(tmp_path / "aclImdb"), data_dir=str(tmp_path / "cache"), val_size=4,
+                    tokenizer=str(tmp_path / "tokenizer.json"))  # fmt: skip
+    IMDbDataModule(**settings).prepare_data()  # type: ignore[arg-type]
+    (cache_file,) = (tmp_path / "cache").glob("imdb-*.pt")
+    torch.save({**torch.load(cache_file, weights_only=True), "tokenizer_json": "{}"}, cache_file)
+    with pytest.raises(DataError, match="is no cache this version reads; delete it, and it is rebuilt from the data"):
+        IMDbDataModule(**settings).setup()  # type: ignore[arg-type]
+
+
 def predicting(root: Path, tmp_path: Path) -> IMDbDataModule:
     """A data module set up on the aclImdb/ tree ``root``, to predict the reviews of tmp_path/reviews.txt."""
     dm = IMDbDataModule(path=str(root), data_dir=str(tmp_path / "cache"), val_size=4, batch_size=3,

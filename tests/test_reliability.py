@@ -1087,6 +1087,7 @@ def test_a_checkpoint_whose_run_record_is_no_folder_name_is_refused_before_anyth
     ({"vocab": ["a", "a"]}, "its vocabulary of words is no list of distinct words"),
     ({"vocab": [1, 2]}, "its vocabulary of words is no list of distinct words"),
     ({"vocab_symbols": bytes(range(100))}, "holds a vocabulary of 100 ids for a model of 64: ids past its embedding"),
+    ({"tokenizer_json": "{}"}, "bad.ckpt': the checkpoint's tokenizer is not a tokenizer.json (Model missing"),
 ])  # fmt: skip
 @pytest.mark.parametrize("command", ["sample", "export", "test"])
 def test_a_checkpoint_whose_vocabulary_is_damaged_is_refused_by_every_command(

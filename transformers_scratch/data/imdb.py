@@ -350,7 +350,10 @@ class IMDbDataModule(ResumableData):
         if "tokenizer_json" in cache:
             if self.vocab is not None and getattr(self.vocab, "json", None) != cache["tokenizer_json"]:
                 raise DataError("the checkpoint's tokenizer is not data.tokenizer; pass the one it was trained with")
-            self.vocab = self.vocab or TokenizerVocab(cache["tokenizer_json"])
+            try:
+                self.vocab = self.vocab or TokenizerVocab(cache["tokenizer_json"])
+            except DataError:  # the cache's copy of the tokenizer is damaged
+                raise stale(self.cache_file) from None
         elif self.vocab is None:
             self.vocab = WordVocab(cache["vocab"])
         elif not isinstance(self.vocab, WordVocab):

@@ -8,6 +8,7 @@ import contextlib
 import os
 import sys
 from collections import Counter
+from typing import NoReturn
 
 import torch
 from torch import Tensor
@@ -113,14 +114,21 @@ class TokenizerVocab:
             vocab = self.tokenizer.get_vocab(with_added_tokens=True)
             counted = self.tokenizer.get_vocab_size(with_added_tokens=True)
         if not vocab:
-            raise DataError(f"{source} holds no tokens; pass a tokenizer.json with a vocabulary")
+            self.refuse("holds no tokens", "pass a tokenizer.json with a vocabulary")
         # the embedding needs a row for every id the tokenizer gives, and a file's ids may leave gaps
         token, top = max(vocab.items(), key=lambda item: item[1], default=("", -1))
         if top >= self.MAX_IDS:  # ids are unsigned
-            raise DataError(f"{source} gives {shortened(repr(token))} the id {top:,}, past {self.MAX_IDS:,}; "
-                            "pass a tokenizer.json that tokenizers wrote")  # fmt: skip
+            self.refuse(f"gives {shortened(repr(token))} the id {top:,}, past {self.MAX_IDS:,}",
+                        "pass a tokenizer.json that tokenizers wrote")  # fmt: skip
         self.size = max(counted, top + 1)
         self.json = json_text
+
+    def refuse(self, problem: str, fix: str) -> NoReturn:
+        """A tokenizer.json the run's data.tokenizer named is refused with ``fix``; a checkpoint's own is damaged,
+        which the checkpoint's reader names."""
+        if self.source.startswith("data."):
+            raise DataError(f"{self.source} {problem}; {fix}")
+        raise DamagedVocab(f"{self.source} {problem}")
 
     @contextlib.contextmanager
     def native(self, doing: str):
@@ -135,12 +143,12 @@ class TokenizerVocab:
             if type(e).__name__ != "PanicException" and type(e) is not Exception:
                 raise
             reason = " ".join(str(e).split())[:120]
-            what = "is not a tokenizer.json" if doing == "read" else f"failed to {doing} text"
-            fix = "pass one that tokenizers wrote"
-            if doing == "encode":  # a word it has no id for, and no unknown token: the flag's, or a checkpoint's own
-                ours = self.source.startswith("data.")
-                fix = "pass one with an unknown token, or a byte-level one" if ours else "give only words it knows"
-            raise DataError(f"{self.source} {what} ({reason}); {fix}") from None
+            if doing != "encode":
+                what = "is not a tokenizer.json" if doing == "read" else f"failed to {doing} text"
+                self.refuse(f"{what} ({reason})", "pass one that tokenizers wrote")
+            ours = self.source.startswith("data.")  # a word it has no id for, and no unknown token
+            fix = "pass one with an unknown token, or a byte-level one" if ours else "give only words it knows"
+            raise DataError(f"{self.source} failed to encode text ({reason}); {fix}") from None
         finally:
             os.dup2(saved, 2)
             os.close(saved)
