@@ -50,7 +50,7 @@ def test_a_tokenizer_path_that_holds_no_tokenizer_json_is_refused_naming_it(tmp_
      "unknown token, or a byte-level one$"),
     ({"the": 0}, "the checkpoint's tokenizer", r"^the prompt: the checkpoint's tokenizer failed to encode text "
      r"\(.*\); give only words it knows$"),
-    ({}, "T", r"^T holds no tokens; pass a tokenizer.json with a vocabulary$"),
+    ({}, "data.tokenizer T", r"^data.tokenizer T holds no tokens; pass a tokenizer.json with a vocabulary$"),
 ])  # fmt: skip
 def test_a_tokenizer_that_cannot_encode_the_text_is_refused_naming_it(words, source, refusal):
     """tokenizers refuses a word its vocabulary lacks, with no unknown token, by a plain Exception; an empty
