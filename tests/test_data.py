@@ -430,6 +430,21 @@ def test_an_imdb_cache_whose_tokenizer_is_damaged_is_named_to_delete(tmp_path):
         IMDbDataModule(**settings).setup()  # type: ignore[arg-type]
 
 
+def test_a_review_the_checkpoints_tokenizer_cannot_read_names_the_predict_file(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from transformers_scratch.data.vocab import TokenizerVocab
+
+    tokenizer = Tokenizer(models.WordLevel({"good": 0, "film": 1}, unk_token=None))  # no unknown token
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    (tmp_path / "reviews.txt").write_text("good film\ngood zebra\n")
+    dm = IMDbDataModule(predict_path=str(tmp_path / "reviews.txt"))
+    dm.vocab = TokenizerVocab(tokenizer.to_str())  # as a checkpoint's restores it
+    with pytest.raises(DataError, match=r"^data.predict_path '.*reviews.txt': the checkpoint's tokenizer failed to "
+                                        r"encode text \(.*\); give only words it knows$"):  # fmt: skip
+        dm.predict_dataloader()
+
+
 def predicting(root: Path, tmp_path: Path) -> IMDbDataModule:
     """A data module set up on the aclImdb/ tree ``root``, to predict the reviews of tmp_path/reviews.txt."""
     dm = IMDbDataModule(path=str(root), data_dir=str(tmp_path / "cache"), val_size=4, batch_size=3,

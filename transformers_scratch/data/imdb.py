@@ -404,7 +404,10 @@ class IMDbDataModule(ResumableData):
         if not texts:
             raise DataError(f"{where} holds no reviews; give one review a line")
         if isinstance(self.vocab, TokenizerVocab):
-            encoded = [self.vocab.encode(t.encode("utf-8")).tolist() for t in texts]
+            try:
+                encoded = [self.vocab.encode(t.encode("utf-8")).tolist() for t in texts]
+            except DataError as e:  # a word a tokenizer with no unknown token cannot read
+                raise DataError(f"{where}: {e}") from None
         else:
             encoded = [self.vocab.encode(tokenize(t)) for t in texts]
         ids = [torch.tensor(e[: self.max_length] or [WordVocab.UNK]) for e in encoded]
