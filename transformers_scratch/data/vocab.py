@@ -109,6 +109,7 @@ class TokenizerVocab:
         except ImportError:
             raise DataError("a tokenizer needs the tokenizers library: pip install -e '.[hf]'") from None
         self.source = source  # what its refusals name
+        self.given = source.startswith("data.")  # the run's data.tokenizer named it; else a checkpoint holds it
         with self.native("read"):
             self.tokenizer = Tokenizer.from_str(json_text)
             vocab = self.tokenizer.get_vocab(with_added_tokens=True)
@@ -126,7 +127,7 @@ class TokenizerVocab:
     def refuse(self, problem: str, fix: str) -> NoReturn:
         """A tokenizer.json the run's data.tokenizer named is refused with ``fix``; a checkpoint's own is damaged,
         which the checkpoint's reader names."""
-        if self.source.startswith("data."):
+        if self.given:
             raise DataError(f"{self.source} {problem}; {fix}")
         raise DamagedVocab(f"{self.source} {problem}")
 
@@ -146,8 +147,8 @@ class TokenizerVocab:
             if doing != "encode":
                 what = "is not a tokenizer.json" if doing == "read" else f"failed to {doing} text"
                 self.refuse(f"{what} ({reason})", "pass one that tokenizers wrote")
-            ours = self.source.startswith("data.")  # a word it has no id for, and no unknown token
-            fix = "pass one with an unknown token, or a byte-level one" if ours else "give only words it knows"
+            # a word it has no id for, and no unknown token to give
+            fix = "pass one with an unknown token, or a byte-level one" if self.given else "give only words it knows"
             raise DataError(f"{self.source} failed to encode text ({reason}); {fix}") from None
         finally:
             os.dup2(saved, 2)
