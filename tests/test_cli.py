@@ -723,14 +723,14 @@ def test_the_extrapolation_runner_trains_each_kind_and_tests_every_window(tmp_pa
         "model:\n  init_args:\n    model:\n      depth: 1\n      emb: 32\ndata:\n  init_args:\n    context: 128\n"
     )
     monkeypatch.setenv("WANDB_MODE", "disabled")
-    args = ["--data.path", str(data), "--steps", "2", "--windows", "128", "512", "--kinds", "learned", "rope",
+    args = ["--data.path", str(data), "--steps", "2", "--windows", "128", "512", "64", "--kinds", "learned", "rope",
             "--work", str(tmp_path / "work"), "--config", str(small)]  # fmt: skip
     assert extrapolate.main(args, build_cli) == 0
     header, table = capsys.readouterr().out.split("\n| positions")
     assert "trained at context 128 (2 steps each)" in header  # the config's context, not the default's
-    learned, rope = (line.split("|")[2:4] for line in table.splitlines()[2:4])
-    assert float(learned[0]) > 0 and "refused" in learned[1]  # no learned vector past 128
-    assert float(rope[0]) > 0 and float(rope[1]) > 0
+    learned, rope = (line.split("|")[2:5] for line in table.splitlines()[2:4])
+    assert float(learned[0]) > 0 and learned[1:] == [" refused ", " refused "]  # one learned vector a position
+    assert all(float(bpc) > 0 for bpc in rope)
     state = torch.load(tmp_path / "work/checkpoints/extrapolate-rope/last.ckpt", weights_only=True)
     assert state["global_step"] == 2 and state["hyper_parameters"]["model"]["depth"] == 1
 
