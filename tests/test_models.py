@@ -276,6 +276,26 @@ def test_an_empty_prompt_is_refused():
         model.generate(torch.zeros(1, 0, dtype=torch.long), 2)
 
 
+@pytest.mark.parametrize("kind", ["causal", "seq2seq"])
+@pytest.mark.parametrize(
+    "option",
+    [{"temperature": -1.0}, {"temperature": math.nan}, {"top_k": 0}, {"top_p": 0.0}, {"top_p": 1.5},
+     {"max_new_tokens": -1}],
+)  # fmt: skip
+def test_generation_refuses_a_sampling_setting_out_of_its_bounds(kind, option):
+    """The bounds the command line declares for sample, on generate's own parameters: a negative temperature was
+    greedy without a word, a NaN one blamed the weights, and top_k 0 failed deep inside torch."""
+    sizes = dict(vocab_size=30, **SMALL)
+    options = {"max_new_tokens": 3, **option}
+    (name,) = option
+    with pytest.raises(ValueError, match=f"generate.{name}="):
+        if kind == "causal":
+            CausalLM(LMConfig(**sizes)).generate(torch.zeros(1, 2, dtype=torch.long), **options)
+        else:
+            EncoderDecoder(EncoderDecoderConfig(**sizes)).generate(torch.ones(1, 2, dtype=torch.long), bos_id=1,
+                                                                   **options)  # fmt: skip
+
+
 @pytest.mark.parametrize("kind", ["causal", "xl"])
 @pytest.mark.parametrize("use_cache", [True, False])
 def test_greedy_generation_of_a_model_whose_scores_overflow_is_refused(kind, use_cache):

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor, nn
 
+from ..bounds import NonNegative, NonNegativeFloat, Positive, Share, check_args
 from .cache import KVCache
 
 OVERFLOW = "the model's scores are not finite (NaN or inf): its weights are so large that they overflow"
@@ -52,12 +53,15 @@ def nucleus(logits: Tensor, p: float) -> Tensor:
 
 
 @torch.inference_mode()
-def generate(model, prompt: Tensor, max_new_tokens: int, *, temperature: float = 1.0, top_k: int | None = None,
-             use_cache: bool = True, generator: torch.Generator | None = None, top_p: float | None = None,
-             cuda_graph: bool = False, steps: Callable | None = None) -> Tensor:  # fmt: skip
+def generate(model, prompt: Tensor, max_new_tokens: NonNegative, *, temperature: NonNegativeFloat = 1.0,
+             top_k: Positive | None = None, use_cache: bool = True, generator: torch.Generator | None = None,
+             top_p: Share | None = None, cuda_graph: bool = False,
+             steps: Callable | None = None) -> Tensor:  # fmt: skip
     """A causal model continues prompt (b, t) by max_new_tokens: (b, t + max_new_tokens), sampled as in
     :func:`sample_next`. ``steps(model, tokens, t, use_cache, cuda_graph)`` makes the function from ``end`` to
     the logits (b, v) after ``tokens[:, :end]``: :func:`causal_steps`, or Transformer-XL's through its memory."""
+    sampling = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p)
+    check_args(generate, sampling, "generate")  # the bounds on the types above
     if prompt.numel() == 0:
         raise ValueError("empty prompt; give at least one token to condition on")
     was_training = model.training
@@ -174,13 +178,15 @@ def decoding_threads(device: torch.device, cached: bool):
 
 
 @torch.inference_mode()
-def generate_seq2seq(model, src: Tensor, *, bos_id: int, max_new_tokens: int, src_mask: Tensor | None = None,
-                     eos_id: int | None = None, temperature: float = 0.0, top_k: int | None = None,
-                     top_p: float | None = None, use_cache: bool = True) -> Tensor:  # fmt: skip
+def generate_seq2seq(model, src: Tensor, *, bos_id: int, max_new_tokens: NonNegative, src_mask: Tensor | None = None,
+                     eos_id: int | None = None, temperature: NonNegativeFloat = 0.0, top_k: Positive | None = None,
+                     top_p: Share | None = None, use_cache: bool = True) -> Tensor:  # fmt: skip
     """An encoder-decoder model decodes from BOS, greedy or sampled as in :func:`sample_next`; the
     source is encoded once. With ``use_cache`` a step feeds the newest token alone: self-attention reads a cache,
     cross-attention the memory's keys and values projected once; without it, each step decodes the whole target.
     Returns (b, n) ids without BOS; n < max_new_tokens when every row has emitted eos_id."""
+    sampling = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p)
+    check_args(generate_seq2seq, sampling, "generate")
     was_training = model.training
     model.eval()
     memory = model.encode(src, src_mask)  # (b, u, k): encoded once, read at every step
