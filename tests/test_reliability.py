@@ -2135,6 +2135,7 @@ LONG = "y" * 5000
 LONG_VALUES = {
     "ckpt_path": ["fit", "--config", TINY_LM, "--ckpt_path", LONG],
     "sample": ["sample", "--ckpt_path", LONG, "--prompt", "a"],
+    "a prompt file": ["sample", "--ckpt_path", "a.ckpt", "--prompt_file", LONG],
     "config": ["fit", "--config", LONG],
     "an int": ["fit", "--config", TINY_LM, "--trainer.max_steps", LONG],
     "a choice": ["fit", "--config", TINY_LM, "--model.model.positions", LONG],
@@ -2146,8 +2147,16 @@ LONG_VALUES = {
 @pytest.mark.parametrize("args", LONG_VALUES.values(), ids=LONG_VALUES.keys())
 def test_a_message_quotes_a_long_value_by_its_start_and_length(text, capsys, args):
     err = fails(capsys, *args, message="characters)")
+    assert "characters)'" in err or "'y" not in err  # a quoted value keeps its closing quote
     assert len(err) < 700 and max(len(line) for line in err.splitlines()) < 500, err
     assert "y" * 200 not in err
+
+
+def test_a_path_longer_than_the_system_allows_is_named_by_its_flag(text, capsys):
+    long = "t" * 300  # a name of more than 255 bytes: the system's ENAMETOOLONG, which names the path alone
+    fit = ["fit", "--config", TINY_LM, "--data.path", str(text)]
+    fails(capsys, *fit, "--data.tokenizer", long, message=f"error: --data.tokenizer '{'t' * 60}... (300 characters)': "
+          "the path is longer than this system allows")  # fmt: skip
 
 
 PREDICT_SIGNALLED = """

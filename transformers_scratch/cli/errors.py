@@ -87,8 +87,10 @@ def _line(e: BaseException, argv: list[str]) -> str:
         return (f"{where} failed ({type(e).__name__}: {reason}); it does not fit this run: correct its settings, or "
                 "leave it out")  # fmt: skip
     if isinstance(e, OSError) and e.errno == errno.ENAMETOOLONG:
-        return (f"the path {shortened(str(e.filename or ''))!r} is longer than this system allows (255 bytes a "
-                f"name, {os.pathconf('/', 'PC_PATH_MAX'):,} a path); pass a shorter path")  # fmt: skip
+        path, flag = shortened(str(e.filename or "")), flag_of(str(e.filename), argv) if e.filename else None
+        where = f"{flag} {path!r}: the path" if flag else f"the path {path!r}"
+        return (f"{where} is longer than this system allows (255 bytes a name, {os.pathconf('/', 'PC_PATH_MAX'):,} a "
+                "path); pass a shorter path")  # fmt: skip
     if out_of_memory(e):
         return memory_line(e, argv)
     if isinstance(e, ModuleNotFoundError) and e.name:  # Python's own; Lightning's name the package to install

@@ -52,7 +52,14 @@ def shown(path) -> str:
 def clipped(message: str) -> str:
     """A message whose every value fits a line: each run of non-blank characters (a 50 MB ``--name``, a path
     of 5,000) :func:`~..data.files.shortened`."""
-    return re.sub(rf"\S{{{LONGEST + 1},}}", lambda m: shortened(m[0]), message)
+
+    def clip(word: re.Match) -> str:  # a quoted value keeps its quotes, and what follows them ("'x...':")
+        parts = re.fullmatch(r"(['\"]?)(.*?)(\1\W*)", word[0], re.S)
+        assert parts is not None  # every word matches: no quote, and nothing after it
+        quote, value, after = parts.groups()
+        return quote + shortened(value) + after
+
+    return re.sub(rf"\S{{{LONGEST + 1},}}", clip, message)
 
 
 def live_bars() -> list:
