@@ -104,6 +104,9 @@ def test_a_checkpoint_time_interval_is_read_as_trainer_max_time_is():
             "or drop the flag (its default: 0)",
         ),
         (["--data.seed", "null"], "--data.seed null: TextDataModule's seed takes an integer in [0, 9,223,"),
+        (["--model.model.emb", "null"], "--model.model.emb null: LMConfig's emb takes an integer in [1, 16,777,216], "
+         "not null; pass one, or drop the flag (its default: 256)"),  # fmt: skip
+        (["--model.optim.lr=~"], "--model.optim.lr null: OptimConfig's lr takes a number in [0.0, "),
         (["--trainer.log_every_n_steps", "0"], "trainer.log_every_n_steps: 0 is not an integer in [1, 16,777,216]"),
         (["--trainer.check_val_every_n_epoch", "0"], "trainer.check_val_every_n_epoch: 0 is not an integer in [1, 16,"),
         (["--trainer.accumulate_grad_batches", "0"], "trainer.accumulate_grad_batches: 0 is not an integer in [1, 16,"),
@@ -179,7 +182,8 @@ def test_a_checkpoint_time_interval_is_read_as_trainer_max_time_is():
         (["--trainer.precision", "16-true"], "trainer.precision 16-true keeps the weights and AdamW's state in"),
     ],
     ids=["heads", "depth", "batch-size", "context", "max-steps", "cooldown", "unknown", "workers-null", "seed-null",
-         "log-every-0", "val-every-0", "accumulate-0", "val-interval-0", "val-interval-1.5", "val-interval-key",
+         "emb-null", "lr-null", "log-every-0", "val-every-0", "accumulate-0", "val-interval-0", "val-interval-1.5",
+         "val-interval-key",
          "max-time-days", "max-time-base-60", "max-time-negative",
          "accelerator", "missing-package", "rope-base",
          "clip", "min-steps", "min-epochs", "sanity-steps", "workers", "devices", "devices-negative", "devices-0",
@@ -1939,6 +1943,23 @@ def test_a_model_named_with_no_settings_takes_their_defaults_with_the_datas_size
     assert (settings["context"], settings["vocab_size"], settings["depth"]) == (32, 256, LMConfig().depth), settings
 
 
+@pytest.mark.parametrize(
+    "flag", ["--model.model.sparse", "--model.init_args.model.ff_hidden", "--model.optim.total_steps="]
+)
+def test_an_optional_model_setting_is_unset_by_a_flag_of_null(capsys, text, flag):
+    """jsonargparse passed a setting of the model's settings on as text, where null became 'None', which was refused
+    as no class, or no integer: a sparse config's attention could not be made dense again from the command line."""
+    sparse = str(ROOT / "configs" / "shakespeare_sparse.yaml")
+    value = ["null"] if flag[-1] != "=" else []
+    with pytest.raises(SystemExit) as exit_:
+        main(["fit", "--config", sparse, "--model.optim.total_steps", "5", "--model.model.ff_hidden", "32",
+              flag + ("~" if not value else ""), *value, "--print_config"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert exit_.value.code in (0, None), out[-2000:]
+    key = flag.rstrip("=").rsplit(".", 1)[-1]
+    assert f"{key}: null" in out and "emb: 128" in out, out[-2000:]  # the config's other settings kept
+
+
 def test_a_configs_merge_keys_and_date_like_text_are_read_as_jsonargparses_own_loader_reads_them(capsys, text):
     """The guarded loader refused a merge key (``<<: *anchor``) as no YAML, and read a run named 2026-11-27 as a
     date, which no setting takes; jsonargparse's loader reads the first as YAML does and the second as text."""
@@ -1985,8 +2006,10 @@ def test_yaml_that_the_loader_refuses_names_the_flag_or_the_piped_config_it_came
          "an integer in [-1, 16,777,216], not null; pass one, or drop the flag (its default: 1)"),
         ("trainer: {accelerator: null}\n", "--trainer.accelerator null: Trainer's accelerator takes a value of type "
          "str or Accelerator"),
+        ("model: {init_args: {model: {depth: null}}}\n", "--model.model.depth null: LMConfig's depth takes an integer "
+         "in [1, 1,000], not null; pass one, or drop the flag (its default: 12)"),
     ],
-    ids=["checkpoint", "trainer", "sample", "predictions", "false", "list", "save-top-k", "accelerator"],
+    ids=["checkpoint", "trainer", "sample", "predictions", "false", "list", "save-top-k", "accelerator", "model-depth"],
 )  # fmt: skip
 def test_a_group_of_settings_set_to_null_gets_one_line(capsys, text, content, message):
     """jsonargparse takes null for a whole group (found by the config door: ``checkpoint: null`` reached

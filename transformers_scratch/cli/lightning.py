@@ -112,10 +112,16 @@ class Run:
 
 
 def refuse_nulls(cfg) -> None:
-    """:func:`refuse_null` for the classes a config names by class_path and the groups of settings."""
+    """:func:`refuse_null` for the classes a config names by class_path, the model's settings and the groups of
+    settings."""
     for key in ("model", "data"):  # classes a config names by class_path
         if isinstance(getattr(cfg.get(key), "class_path", None), str):
-            refuse_null(key, class_of(cfg[key]), cfg[key].get("init_args") or {})
+            cls, init = class_of(cfg[key]), cfg[key].get("init_args") or {}
+            refuse_null(key, cls, init)
+            groups = {"model": settings_class(cls), "optim": OptimConfig} if key == "model" else {}
+            for part, settings in groups.items():  # the model's settings classes; null: their defaults
+                if settings is not None and hasattr(init.get(part), "items"):
+                    refuse_null(f"{key}.{part}", settings, init[part])
     for key, group in {"trainer": Trainer, **CALLBACK_GROUPS}.items():  # classes whose settings are groups
         if key in cfg:
             refuse_null(key, group, cfg[key])
@@ -334,6 +340,28 @@ def configs_name_loggers(argv: list[str], configs: list[dict]) -> bool:
     return named and not any(a == "--trainer" or a.startswith(("--trainer=", "--trainer.logger")) for a in argv)
 
 
+def nulls_whole(argv: list[str]) -> list[str]:
+    """``--model.model.KEY null`` as ``--model.model {KEY: null}``: jsonargparse hands a setting of a class's
+    settings (model.model, model.optim) on as text, where null becomes 'None', which no optional setting takes."""
+    out, i = [], 0
+    while i < len(argv):
+        flag, eq, value = argv[i].partition("=")
+        if not eq and i + 1 < len(argv) and flag.startswith("--"):
+            value = argv[i + 1]
+        nested = re.fullmatch(r"(--model\.(?:init_args\.)?(?!init_args\b)\w+)\.([\w.]+)", flag)
+        if nested and value in NULLS:
+            keys = nested[2].split(".")
+            out.append(f"{nested[1]}={{{': {'.join(keys)}: null{'}' * len(keys)}")
+            i += 1 if eq else 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
+
+
+NULLS = ("null", "Null", "NULL", "~")  # YAML's
+
+
 class SaveRunConfig(SaveConfigCallback):
     """Lightning's: the run's config.yaml in its log folder; nothing with no logger (not the working folder)."""
 
@@ -422,7 +450,7 @@ class CLI(LightningCLI):
         if configs_name_loggers(self.argv, check_config_files(self.argv)):
             for each in self.parsers:  # the default list need not be read: reading it imports W&B (0.4 s)
                 each.set_defaults({"trainer.logger": None})
-        super().parse_arguments(parser, args)
+        self.config = parser.parse_args(nulls_whole(self.argv))  # as Lightning's parse_arguments, with its nulls
         silence()
         sub = self.config.get("subcommand")
         cfg = self.config[sub] if sub else self.config
