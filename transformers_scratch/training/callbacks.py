@@ -249,6 +249,9 @@ class SafeModelCheckpoint(ModelCheckpoint):
             raise ValueError(f"checkpoint.filename {self.filename!r} names a file outside the run's folder, or its "
                              "last.ckpt; pass a name inside it, such as 'step{step}-bpc{val/bpc:.4f}' "
                              "(--checkpoint.dirpath moves the folder)")  # fmt: skip
+        if (longest := max(len(part.encode()) for part in Path(inside).parts)) > 255:  # refused at the first save
+            raise ValueError(f"checkpoint.filename {self.filename!r} makes a file name of {longest:,} bytes, more than "
+                             "the 255 a file system takes; pass a shorter one")  # fmt: skip
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         """A fit that fails after training steps keeps them in ``last.ckpt`` (one process only: a save waits
