@@ -1944,6 +1944,14 @@ def test_a_model_named_with_no_settings_takes_their_defaults_with_the_datas_size
     assert (settings["context"], settings["vocab_size"], settings["depth"]) == (32, 256, LMConfig().depth), settings
 
 
+def test_an_encoder_decoder_with_fewer_target_ids_than_the_task_is_refused(capsys):
+    """tgt_vocab_size is not linked from the data: 5 for the reverse task's 14 ids was an IndexError traceback."""
+    task = str(ROOT / "configs" / "seq2seq_reverse.yaml")
+    fails(capsys, "fit", "--config", task, "--model.model.tgt_vocab_size", "5", message="error: model.tgt_vocab_size 5 "
+          "is fewer than the 14 ids that the data's targets use; leave it out (the source's vocabulary) or pass at "
+          "least 14")  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "flag", ["--model.model.sparse", "--model.init_args.model.ff_hidden", "--model.optim.total_steps="]
 )

@@ -511,7 +511,8 @@ class CLI(LightningCLI):
         if ckpt is not None:
             ckpt.check_data(data)
         if ckpt is None or not ckpt.model:  # no checkpoint decides the model: its context comes from the data
-            check_linked_context((cfg.model.get("init_args") or {}).get("model") or {}, data)
+            vocab = getattr(class_of(cfg.data), "vocab_size", None)  # a task's fixed alphabet, or a property
+            check_linked_context((cfg.model.get("init_args") or {}).get("model") or {}, data, vocab)
         model_class = class_of(cfg.model)
         if (reads := DATA_OF.get(model_class.__name__)) is None:  # LitTransformer
             raise ValueError(f"model {model_class.__name__} is what the models share, not one to train; pass one of "

@@ -288,8 +288,14 @@ def restoring(source: str):
                          f"is damaged, or {RETRAIN}") from e  # fmt: skip
 
 
-def check_linked_context(model, data) -> None:
-    """``model.context`` comes from the data: another value typed by hand would be silently replaced."""
+def check_linked_context(model, data, vocab: Any = None) -> None:
+    """``model.context`` comes from the data: another value typed by hand would be silently replaced. An
+    encoder-decoder's ``tgt_vocab_size`` is its own: fewer ids than the data's ``vocab`` (a task's fixed alphabet)
+    would fail at the first target past it."""
+    targets = model.get("tgt_vocab_size")
+    if isinstance(vocab, int) and isinstance(targets, int) and targets < vocab:
+        raise ValueError(f"model.tgt_vocab_size {targets} is fewer than the {vocab} ids that the data's targets use; "
+                         f"leave it out (the source's vocabulary) or pass at least {vocab}")  # fmt: skip
     given, linked = model.get("context"), data.get("context", data.get("max_length"))
     if given is None or linked is None or given in (linked, TransformerConfig.context):
         return
