@@ -61,7 +61,7 @@ from ..training.callbacks import (
     Throughput,
     run_checkpoint,
 )
-from ..training.checkpoints import Checkpoint, check_ckpt_path, check_linked_context, restoring, settings_class
+from ..training.checkpoints import Checkpoint, check_ckpt_path, check_linked_sizes, restoring, settings_class
 from ..training.console import note, quiet, shown, silence
 from ..training.loggers import RUN, CSVLogger, WandbLogger
 from ..training.modules import LitTransformer
@@ -512,7 +512,7 @@ class CLI(LightningCLI):
             ckpt.check_data(data)
         if ckpt is None or not ckpt.model:  # no checkpoint decides the model: its context comes from the data
             vocab = getattr(class_of(cfg.data), "vocab_size", None)  # a task's fixed alphabet, or a property
-            check_linked_context((cfg.model.get("init_args") or {}).get("model") or {}, data, vocab)
+            check_linked_sizes((cfg.model.get("init_args") or {}).get("model") or {}, data, vocab)
         model_class = class_of(cfg.model)
         if (reads := DATA_OF.get(model_class.__name__)) is None:  # LitTransformer
             raise ValueError(f"model {model_class.__name__} is what the models share, not one to train; pass one of "

@@ -288,10 +288,10 @@ def restoring(source: str):
                          f"is damaged, or {RETRAIN}") from e  # fmt: skip
 
 
-def check_linked_context(model, data, vocab: Any = None) -> None:
-    """``model.context`` comes from the data: another value typed by hand would be silently replaced. An
-    encoder-decoder's ``tgt_vocab_size`` is its own: fewer ids than the data's ``vocab`` (a task's fixed alphabet)
-    would fail at the first target past it."""
+def check_linked_sizes(model, data, vocab: Any = None) -> None:
+    """The model's sizes against the data's: ``model.context`` comes from the data (another value typed by hand
+    would be silently replaced); an encoder-decoder's ``tgt_vocab_size`` is its own, and fewer ids than the data's
+    ``vocab`` (a task's fixed alphabet) would fail at the first target past it."""
     targets = model.get("tgt_vocab_size")
     if isinstance(vocab, int) and isinstance(targets, int) and targets < vocab:
         raise ValueError(f"model.tgt_vocab_size {targets} is fewer than the {vocab} ids that the data's targets use; "
