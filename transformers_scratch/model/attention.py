@@ -54,8 +54,7 @@ def _merge_masks(mask: Tensor | None, causal: bool, t: int, u: int, device: torc
 
 def _guard_empty_rows(mask: Tensor) -> tuple[Tensor, Tensor]:
     """Let rows with no visible key attend everywhere, and say which rows those were. A softmax over no keys is
-    0/0 = NaN, in gradients too; such a query reads nothing, so its output is zero: computed over all keys
-    (finite), then zeroed."""
+    0/0 = NaN, in gradients too; a query that reads nothing outputs zero: computed over all keys, then zeroed."""
     has_key = mask.any(dim=-1, keepdim=True)  # (b|1, h|1, t|1, 1)
     return mask | ~has_key, has_key
 

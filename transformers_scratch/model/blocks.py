@@ -83,8 +83,7 @@ class Embedding(nn.Module):
         self, ids: Tensor, offset: int | Tensor = 0, prefix: Tensor | None = None, types: Tensor | None = None
     ) -> Tensor:
         """``offset``: position of ids[:, 0] (for cached generation). ``prefix``: (b, p, k) vectors put in
-        front of the tokens (a [CLS] vector) that take the first positions. ``types``: (b, t) token types
-        (segments), 0 where not given."""
+        front of the tokens (a [CLS] vector) that take the first positions. ``types``: (b, t) segments, or 0."""
         x = self.tokens(ids)  # (b, t, k)
         if self.types is not None:
             x = x + self.types(torch.zeros_like(ids) if types is None else types)

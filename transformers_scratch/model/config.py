@@ -27,9 +27,8 @@ class SparseConfig:
     summary: Count = 4
     """With the fixed pattern: c, the summary positions at the end of each block (< l)."""
     kernel: Literal["auto", "blocked", "flex", "dense"] = "auto"
-    """blocked (fused kernels on blocks, t sqrt(t) time, any device), flex (PyTorch's FlexAttention with a block
-    mask; trains on a GPU, forward only on a CPU), dense (the masked t^2 reference), or auto: flex on a GPU,
-    blocked elsewhere."""
+    """blocked (fused kernels on blocks, t sqrt(t) time, any device), flex (FlexAttention with a block mask; trains
+    on a GPU, forward only on a CPU), dense (the masked t^2 reference), or auto: flex on a GPU, blocked elsewhere."""
 
     def __post_init__(self) -> None:
         check_fields(self, "model sparse.")
@@ -73,9 +72,8 @@ class TransformerConfig:
     ff_mult: Count = 4
     """Feed-forward hidden width as a multiple of emb (4 in the tutorial and the paper)."""
     activation: Literal["relu", "gelu", "gelu_tanh", "relu2", "swiglu"] = "relu"
-    """Feed-forward non-linearity: relu (tutorial, paper), gelu (BERT, nanoGPT), gelu_tanh (GPT-2's tanh
-    approximation of it), relu2, relu(x)^2 (Primer), or swiglu, a gated feed-forward, down(silu(gate(x)) * up(x))
-    (Llama)."""
+    """Feed-forward non-linearity: relu (tutorial, paper), gelu (BERT, nanoGPT), gelu_tanh (GPT-2's approximation),
+    relu2, relu(x)^2 (Primer), or swiglu, a gated feed-forward, down(silu(gate(x)) * up(x)) (Llama)."""
     dropout: Rate = 0.0
     """Dropout on attention weights, sublayer outputs and embeddings."""
     pre_norm: bool = True

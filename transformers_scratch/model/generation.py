@@ -60,8 +60,7 @@ def generate(model, prompt: Tensor, max_new_tokens: NonNegative, *, temperature:
     """A causal model continues prompt (b, t) by max_new_tokens: (b, t + max_new_tokens), sampled as in
     :func:`sample_next`. ``steps(model, tokens, t, use_cache, cuda_graph)`` makes the function from ``end`` to
     the logits (b, v) after ``tokens[:, :end]``: :func:`causal_steps`, or Transformer-XL's through its memory."""
-    sampling = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p)
-    check_args(generate, sampling, "generate")  # the bounds on the types above
+    check_args(generate, locals(), "generate")  # the bounds on the parameters' types
     if prompt.numel() == 0:
         raise ValueError("empty prompt; give at least one token to condition on")
     was_training = model.training
@@ -185,8 +184,7 @@ def generate_seq2seq(model, src: Tensor, *, bos_id: int, max_new_tokens: NonNega
     source is encoded once. With ``use_cache`` a step feeds the newest token alone: self-attention reads a cache,
     cross-attention the memory's keys and values projected once; without it, each step decodes the whole target.
     Returns (b, n) ids without BOS; n < max_new_tokens when every row has emitted eos_id."""
-    sampling = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p)
-    check_args(generate_seq2seq, sampling, "generate")
+    check_args(generate_seq2seq, locals(), "generate")
     was_training = model.training
     model.eval()
     memory = model.encode(src, src_mask)  # (b, u, k): encoded once, read at every step
