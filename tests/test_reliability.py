@@ -107,6 +107,8 @@ def test_a_checkpoint_time_interval_is_read_as_trainer_max_time_is():
         (["--model.model.emb", "null"], "--model.model.emb null: LMConfig's emb takes an integer in [1, 16,777,216], "
          "not null; pass one, or drop the flag (its default: 256)"),  # fmt: skip
         (["--model.optim.lr=~"], "--model.optim.lr null: OptimConfig's lr takes a number in [0.0, "),
+        (["--model.model.sparse.block", "null"], "--model.model.sparse.block null: SparseConfig's block takes an "
+         "integer in [1, 16,777,216], not null; pass one, or drop the flag (its default: 64)"),  # fmt: skip
         (["--trainer.log_every_n_steps", "0"], "trainer.log_every_n_steps: 0 is not an integer in [1, 16,777,216]"),
         (["--trainer.check_val_every_n_epoch", "0"], "trainer.check_val_every_n_epoch: 0 is not an integer in [1, 16,"),
         (["--trainer.accumulate_grad_batches", "0"], "trainer.accumulate_grad_batches: 0 is not an integer in [1, 16,"),
@@ -183,7 +185,8 @@ def test_a_checkpoint_time_interval_is_read_as_trainer_max_time_is():
         (["--trainer.precision", "16-true"], "trainer.precision 16-true keeps the weights and AdamW's state in"),
     ],
     ids=["heads", "depth", "batch-size", "context", "max-steps", "cooldown", "unknown", "workers-null", "seed-null",
-         "emb-null", "lr-null", "log-every-0", "val-every-0", "accumulate-0", "val-interval-0", "val-interval-1.5",
+         "emb-null", "lr-null", "sparse-block-null", "log-every-0", "val-every-0", "accumulate-0", "val-interval-0",
+         "val-interval-1.5",
          "val-interval-key",
          "max-time-days", "max-time-base-60", "max-time-negative",
          "accelerator", "missing-package", "rope-base",
@@ -2017,8 +2020,11 @@ def test_yaml_that_the_loader_refuses_names_the_flag_or_the_piped_config_it_came
          "str or Accelerator"),
         ("model: {init_args: {model: {depth: null}}}\n", "--model.model.depth null: LMConfig's depth takes an integer "
          "in [1, 1,000], not null; pass one, or drop the flag (its default: 12)"),
+        ("model: {init_args: {model: {sparse: {summary: null}}}}\n", "--model.model.sparse.summary null: "
+         "SparseConfig's summary takes an integer in [1, 16,777,216], not null"),
     ],
-    ids=["checkpoint", "trainer", "sample", "predictions", "false", "list", "save-top-k", "accelerator", "model-depth"],
+    ids=["checkpoint", "trainer", "sample", "predictions", "false", "list", "save-top-k", "accelerator", "model-depth",
+         "sparse-summary"],
 )  # fmt: skip
 def test_a_group_of_settings_set_to_null_gets_one_line(capsys, text, content, message):
     """jsonargparse takes null for a whole group (found by the config door: ``checkpoint: null`` reached

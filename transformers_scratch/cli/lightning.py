@@ -11,7 +11,7 @@ import os
 import re
 import sys
 import warnings
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, is_dataclass
 from pathlib import Path
 from types import UnionType
 from typing import Any, Literal, Union, cast, get_args, get_origin, get_type_hints
@@ -288,7 +288,10 @@ def refuse_null(key: str, cls: Any, values) -> None:
         hints = get_type_hints(cls.__init__)
     except Exception:  # annotations this Python cannot evaluate: jsonargparse's own checks stand
         return
-    for arg, value in values.items():
+    for arg, value in values.items(branches=True) if isinstance(values, Namespace) else values.items():
+        inner = [t for t in get_args(hints.get(arg)) or [hints.get(arg)] if is_dataclass(t)]  # sparse: its settings
+        if inner and hasattr(value, "items"):
+            refuse_null(f"{key}.{arg}", inner[0], value)
         if value is None and arg in hints and hints[arg] is not Any and type(None) not in get_args(hints[arg]):
             default = inspect.signature(cls).parameters[arg].default
             suggestion = "" if default is inspect.Parameter.empty else f" (its default: {written(default)})"
