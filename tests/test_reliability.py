@@ -120,6 +120,7 @@ def test_a_checkpoint_time_interval_is_read_as_trainer_max_time_is():
         (["--trainer.max_time", "{minutes: -1}"], "trainer.max_time: \"{'minutes': -1}\" is not a time of at least 0"),
         (["--trainer.accelerator", "c"], "trainer.accelerator: You selected an invalid accelerator name: `accelerator"),
         (["--trainer.precision", "transformer-engine"], "trainer.precision: Requirement 'transformer_engine"),  # absent
+        (["--trainer.accelerator", "tpu"], "trainer.accelerator: Requirement 'torch_xla"),  # named by the value alone
         (["--model.model.rope_base", "1e-320"], "model.model.rope_base: 1e-320 is not a number in (1.0, inf)"),
         (["--trainer.gradient_clip_val", "-1"], "trainer.gradient_clip_val: -1.0 is not a non-negative number"),
         (["--trainer.min_steps", "-1"], "trainer.min_steps: -1 is not a non-negative integer"),
@@ -189,7 +190,7 @@ def test_a_checkpoint_time_interval_is_read_as_trainer_max_time_is():
          "val-interval-1.5",
          "val-interval-key",
          "max-time-days", "max-time-base-60", "max-time-negative",
-         "accelerator", "missing-package", "rope-base",
+         "accelerator", "missing-package", "tpu", "rope-base",
          "clip", "min-steps", "min-epochs", "sanity-steps", "workers", "devices", "devices-negative", "devices-0",
          "train-share-1.5", "fast-dev-run-negative", "nodes",
          "barebones", "no-checkpointing", "seed",

@@ -13,8 +13,11 @@ from contextlib import contextmanager
 import torch
 from jsonargparse import ArgumentError
 from lightning import Trainer
+from lightning.fabric.accelerators import Accelerator
+from lightning.fabric.plugins.precision import Precision
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
+from lightning.pytorch.strategies import Strategy
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from .. import data, training
@@ -155,7 +158,12 @@ def trainer_setting(e: BaseException, given: dict | None = None) -> str | None:
     squashed = re.sub(r"[-_]", "", str(e).lower())  # transformer-engine quoted as transformer_engine
     quoted = [k for k, v in (given or {}).items() if isinstance(v, str) and len(v) > 2 and
               re.sub(r"[-_]", "", v.lower()) in squashed]  # fmt: skip
-    return next((f"trainer.{name}" for name in said + quoted if name in names), None)
+    owner = tb.tb_frame.f_locals.get("self")  # the accelerator, strategy or precision that refused to be made
+    made = [name for name, kind in PARTS.items() if isinstance(owner, kind) and name in (given or {})]
+    return next((f"trainer.{name}" for name in said + quoted + made if name in names), None)
+
+
+PARTS = {"accelerator": Accelerator, "strategy": Strategy, "precision": Precision}  # the Trainer's settings' objects
 
 
 def wandb_variable(e: BaseException) -> str | None:
