@@ -310,6 +310,12 @@ def test_convert_xl_refuses_symbols_that_are_digits_but_no_decimal_number(tmp_pa
           "--symbols", str(tmp_path / "symbols.txt"), message="the model's 40 ids as distinct decimal")  # fmt: skip
 
 
+def test_convert_xl_names_a_symbols_file_that_is_not_there_by_its_flag(tmp_path, capsys):
+    torch.save(authors_state(), tmp_path / "model.pt")
+    fails(capsys, "convert_xl", "--state_dict", str(tmp_path / "model.pt"), "--out", str(tmp_path / "xl.ckpt"),
+          "--symbols", "-1", message="error: --symbols '-1' does not exist or is a folder")  # fmt: skip
+
+
 @pytest.mark.slow
 def test_convert_xl_writes_a_checkpoint_that_samples_validates_and_draws(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)

@@ -273,7 +273,7 @@ def authors_vocab(symbols: str | None, size: int):
                 "symbol a line in id order (their corpus's vocab.idx2sym)"
             )
         return ByteVocab(None)
-    text = text_or_file(None, symbols, "symbols", "the vocabulary", "a text file, one decimal byte value a line")
+    text = read_text(symbols, f"--symbols {symbols!r}", MAX_TEXT_FILE, "a text file, one decimal byte value a line")
     lines = text.split()
     if len(lines) != size or not all(line.isdecimal() and int(line) < 256 for line in lines) or len(set(lines)) != size:
         raise ValueError(
