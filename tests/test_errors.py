@@ -317,3 +317,18 @@ def test_a_module_that_is_not_installed_is_refused_with_the_fix():
     assert not refused(ModuleNotFoundError("No module named ...", name="transformers_scratch.gone"))  # a fault
     lightnings = ModuleNotFoundError("`DeviceStatsMonitor` cannot log CPU stats as `psutil` is not installed.")
     assert error_line(lightnings, ["fit"]) == str(lightnings)
+
+
+def test_a_name_that_a_config_given_as_text_sets_at_the_top_names_that_config():
+    """A ``--config`` that is no file is read as YAML text (``--config 'a: 1'``, or a path of ``{`` and ``: ``)."""
+    made = ArgumentParser(exit_on_error=False)
+    fit = ArgumentParser(exit_on_error=False)
+    fit.add_argument("--config", action=ActionConfigFile)
+    fit.add_argument("--length", type=Count, default=1)
+    made.add_subcommands().add_subcommand("fit", fit)
+    for text in ("a: 1", "runs/{a: 1}"):
+        argv = ["fit", "--config", text]
+        with pytest.raises(ArgumentError) as caught:
+            made.parse_args(argv)
+        line = error_line(caught.value, argv)
+        assert line.startswith(f"--config {text!r}: ") and f"'{text.split(':')[0]}'" in line, line

@@ -341,6 +341,8 @@ def config_at_fault(line: str, argv: list[str]) -> str | None:
     flags = {arg.split("=", 1)[0].removeprefix("--").replace("init_args.", "").rstrip("+") for arg in argv
              if arg[:2] == "--"}  # fmt: skip
     key = plain.split(": ", 1)[0]  # below it: an unknown name, or a value for a key that has none below it
+    if top := re.fullmatch(r"Subcommand '\w+' does not accept option '(.*)'", plain):  # a config's top-level name
+        key = top[1]
     below = re.search(r"Option '(\w+)' is not accepted|^[\w.]+: \{([\w.]+): ", plain)  # {x: 3}: a flag's (brief)
     if key in flags or f"{key}.class_path" in flags or below and f"{key}.{below[1] or below[2]}" in flags:
         return None
@@ -360,7 +362,7 @@ def config_at_fault(line: str, argv: list[str]) -> str | None:
         longest = max((len(key) for key in keys if _named(key.replace("init_args.", ""), plain)), default=-1)
         if longest >= 0 and longest >= best:
             best, found = longest, path
-    if len(unread) == 1 and best < len(key) and re.fullmatch(r"[\w.]+", key):  # a file sets its group, not the key
+    if len(unread) == 1 and best < len(key) and (top or re.fullmatch(r"[\w.]+", key)):  # a file sets its group
         return unread[0]
     return found
 
