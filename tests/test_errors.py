@@ -332,3 +332,15 @@ def test_a_name_that_a_config_given_as_text_sets_at_the_top_names_that_config():
             made.parse_args(argv)
         line = error_line(caught.value, argv)
         assert line.startswith(f"--config {text!r}: ") and f"'{text.split(':')[0]}'" in line, line
+
+
+@pytest.mark.parametrize("value", ["3", "[1]", "true"])
+def test_a_class_given_a_value_of_no_type_it_takes_is_named_with_where_to_look(tmp_path, value):
+    """jsonargparse's report of ``model: 3`` holds only scaffolding (no type it takes, no reason): its first line
+    was all that was left (``Parser key "model":``)."""
+    (tmp_path / "a.yaml").write_text("model:\n  class_path: test_errors.Model\n")
+    for config in (f"model: {value}", f"model: {{init_args: {{sizes: {value}}}}}"):  # the later config, as text
+        line = refusal("--config", str(tmp_path / "a.yaml"), "--config", config)
+        key = "model" if config.count(":") == 1 else "model.sizes"
+        assert line.startswith(f"--config {config!r}: {key}: ") and f"is no class name, nor a mapping of a class's " \
+            f"settings; name a class by its name or import path (--{key}.help CLASS" in line, line  # fmt: skip

@@ -8,7 +8,7 @@ import errno
 import inspect
 import os
 import re
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import torch
 from jsonargparse import ArgumentError
@@ -241,12 +241,16 @@ def brief(message: str) -> str:
     a_class = any(line.startswith(("Problem with given class_path", "Multiple subclasses")) for line in lines)
     skip = SCAFFOLDING + (("Expected a <class 'list'>", "Expected a path but") if a_class else ())  # not meant
     at = next((i for i, line in enumerate(lines) if not line.startswith(skip)), None)
-    if at is None:
-        return lines[0]
     keys = [line.split('"')[1] for line in lines[:at] if line.startswith('Parser key "')]  # the first reason's
-    reason = re.sub(r"NestedArg\(key='(.*?)', val='(.*?)'\)", r"{\1: \2}", lines[at].split("callable class: ")[-1])
     given = [re.sub(r"^NestedArg\(.*val=(.*)\)$", r"\1", line.removeprefix("Given value:").strip()).strip("'")
              for line in lines if line.startswith("Given value:")]  # fmt: skip
+    if at is None:  # a class's place given a value of no type it takes (`model: 3`): the report holds no reason
+        if not (keys and given and any(line.startswith("Not a valid subclass") for line in lines)):
+            return lines[0]
+        key = ".".join(keys)
+        return (f"{key}: {shortened(given[0])} is no class name, nor a mapping of a class's settings; name a class "
+                f"by its name or import path (--{key}.help CLASS shows one's settings)")  # fmt: skip
+    reason = re.sub(r"NestedArg\(key='(.*?)', val='(.*?)'\)", r"{\1: \2}", lines[at].split("callable class: ")[-1])
     expected = siblings(message, at)  # the types of one union (or one type) that the value is none of
     kinds = [YAML.get(kind, kind.strip("'")) for m in expected
              for kind in ([KINDS.get(m[1], m[1])] if m[1] else m[2].split(", ") if m[2] else [m[4]])]  # fmt: skip
@@ -350,12 +354,12 @@ def config_at_fault(line: str, argv: list[str]) -> str | None:
         return None
     best, found, unread = -1, None, []
     for path in config_paths(argv):
-        if not os.path.isfile(path):  # a pipe, read once by jsonargparse: empty now
+        if os.path.exists(path) and not os.path.isfile(path):  # a pipe, read once by jsonargparse: empty now
             unread.append(path)
             continue
         try:
-            with open(path, encoding="utf-8") as f:
-                keys = _keys(load(f.read()))
+            with open(path, encoding="utf-8") if os.path.exists(path) else nullcontext() as f:
+                keys = _keys(load(f.read() if f else path))  # no file: jsonargparse read the value as YAML text
         except Exception:  # unreadable here (a file gone, or made unreadable): not the one to name
             unread.append(path)
             continue
