@@ -61,6 +61,8 @@ def _reviews(path: Path, pattern: re.Pattern) -> list[tuple[re.Match, str]]:
                 if m := pattern.search(f.relative_to(root.parent).as_posix()):
                     sized(f.stat().st_size, repr(str(f)))
                     found.append((m, utf8(f.read_bytes(), repr(str(f)))))
+        elif not path.is_file():  # a device or a pipe: xz's reader takes /dev/zero's nulls for padding, without end
+            raise DataError(f"{str(path)!r} is neither a file nor a folder (a device or a pipe); pass {ACLIMDB}")
         else:
             with tarfile.open(path) as archive:
                 for member in archive:  # regular files only (no links), named inside the archive's folder
