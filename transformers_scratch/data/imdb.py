@@ -56,8 +56,8 @@ def _reviews(path: Path, pattern: re.Pattern) -> list[tuple[re.Match, str]]:
         if path.is_dir():
             root = path if path.name == "aclImdb" else path / "aclImdb"
             for f in sorted(root.glob("*/*/*.txt")):
-                if f.is_symlink() or not f.resolve().is_relative_to(root.resolve()):
-                    continue  # a link could point anywhere: only the folder's own files are read
+                if f.is_symlink() or not f.is_file() or not f.resolve().is_relative_to(root.resolve()):
+                    continue  # a link could point anywhere, a pipe wait for ever: only the folder's own files
                 if m := pattern.search(f.relative_to(root.parent).as_posix()):
                     sized(f.stat().st_size, repr(str(f)))
                     found.append((m, utf8(f.read_bytes(), repr(str(f)))))
