@@ -1,5 +1,10 @@
 """Fixtures shared by the test files."""
 
+import contextlib
+import os
+import threading
+from pathlib import Path
+
 import pytest
 import torch
 from inprocess import run_cli
@@ -29,3 +34,26 @@ def cli():
     """The command line inside the test process: ``cli("fit", ..., cwd=folder)`` returns the exit code, stdout and
     stderr (:func:`inprocess.run_cli`)."""
     return run_cli
+
+
+@pytest.fixture
+def waiting_pipe():
+    """``waiting_pipe(path, text)`` makes a named pipe whose writer stands by with ``text``, so that a reader that
+    should have left it alone shows instead of hanging; the writer is let go afterwards."""
+    made = []
+
+    def make(path: Path, text: str) -> None:
+        os.mkfifo(path)
+
+        def write() -> None:
+            with contextlib.suppress(BrokenPipeError):
+                path.write_text(text)
+
+        made.append((path, threading.Thread(target=write, daemon=True)))
+        made[-1][1].start()
+
+    yield make
+    for path, writer in made:  # a writer waits for a reader: one that reads nothing lets it go
+        while writer.is_alive():
+            os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
+            writer.join(0.1)

@@ -303,6 +303,14 @@ def test_a_folder_missing_a_file_of_the_layout_is_refused_naming_it(tmp_path, mi
         from_hf(tmp_path / "lm.ckpt")
 
 
+def test_weights_that_are_a_named_pipe_are_not_read(tmp_path, waiting_pipe):
+    folder = saved(gpt2(), tmp_path / "hf")
+    (folder / "model.safetensors").unlink()
+    waiting_pipe(folder / "model.safetensors", "a pipe")  # safetensors' reader would wait on it for ever
+    with pytest.raises(HFError, match=re.escape(f"'{folder}' holds no *.safetensors weights")):
+        from_hf(folder)
+
+
 def test_init_from_a_model_of_another_kind_or_smaller_than_the_data_names_the_fix(tmp_path):
     from transformers_scratch.model.config import ClassifierConfig
     from transformers_scratch.training.modules import LitCharLM, LitClassifier, pretrained_model

@@ -228,7 +228,7 @@ def _prefixed(family: str, name: str) -> str:
 
 # ---- reading ---------------------------------------------------------------------------------------------
 def _weight_files(folder: Path) -> list[Path]:
-    files = sorted(folder.glob("*.safetensors"))
+    files = sorted(file for file in folder.glob("*.safetensors") if file.is_file())  # a pipe: waited on for ever
     if not files:
         pickled = [p.name for p in folder.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".ckpt")]
         if pickled:
