@@ -486,9 +486,13 @@ def test_a_resumed_log_folder_holding_links_is_refused_and_the_files_they_name_k
     folder.mkdir(parents=True)
     precious.write_text("a file of the user's")
     (folder / "config.yaml").symlink_to(precious)
-    with pytest.raises(ValueError, match=r"version_0/ holds links \(config.yaml\), which this run's logs would be"):
+    with pytest.raises(ValueError, match=r"version_0/ holds links or pipes \(config.yaml\), which this run's logs"):
         CSVLogger(tmp_path, name="run", version=0)
     assert precious.read_text() == "a file of the user's"
+    (folder / "config.yaml").unlink()
+    os.mkfifo(folder / "metrics.csv")  # its writer waited on a reader for ever, deaf to SIGTERM
+    with pytest.raises(ValueError, match=r"version_0/ holds links or pipes \(metrics.csv\), which this run's logs"):
+        CSVLogger(tmp_path, name="run", version=0)
     CSVLogger(tmp_path, name="run")  # a new version: a folder of its own
 
 

@@ -160,10 +160,11 @@ class CSVLogger(_CSVLogger):
         name = "lightning_logs" if name == RUN else name
         super().__init__(save_dir, name, version, prefix, flush_logs_every_n_steps)
         folder = Path(self.log_dir) if version is not None else None  # a resumed run's: it writes there again
-        if folder and folder.is_dir() and (links := sorted(p.name for p in folder.iterdir() if p.is_symlink())):
-            raise ValueError(f"{folder}/ holds links ({', '.join(links[:3])}), which this run's logs would be "
-                             "written through, over the files they name; remove them, or start another run with "
-                             "--name")  # fmt: skip
+        files = sorted(folder.iterdir()) if folder and folder.is_dir() else []
+        if links := [p.name for p in files if p.is_symlink() or not (p.is_file() or p.is_dir())]:  # a pipe: waits
+            raise ValueError(f"{folder}/ holds links or pipes ({', '.join(links[:3])}), which this run's logs would "
+                             "be written through, over the files they name, or wait on for ever; remove them, or "
+                             "start another run with --name")  # fmt: skip
 
     @property
     @rank_zero_experiment
