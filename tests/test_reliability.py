@@ -897,6 +897,10 @@ def test_a_lock_that_is_a_link_is_refused_and_the_file_it_names_kept(tmp_path):
     with pytest.raises(ValueError, match="is a link, not a fit's lock; remove the link, or give this run its own"):
         claim_run_folder(folder, resuming=True)
     assert precious.read_text() == "a file of the user's"
+    (folder / LOCK).unlink()
+    os.mkfifo(folder / LOCK)  # truncating it failed as `[Errno 22] Invalid argument`, naming nothing
+    with pytest.raises(ValueError, match="is a pipe or a device, not a fit's lock; remove it, or give this run its"):
+        claim_run_folder(folder, resuming=True)
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import errno
 import os
+import stat
 from pathlib import Path
 
 from ..atomic import unfinished
@@ -38,6 +39,10 @@ def claim_run_folder(folder: Path, resuming: bool) -> None:
                 raise
             raise ValueError(f"{lock} is a link, not a fit's lock; remove the link, or give this run its own "
                              "--name") from None  # fmt: skip
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a pipe: no file to truncate and write
+            os.close(fd)
+            raise ValueError(f"{lock} is a pipe or a device, not a fit's lock; remove it, or give this run its own "
+                             "--name")  # fmt: skip
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
