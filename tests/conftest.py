@@ -7,7 +7,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from inprocess import run_cli
+from inprocess import finish_wandb, run_cli
+
+if workers := int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0")):  # pytest -n N: the cores shared out
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    os.environ["OMP_NUM_THREADS"] = str(threads)  # the processes that a test starts, too
+    torch.set_num_threads(threads)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -27,6 +32,13 @@ def fp32_matmuls_as_they_were():
     precision = torch.get_float32_matmul_precision()
     yield
     torch.set_float32_matmul_precision(precision)
+
+
+@pytest.fixture(autouse=True)
+def no_wandb_run_left():
+    """A W&B run that a test started ends with it: the next test's logger would join it (one process, one run)."""
+    yield
+    finish_wandb()
 
 
 @pytest.fixture
