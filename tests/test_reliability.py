@@ -24,7 +24,9 @@ from types import SimpleNamespace
 import lightning as L
 import pytest
 import torch
+import yaml
 from inprocess import run_cli, run_process
+from jsonargparse import ArgumentParser, Namespace
 from test_cli import corpus
 from test_data import make_aclimdb
 from torch.utils.data import DataLoader, TensorDataset
@@ -525,6 +527,16 @@ def test_lightnings_own_callbacks_still_load(text, tmp_path, capsys):
     with pytest.raises(SystemExit) as done:
         main(["fit", "--config", TINY_LM, "--data.path", str(text), "--trainer.callbacks+=Timer", "--print_config"])
     assert done.value.code == 0 and "interval: step" in capsys.readouterr().out
+
+
+def test_a_config_as_written_reads_back_as_it_was():
+    """A run's config.yaml (and ``--print_config``) holds each text as given, line separators (NEL, U+2028) too."""
+    from transformers_scratch.cli import config_files  # noqa: F401  (the project's YAML, set for jsonargparse)
+
+    parser = ArgumentParser()
+    parser.add_argument("--text", type=str)
+    for text in ("to be,\x85or not", "to be,\u2028or not", "a: #1 'x' \"y\"\n\n" + "long " * 30):
+        assert yaml.safe_load(parser.dump(Namespace(text=text)))["text"] == text
 
 
 def test_a_time_is_read_as_lightning_reads_it_not_as_yaml_11s_base_60(text, tmp_path):

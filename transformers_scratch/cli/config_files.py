@@ -229,8 +229,10 @@ def not_utf8(path: str, e: UnicodeDecodeError) -> str:
 set_loader("yaml", load, exceptions=(yaml.YAMLError,))
 
 
-class PlainDumper(yaml.SafeDumper):
-    """PyYAML's safe dumper, writing an Enum (a default of Lightning's) as its value."""
+class PlainDumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
+    """PyYAML's safe dumper, writing an Enum (a default of Lightning's) as its value. libyaml's, where PyYAML has it:
+    a run dumps its settings twice, and PyYAML's own writes a line separator (NEL, U+2028) bare in quoted text,
+    which reads back as a space."""
 
 
 PlainDumper.add_multi_representer(enum.Enum, lambda dumper, value: dumper.represent_data(value.value))
