@@ -329,7 +329,7 @@ def test_an_imdb_archive_or_folder_holding_a_review_past_any_of_imdbs_is_refused
 
 def test_an_imdb_path_that_is_a_device_is_refused_unread():
     """/dev/zero was read without end (xz's reader takes its nulls for padding); /dev/null stands in for it."""
-    with pytest.raises(DataError, match="'/dev/null' is neither a file nor a folder"):
+    with pytest.raises(DataError, match="^data.path '/dev/null' is neither a file nor a folder"):
         read_aclimdb(Path("/dev/null"))
 
 

@@ -83,6 +83,15 @@ def test_pretraining_reads_training_and_unlabeled_reviews_never_validation_or_te
         dm.num_classes  # noqa: B018 - nothing for the CLI to link into the model
 
 
+def test_unlabeled_reviews_from_a_device_are_refused_naming_their_flag(tmp_path):
+    """data.unlabeled_path, not data.path: the two name files of one kind."""
+    root = make_aclimdb(tmp_path / "imdb", per_class=6)
+    dm = IMDbMLMDataModule(str(root), data_dir=str(tmp_path / "cache"), vocab_words=40, val_size=4,
+                           unlabeled_path="/dev/null")  # fmt: skip
+    with pytest.raises(DataError, match="^data.unlabeled_path '/dev/null' is neither a file nor a folder"):
+        dm.prepare_data()
+
+
 def test_unlabeled_reviews_with_no_word_are_left_out_and_none_at_all_is_named(tmp_path):
     """A review of no word (empty, or markup alone) teaches nothing; with no other, the cache of none was written,
     then refused as damaged: "delete it", which rebuilt it."""

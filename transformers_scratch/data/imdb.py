@@ -40,9 +40,9 @@ def tokenize(text: str) -> list[str]:
     return TOKEN.findall(text.replace("<br />", " ").lower())
 
 
-def _reviews(path: Path, pattern: re.Pattern) -> list[tuple[re.Match, str]]:
+def _reviews(path: Path, pattern: re.Pattern, flag: str) -> list[tuple[re.Match, str]]:
     """(name match, text) of every review file whose path inside the aclImdb/ folder matches ``pattern``, from a
-    tarball or an extracted folder."""
+    tarball or an extracted folder given as ``flag``."""
     found, total = [], 0
 
     def sized(size: int, name: str) -> None:  # sizes are known before a byte is read: an archive may be a bomb
@@ -62,7 +62,7 @@ def _reviews(path: Path, pattern: re.Pattern) -> list[tuple[re.Match, str]]:
                     sized(f.stat().st_size, repr(str(f)))
                     found.append((m, utf8(f.read_bytes(), repr(str(f)))))
         elif not path.is_file():  # a device or a pipe: xz's reader takes /dev/zero's nulls for padding, without end
-            raise DataError(f"{str(path)!r} is neither a file nor a folder (a device or a pipe); pass {ACLIMDB}")
+            raise DataError(f"{flag} {str(path)!r} is neither a file nor a folder (a device or a pipe); pass {ACLIMDB}")
         else:
             with tarfile.open(path) as archive:
                 for member in archive:  # regular files only (no links), named inside the archive's folder
@@ -83,7 +83,7 @@ def _reviews(path: Path, pattern: re.Pattern) -> list[tuple[re.Match, str]]:
 def read_aclimdb(path: Path) -> dict[str, Split]:
     """train/test texts and labels from aclImdb_v1.tar.gz or an extracted aclImdb/ directory."""
     splits: dict[str, Split] = {"train": ([], []), "test": ([], [])}
-    for m, text in _reviews(path, re.compile(r"(?:^|/)aclImdb/(train|test)/(neg|pos)/[^/]+\.txt$")):
+    for m, text in _reviews(path, re.compile(r"(?:^|/)aclImdb/(train|test)/(neg|pos)/[^/]+\.txt$"), "data.path"):
         splits[m[1]][0].append(text)
         splits[m[1]][1].append(CLASSES.index(m[2]))
     counts = {f"{name}/{c}": labels.count(i) for name, (_, labels) in splits.items() for i, c in enumerate(CLASSES)}
@@ -95,9 +95,9 @@ def read_aclimdb(path: Path) -> dict[str, Split]:
     return splits
 
 
-def read_unlabeled(path: Path) -> list[str]:
+def read_unlabeled(path: Path, flag: str) -> list[str]:
     """The 50,000 unlabeled reviews, aclImdb/train/unsup/*.txt, from a tarball or an extracted folder."""
-    return [text for _, text in _reviews(path, re.compile(r"(?:^|/)aclImdb/train/unsup/[^/]+\.txt$"))]
+    return [text for _, text in _reviews(path, re.compile(r"(?:^|/)aclImdb/train/unsup/[^/]+\.txt$"), flag)]
 
 
 def read_hf(name: str, splits: tuple[str, ...] = ("train", "test")) -> dict[str, Split]:
@@ -530,18 +530,17 @@ class IMDbMLMDataModule(IMDbDataModule):
         super().prepare_data()
         if self.unlabeled_cache_file.exists():
             return
-        source = self.unlabeled_path or self.path
+        source, flag = self.unlabeled_path or self.path, f"data.{'unlabeled_path' if self.unlabeled_path else 'path'}"
         if source is None:
             texts = read_hf(HF_NAME, ("unsupervised",))["unsupervised"][0]
         else:
-            texts = read_unlabeled(Path(source))
+            texts = read_unlabeled(Path(source), flag)
         vocab = WordVocab(load_cache(self.cache_file, "vocab")["vocab"])
         encoded = [ids for text in texts if (ids := vocab.encode(tokenize(text)))]  # a review of no word teaches none
         if not encoded:
             raise DataError(
-                f"data.{'unlabeled_path' if self.unlabeled_path else 'path'} {str(source)!r} holds no unlabeled "
-                "reviews (aclImdb/train/unsup/*.txt) with a word in them; pass "
-                "--data.unlabeled_path aclImdb_v1_unsup.tar.gz"
+                f"{flag} {str(source)!r} holds no unlabeled reviews (aclImdb/train/unsup/*.txt) with a word in them; "
+                "pass --data.unlabeled_path aclImdb_v1_unsup.tar.gz"
             )
         cache = {
             "ids": torch.tensor([i for e in encoded for i in e], dtype=torch.int32),
