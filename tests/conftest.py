@@ -16,7 +16,9 @@ if workers := int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0")):  # pytest -
 
 
 def pytest_collection_modifyitems(config, items):
-    """A test marked ``gpu`` skips where there is no CUDA device; ``.ci/gpu`` runs them on one (``-m gpu``)."""
+    """The slow tests first, so that the workers end together on quick ones; a test marked ``gpu`` skips where there
+    is no CUDA device (``.ci/gpu`` runs them on one: ``-m gpu``)."""
+    items.sort(key=lambda item: "slow" not in item.keywords)  # stable: each file's order kept
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (.ci/gpu runs it)")
