@@ -10,7 +10,9 @@ import torch
 from inprocess import finish_wandb, run_cli
 
 if workers := int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0")):  # pytest -n N: the cores shared out
-    threads = max(1, (os.cpu_count() or 1) // workers)
+    # the cores this process may run on (a container's or taskset's share), not the machine's
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    threads = max(1, cores // workers)
     os.environ["OMP_NUM_THREADS"] = str(threads)  # the processes that a test starts, too
     torch.set_num_threads(threads)
 
