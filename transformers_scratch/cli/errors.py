@@ -8,7 +8,8 @@ import errno
 import inspect
 import os
 import re
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 from jsonargparse import ArgumentError
@@ -358,8 +359,8 @@ def config_at_fault(line: str, argv: list[str]) -> str | None:
             unread.append(path)
             continue
         try:
-            with open(path, encoding="utf-8") if os.path.exists(path) else nullcontext() as f:
-                keys = _keys(load(f.read() if f else path))  # no file: jsonargparse read the value as YAML text
+            text = Path(path).read_text(encoding="utf-8") if os.path.isfile(path) else path  # else: read as YAML text
+            keys = _keys(load(text))
         except Exception:  # unreadable here (a file gone, or made unreadable): not the one to name
             unread.append(path)
             continue
