@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from inprocess import Ran, run_cli, run_process
+from lightning.pytorch.cli import LightningCLI
 
 from transformers_scratch.cli import build_cli
 
@@ -87,6 +88,12 @@ def test_every_config_instantiates(config, monkeypatch):
     assert run.trainer.gradient_clip_val == CLIPPED_AT.get(config.name, 1.0)
     if hasattr(run.datamodule, "num_classes"):
         assert cfg.num_classes == run.datamodule.num_classes == 2
+    dumps = []
+    for dump_config in (type(run)._dump_config, LightningCLI._dump_config):  # what the modules' hparams record
+        del run.config_dump
+        dump_config(run)
+        dumps.append(run.config_dump)
+    assert dumps[0] == dumps[1]
 
 
 def test_enwik8_config_has_the_tutorials_sizes(tmp_path):

@@ -539,6 +539,18 @@ def test_a_config_as_written_reads_back_as_it_was():
         assert yaml.safe_load(parser.dump(Namespace(text=text)))["text"] == text
 
 
+def test_a_value_read_twice_reads_the_same_and_a_list_or_mapping_is_never_shared():
+    """A short value is read once (jsonargparse reads each default and value hundreds of times a run); a list or a
+    mapping is made anew at each read, so that a change to one run's settings reaches no other."""
+    from transformers_scratch.cli.config_files import load
+
+    for text in ("cosine", "3", "1e-3", "null", "true", "'3'", "[1, 2]", "{a: 1}"):
+        assert load(text) == load(text)
+    load("[1, 2]").append(3)
+    load("{a: [1]}")["a"].append(2)
+    assert load("[1, 2]") == [1, 2] and load("{a: [1]}") == {"a": [1]}
+
+
 def test_a_time_is_read_as_lightning_reads_it_not_as_yaml_11s_base_60(text, tmp_path):
     """``10:00:00:00`` is ten days, not 2,160,000 batches (YAML 1.1's base 60), typed or in a config, quoted or not;
     a count of batches and a fraction of an epoch stay numbers."""

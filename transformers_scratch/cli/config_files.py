@@ -91,17 +91,26 @@ GuardedLoader.yaml_implicit_resolvers = {
 
 
 def load(text: str):
-    """One config file's text, or one command-line value, as Python data."""
+    """One config file's text, or one command-line value, as Python data. A short one that reads as one scalar is
+    read once: jsonargparse reads each default and value hundreds of times a run."""
+    if (value := SCALARS.get(text, SCALARS)) is not SCALARS:
+        return value
     if len(text) > MAX_CHARS:
         raise ConfigError(f"a config or value of {len(text):,} characters is longer than {MAX_CHARS:,}; pass less")
     loader = GuardedLoader(text)
     try:
-        return loader.get_single_data()
+        value = loader.get_single_data()
     except ConfigError as e:
         e.text = text
         raise
     finally:
         loader.dispose()
+    if len(text) <= 100 and len(SCALARS) < 10_000 and (value is None or isinstance(value, str | int | float)):
+        SCALARS[text] = value
+    return value
+
+
+SCALARS: dict[str, object] = {}  # text: its value, immutable
 
 
 def config_paths(args: list[str]) -> list[str]:

@@ -17,6 +17,7 @@ from types import UnionType
 from typing import Any, Literal, Union, cast, get_args, get_origin, get_type_hints
 
 import torch
+import yaml
 from jsonargparse import ArgumentParser, Namespace, set_parsing_settings
 from lightning import LightningDataModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -484,6 +485,15 @@ class CLI(LightningCLI):
         init = self.config[sub].model.get("init_args")
         if init is not None and init.get("init_from"):  # the checkpoint holds what it started from, and more
             init.init_from = None
+
+    def _dump_config(self) -> None:
+        """Lightning's private step that records the config in the modules' hparams, without checking the config
+        again (it was checked as it was parsed) and read back by libyaml: a fifth of a refused run's time."""
+        if not hasattr(self, "config_dump"):
+            text = self.parser.dump(self.config, format="yaml", skip_none=False, skip_link_targets=False,
+                                    skip_validation=True)  # fmt: skip
+            dump = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text).get_single_data()
+            self.config_dump = dump[self.config.subcommand] if "subcommand" in self.config else dump
 
     def _run_subcommand(self, subcommand: str) -> None:
         """Lightning's run of the command, where a model whose scores overflow (greedy decoding refuses them) is
