@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import enum
 import os
 import stat
@@ -91,10 +92,10 @@ GuardedLoader.yaml_implicit_resolvers = {
 
 
 def load(text: str):
-    """One config file's text, or one command-line value, as Python data. A short one that reads as one scalar is
-    read once: jsonargparse reads each default and value hundreds of times a run."""
-    if (value := SCALARS.get(text, SCALARS)) is not SCALARS:
-        return value
+    """One config file's text, or one command-line value, as Python data. A short one is read once (jsonargparse
+    reads each default and value hundreds of times a run), and its lists and mappings copied at each read."""
+    if (value := READ.get(text, READ)) is not READ:
+        return copy.deepcopy(value)  # a change to one run's settings reaches no other
     if len(text) > MAX_CHARS:
         raise ConfigError(f"a config or value of {len(text):,} characters is longer than {MAX_CHARS:,}; pass less")
     loader = GuardedLoader(text)
@@ -105,12 +106,12 @@ def load(text: str):
         raise
     finally:
         loader.dispose()
-    if len(text) <= 100 and len(SCALARS) < 10_000 and (value is None or isinstance(value, str | int | float)):
-        SCALARS[text] = value
+    if len(text) <= 10_000 and len(READ) < 1_000:
+        READ[text] = copy.deepcopy(value)
     return value
 
 
-SCALARS: dict[str, object] = {}  # text: its value, immutable
+READ: dict[str, object] = {}  # a text: its value, for load
 
 
 def config_paths(args: list[str]) -> list[str]:
