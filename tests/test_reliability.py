@@ -540,15 +540,18 @@ def test_a_config_as_written_reads_back_as_it_was():
 
 
 def test_a_value_read_twice_reads_the_same_and_a_list_or_mapping_is_never_shared():
-    """A short value is read once (jsonargparse reads each default and value hundreds of times a run); a list or a
-    mapping is made anew at each read, so that a change to one run's settings reaches no other."""
-    from transformers_scratch.cli.config_files import load
+    """A value is read once (jsonargparse reads each default and value hundreds of times a run); a list or a mapping
+    is made anew at each read, so that a change to one run's settings reaches no other."""
+    from transformers_scratch.cli.config_files import READ, load
 
     for text in ("cosine", "3", "1e-3", "null", "true", "'3'", "[1, 2]", "{a: 1}"):
         assert load(text) == load(text)
     load("[1, 2]").append(3)
     load("{a: [1]}")["a"].append(2)
     assert load("[1, 2]") == [1, 2] and load("{a: [1]}") == {"a": [1]}
+    for i in range(1_001):  # a long-lived process (a sweep, the tests) reads many: the newest are kept, 1,000 at most
+        load(f"value {i}")
+    assert len(READ) == 1_000 and "value 1000" in READ
 
 
 def test_a_time_is_read_as_lightning_reads_it_not_as_yaml_11s_base_60(text, tmp_path):

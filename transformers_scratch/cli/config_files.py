@@ -92,8 +92,9 @@ GuardedLoader.yaml_implicit_resolvers = {
 
 
 def load(text: str):
-    """One config file's text, or one command-line value, as Python data. A short one is read once (jsonargparse
-    reads each default and value hundreds of times a run), and its lists and mappings copied at each read."""
+    """One config file's text, or one command-line value, as Python data. One of up to 10,000 characters is read
+    once (jsonargparse reads each default and value hundreds of times a run), its lists and mappings copied at each
+    read; the last 1,000 are kept."""
     if (value := READ.get(text, READ)) is not READ:
         return copy.deepcopy(value)  # a change to one run's settings reaches no other
     if len(text) > MAX_CHARS:
@@ -106,7 +107,9 @@ def load(text: str):
         raise
     finally:
         loader.dispose()
-    if len(text) <= 10_000 and len(READ) < 1_000:
+    if len(text) <= 10_000:
+        if len(READ) == 1_000:
+            del READ[next(iter(READ))]  # the first read gives way
         READ[text] = copy.deepcopy(value)
     return value
 
