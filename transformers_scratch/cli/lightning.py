@@ -488,7 +488,7 @@ class CLI(LightningCLI):
 
     def _dump_config(self) -> None:
         """Lightning's private step that records the config in the modules' hparams, without checking the config
-        again (it was checked as it was parsed) and read back by libyaml: a fifth of a refused run's time."""
+        again (it was checked as it was parsed) and read back by libyaml: about a third of a refused run's time."""
         if not hasattr(self, "config_dump"):
             text = self.parser.dump(self.config, format="yaml", skip_none=False, skip_link_targets=False,
                                     skip_validation=True)  # fmt: skip
