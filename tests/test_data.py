@@ -82,6 +82,13 @@ def test_an_eval_stride_past_the_context_is_refused_naming_both():
         TextDataModule(context=8, eval_stride=9)
 
 
+@pytest.mark.parametrize("given", [{"path": "text.txt"}, {"download": "python-stdlib"}])
+def test_a_download_address_that_nothing_downloads_is_refused(given):
+    with pytest.raises(ValueError, match=r"data.url 'https://mirror/x' is unused: .*; drop data.url \(or data"):
+        TextDataModule(url="https://mirror/x", **given)
+    TextDataModule(url="https://mirror/x")  # a mirror of the text that download names
+
+
 def test_enwik8_split_is_90m_5m_5m():
     bounds = split_bounds(ENWIK8_BYTES)
     assert bounds == {"train": (0, 90_000_000), "val": (90_000_000, 95_000_000), "test": (95_000_000, 100_000_000)}

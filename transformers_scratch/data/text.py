@@ -161,6 +161,10 @@ class TextDataModule(ResumableData):
         check_args(TextDataModule.__init__, locals(), "data")
         if eval_stride is not None and eval_stride > context:
             raise ValueError(f"data.eval_stride={eval_stride} must lie in [1, context={context}], or be None")
+        if url is not None and (path is not None or download == "python-stdlib"):  # it would be read by no one
+            why, other = ("data.path names the text", "data.path") if path else ("python-stdlib is assembled here, "
+                          "not downloaded", "data.download")  # fmt: skip
+            raise ValueError(f"data.url {url[:60]!r} is unused: {why}; drop data.url (or {other})")
         self.path, self.data_dir, self.context, self.batch_size = path, Path(data_dir), context, batch_size
         self.batches_per_epoch, self.eval_stride, self.vocab_kind = batches_per_epoch, eval_stride, vocab
         self.eval_batch_size = eval_batch_size or batch_size

@@ -32,7 +32,6 @@ from .progress import ResumableData
 ALPHABET = "0123456789+"
 SPECIALS = 3  # padding, begin, end
 SPLIT_OF = {0: "test", 1: "val"}  # hash % 20 -> split; every other value is training
-TASKS = ("reverse", "sort", "add")
 
 
 def split_of(source: str) -> str:
