@@ -1100,6 +1100,16 @@ def test_a_fit_that_fails_after_training_steps_keeps_them_in_last_ckpt(capsys, t
     assert torch.load("checkpoints/tiny_charlm/last.ckpt", weights_only=True)["global_step"] == 3
 
 
+def test_a_monitor_outside_val_that_the_run_does_not_log_is_named_and_the_steps_kept(capsys, text):
+    """Metrics outside val/ are not known before training: the first validation names the flag and the metrics
+    logged, and the steps trained are saved."""
+    fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), "--trainer.max_steps", "4", "--sample.length",
+          "0", "--trainer.logger", "false", "--trainer.val_check_interval", "2", "--trainer.limit_val_batches", "1",
+          "--checkpoint.monitor", "loss", message="error: checkpoint.monitor 'loss' is no metric this run logs (it "
+          "logs val/bpc, epoch, step); pass one of those")  # fmt: skip
+    assert torch.load("checkpoints/tiny_charlm/last.ckpt", weights_only=True)["global_step"] == 2
+
+
 @pytest.mark.parametrize("record", [
     {"run": {"CSVLogger": "../../escaped"}},
     {"run": {"WandbLogger": "a/b"}},

@@ -333,6 +333,17 @@ class SafeModelCheckpoint(ModelCheckpoint):
             self._save_last_checkpoint(trainer, candidates)
             self._defer_save_until_validation = False
 
+    def _save_topk_checkpoint(self, trainer, monitor_candidates: dict) -> None:
+        """Lightning's, where a monitored metric that the run does not log (known once a validation has run) is
+        named as ``checkpoint.monitor`` (metrics outside ``val/`` are not known before)."""
+        try:
+            super()._save_topk_checkpoint(trainer, monitor_candidates)
+        except MisconfigurationException:
+            if self.monitor in monitor_candidates:
+                raise
+            raise ValueError(f"checkpoint.monitor {self.monitor!r} is no metric this run logs (it logs "
+                             f"{', '.join(monitor_candidates)}); pass one of those") from None  # fmt: skip
+
     def on_train_end(self, trainer, pl_module) -> None:
         """``last.ckpt`` is the model training ended with; a ``fast_dev_run`` writes none."""
         if trainer.fast_dev_run:
