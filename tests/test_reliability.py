@@ -1711,6 +1711,46 @@ def lm_ckpt(tmp_path, monkeypatch) -> Path:
     return write_checkpoint(tmp_path / "lm.ckpt", LitCharLM(TINY), {"vocab_symbols": None})
 
 
+SIGNAL_IN_EVALUATION = """
+import os, signal, sys
+import lightning as L
+import transformers_scratch.cli.lightning as cli
+from transformers_scratch.cli import main
+
+class Send(L.Callback):  # the signal, as the second batch of an evaluation begins
+    def on_validation_batch_start(self, trainer, module, batch, i, *args):
+        print(f"batch {i}", file=sys.stderr)
+        if i == 1:
+            os.kill(os.getpid(), getattr(signal, os.environ["SIGNAL"]))
+    on_test_batch_start = on_validation_batch_start
+
+for hook in ("before_fit", "before_validate", "before_test"):
+    def with_sender(self, before=getattr(cli.CLI, hook)):
+        before(self)
+        self.trainer.callbacks.append(Send())
+    setattr(cli.CLI, hook, with_sender)
+main(sys.argv[1:])
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command, sent", [("fit", "SIGTERM"), ("test", "SIGTERM"), ("validate", "SIGINT")])
+def test_a_signal_outside_training_stops_at_the_batchs_end_with_one_line_and_its_status(lm_ckpt, text, command, sent):
+    """SIGTERM in a fit's sanity check, or in test, was Lightning's SystemExit(0) (a success, to a scheduler), and
+    Ctrl-C in validate ended it with status 1, neither with a word."""
+    scored = ["--ckpt_path", str(lm_ckpt), "--data.context", "16"] if command != "fit" else []
+    args = ["--config", TINY_LM, "--data.path", str(text), "--trainer.logger", "false", "--trainer.limit_val_batches",
+            "4", "--trainer.num_sanity_val_steps", "4", *scored]  # fmt: skip
+    ran = run_process("-c", SIGNAL_IN_EVALUATION, command, *args, cwd=lm_ckpt.parent,
+                      env={"SIGNAL": sent, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    assert ran.returncode == 128 + getattr(signal, sent), ran.stderr[-3000:]
+    assert "batch 1" in ran.stderr and "batch 2" not in ran.stderr, ran.stderr[-3000:]  # the batch under way ended
+    said = {"fit": "fit stopped before its first step: nothing was saved", "test": "test stopped; it reported no "
+            "score", "validate": "validate stopped; it reported no score"}[command]  # fmt: skip
+    assert f"{sent}: {said}" in ran.stderr and "Traceback" not in ran.stderr, ran.stderr[-3000:]
+    assert not (lm_ckpt.parent / "checkpoints").exists()
+
+
 @pytest.mark.parametrize("command, limit", [("validate", "limit_val_batches"), ("test", "limit_test_batches"),
                                             ("predict", "limit_predict_batches")])  # fmt: skip
 def test_scoring_no_batch_at_all_is_refused(lm_ckpt, text, capsys, command, limit):

@@ -151,59 +151,71 @@ class Deadline(Callback):
 class StopOnSignal(Callback):
     """Ctrl-C or SIGTERM stops a fit at the end of the step (or validation) under way, writes ``last.ckpt``
     and exits 130 or 143; ``--ckpt_path last`` then ends as the uninterrupted run does. A second Ctrl-C stops at
-    once. Replaces Lightning's SIGTERM handling (a ``SystemExit(0)`` mid-loop) while training runs."""
+    once. validate, test, predict and a fit's sanity check stop at the end of the batch under way, with one line and
+    the same status. Replaces Lightning's SIGTERM handling, a ``SystemExit(0)`` that a scheduler reads as success."""
 
     def __init__(self) -> None:
         self.signal: signal.Signals | None = None  # the signal that asked for a stop
         self.previous: dict[int, Any] = {}  # the handlers this one replaced
+        self.training = False  # a fit's steps have begun: a stop saves them
+
+    def listen(self, *args: Any, **kwargs: Any) -> None:
+        """The handlers, put in place once a run, after Lightning's (which it puts in place as the loops begin)."""
+        if not self.previous:
+            self.signal = None
+            for number in (signal.SIGINT, signal.SIGTERM):
+                self.previous[number] = signal.signal(number, self.request_stop)
+
+    on_sanity_check_start = on_validation_start = on_test_start = on_predict_start = listen
 
     def on_train_start(self, trainer, pl_module) -> None:
-        self.signal, self.previous = None, {}
-        for number in (signal.SIGINT, signal.SIGTERM):
-            self.previous[number] = signal.signal(number, self.request_stop)
+        self.listen()
+        self.training = True
 
     def request_stop(self, number, frame) -> None:
         if self.signal == signal.SIGINT and number == signal.SIGINT:  # a second Ctrl-C: now
             signal.signal(signal.SIGINT, signal.default_int_handler)
             raise KeyboardInterrupt
         self.signal = asked = signal.Signals(number)
-        note(f"\n{asked.name}: stopping at the end of this step, to save it (Ctrl-C again: stop at once)")
+        until = "step, to save it" if self.training else "batch"
+        note(f"\n{asked.name}: stopping at the end of this {until} (Ctrl-C again: stop at once)")
 
-    def stop_if_asked(self, trainer) -> None:
+    def stop_if_asked(self, *args: Any, **kwargs: Any) -> None:
         if self.signal is not None:
             raise Interrupted(128 + self.signal.value)
 
-    def on_train_batch_end(self, trainer, *args) -> None:
-        self.stop_if_asked(trainer)
+    on_train_batch_end = on_test_batch_end = on_predict_batch_end = stop_if_asked
+
+    def on_validation_batch_end(self, trainer, *args) -> None:
+        if not self.training:  # a fit's validations run whole (on_validation_end), so that its resume is exact
+            self.stop_if_asked()
 
     def on_validation_end(self, trainer, pl_module) -> None:
         if not trainer.sanity_checking:
-            self.stop_if_asked(trainer)
-
-    on_predict_start = on_train_start  # predict stops at the end of the batch under way; nothing to save
-
-    def on_predict_batch_end(self, trainer, *args) -> None:
-        self.stop_if_asked(trainer)
-
-    def on_predict_end(self, trainer, pl_module) -> None:
-        self.restore()
+            self.stop_if_asked()
+        if trainer.state.fn == "validate":
+            self.restore()
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
-        name = self.signal.name if self.signal is not None else "a signal"
-        if isinstance(exception, Interrupted) and trainer.predicting:
-            note(f"{name}: predict stopped; the predictions made until then are written")
-        elif isinstance(exception, Interrupted) and (ours := run_checkpoint(trainer)) is not None:
+        name, command = self.signal.name if self.signal is not None else "a signal", trainer.state.fn.value
+        if isinstance(exception, Interrupted) and self.training and (ours := run_checkpoint(trainer)) is not None:
             note(f"{name} at step {trainer.global_step}: saved {shown(ours.save_now(trainer))}; continue with "
                  "--ckpt_path last")  # fmt: skip
+        elif isinstance(exception, Interrupted):
+            said = {"fit": " before its first step: nothing was saved", "predict": "; the predictions made until "
+                    "then are written"}.get(command, "; it reported no score")  # fmt: skip
+            note(f"{name}: {command} stopped{said}")
         self.restore()
 
-    def on_train_end(self, trainer, pl_module) -> None:
+    def on_train_end(self, *args: Any, **kwargs: Any) -> None:
         self.restore()
+
+    on_test_end = on_predict_end = on_train_end
 
     def restore(self) -> None:
         for number, handler in self.previous.items():
             signal.signal(number, handler)
-        self.previous = {}
+        self.previous, self.training = {}, False
 
 
 class SafeModelCheckpoint(ModelCheckpoint):
