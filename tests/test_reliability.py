@@ -1089,6 +1089,16 @@ def test_predict_reads_a_pipe_once(lm_ckpt, text, capsys, tmp_path):
     assert "bits per byte over 2,999 bytes" in capsys.readouterr().out
 
 
+def test_predict_of_an_empty_pipe_names_the_flag(lm_ckpt, text, capsys):
+    """A file that is not a regular one is read whole: empty (/dev/null, a pipe that gives nothing), its bytes
+    were torch's refusal of an empty buffer, naming nothing."""
+    fails(capsys, "predict", "--config", TINY_LM, "--data.path", str(text), "--ckpt_path", str(lm_ckpt),
+          "--data.context", "16", "--data.predict_path", "/dev/null",
+          message="error: data.predict_path '/dev/null' holds 0 bytes, fewer than one window")  # fmt: skip
+    for vocab in (ByteVocab(), ByteVocab(b"ab")):  # every byte, or a file's
+        assert vocab.encode(b"").tolist() == [] and vocab.lookup(b"").tolist() == []
+
+
 def test_a_fit_that_fails_after_training_steps_keeps_them_in_last_ckpt(capsys, text):
     """A config's EarlyStopping raises at the epoch's end when no validation has run yet (max_steps within the
     first epoch): the steps trained are saved before the error, and the run resumes from them. The error is the

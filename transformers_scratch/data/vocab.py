@@ -17,6 +17,11 @@ from . import ids
 from .files import DataError, read_text, shortened
 
 
+def byte_ids(data: bytes) -> Tensor:
+    """bytes -> uint8 ids, one a byte value (torch's frombuffer refuses no bytes)."""
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.zeros(0, dtype=torch.uint8)
+
+
 class ByteVocab:
     """Token ids for bytes: all 256 values (the tutorial's enwik8 model), or only the byte values a file
     uses, in sorted order (nanoGPT's shakespeare_char: 65 characters)."""
@@ -36,12 +41,12 @@ class ByteVocab:
 
     def lookup(self, data: bytes) -> Tensor:
         """bytes -> long ids, -1 where a byte is not in the vocabulary."""
-        return self.table[torch.frombuffer(bytearray(data), dtype=torch.uint8).long()]
+        return self.table[byte_ids(data).long()]
 
     def encode(self, data: bytes) -> Tensor:
         """bytes -> uint8 ids; every byte must be in the vocabulary."""
         if self.symbols is None:
-            return torch.frombuffer(bytearray(data), dtype=torch.uint8)
+            return byte_ids(data)
         ids = self.lookup(data)
         if (ids < 0).any():
             raise DataError(
