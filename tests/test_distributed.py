@@ -78,3 +78,41 @@ def test_a_spawned_run_pickles_its_settings_and_resumes_through_the_cli(tmp_path
     again = run_process(*args, "--trainer.max_steps", "4", "--ckpt_path", "last", cwd=tmp_path, env=env)
     assert again.returncode == 0, again.stderr[-3000:]
     assert torch.load(tmp_path / "checkpoints" / "tiny_charlm" / "last.ckpt", weights_only=True)["global_step"] == 4
+
+
+SIGNAL_TO_RANK_0 = """
+import os, signal, sys
+import lightning as L
+import transformers_scratch.cli.lightning as cli
+from transformers_scratch.cli import main
+
+class Send(L.Callback):  # SIGTERM to rank 0's process alone, as `kill PID` of the launching process sends it
+    def on_train_batch_end(self, trainer, *args):
+        if trainer.global_rank == 0 and trainer.global_step == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+def with_sender(self, before=cli.CLI.before_fit):
+    before(self)
+    self.trainer.callbacks.append(Send())
+
+cli.CLI.before_fit = with_sender
+main()  # the command line as given: Lightning starts rank 1 with it
+"""
+
+
+@pytest.mark.slow
+def test_a_signal_to_rank_0_alone_stops_every_rank_at_the_same_step_and_saves_it(tmp_path):
+    """A rank that stopped alone (rank 0, saving) left the other waiting in the next step's all-reduce for ever."""
+    from test_cli import corpus
+
+    (script := tmp_path / "signalled.py").write_text(SIGNAL_TO_RANK_0)  # a file: each rank runs it again
+    root = Path(__file__).resolve().parents[1]
+    args = ["fit", "--config", str(root / "configs" / "tiny_charlm.yaml"), "--data.path",
+            str(corpus(tmp_path / "text.txt")), "--trainer.strategy", "ddp", "--trainer.devices", "2",
+            "--trainer.logger", "false", "--sample.length", "0", "--trainer.max_steps", "50"]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root), "HOME": str(tmp_path)}
+    ran = subprocess.run([sys.executable, str(script), *args], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=180)  # fmt: skip
+    assert ran.returncode == 143, ran.stderr[-3000:]
+    assert "SIGTERM at step 4: saved" in ran.stderr, ran.stderr[-3000:]  # sent after step 3's check: the next step's
+    assert torch.load(tmp_path / "checkpoints/tiny_charlm/last.ckpt", weights_only=True)["global_step"] == 4

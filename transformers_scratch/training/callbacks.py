@@ -180,19 +180,27 @@ class StopOnSignal(Callback):
         until = "step, to save it" if self.training else "batch"
         note(f"\n{asked.name}: stopping at the end of this {until} (Ctrl-C again: stop at once)")
 
-    def stop_if_asked(self, *args: Any, **kwargs: Any) -> None:
-        if self.signal is not None:
-            raise Interrupted(128 + self.signal.value)
+    def stop_if_asked(self, trainer, *args: Any, **kwargs: Any) -> None:
+        """A stop where a signal asked for one; under several processes, of every rank at the same batch, whichever
+        the signal reached (``kill`` of the launching process reaches rank 0 alone, and a rank that stopped alone
+        left the others waiting on it for ever). One small collective a batch, as Lightning's own check of SIGTERM."""
+        asked = self.signal.value if self.signal is not None else 0
+        if trainer.world_size > 1:
+            device = trainer.strategy.root_device
+            asked = int(trainer.strategy.reduce(torch.tensor(asked, device=device), reduce_op="max"))
+        if asked:
+            self.signal = signal.Signals(asked)
+            raise Interrupted(128 + asked)
 
     on_train_batch_end = on_test_batch_end = on_predict_batch_end = stop_if_asked
 
     def on_validation_batch_end(self, trainer, *args) -> None:
         if not self.training:  # a fit's validations run whole (on_validation_end), so that its resume is exact
-            self.stop_if_asked()
+            self.stop_if_asked(trainer)
 
     def on_validation_end(self, trainer, pl_module) -> None:
         if not trainer.sanity_checking:
-            self.stop_if_asked()
+            self.stop_if_asked(trainer)
         if trainer.state.fn == "validate":
             self.restore()
 
