@@ -1755,7 +1755,7 @@ def test_a_signal_outside_training_stops_at_the_batchs_end_with_one_line_and_its
                       env={"SIGNAL": sent, "PYTHONPATH": str(ROOT)})  # fmt: skip
     assert ran.returncode == 128 + getattr(signal, sent), ran.stderr[-3000:]
     assert "batch 1" in ran.stderr and "batch 2" not in ran.stderr, ran.stderr[-3000:]  # the batch under way ended
-    said = {"fit": "fit stopped before its first step: nothing was saved", "test": "test stopped; it reported no "
+    said = {"fit": "fit stopped before training: nothing was saved", "test": "test stopped; it reported no "
             "score", "validate": "validate stopped; it reported no score"}[command]  # fmt: skip
     assert f"{sent}: {said}" in ran.stderr and "Traceback" not in ran.stderr, ran.stderr[-3000:]
     assert not (lm_ckpt.parent / "checkpoints").exists()

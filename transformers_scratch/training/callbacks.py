@@ -210,7 +210,7 @@ class StopOnSignal(Callback):
             note(f"{name} at step {trainer.global_step}: saved {shown(ours.save_now(trainer))}; continue with "
                  "--ckpt_path last")  # fmt: skip
         elif isinstance(exception, Interrupted):
-            said = {"fit": " before its first step: nothing was saved", "predict": "; the predictions made until "
+            said = {"fit": " before training: nothing was saved", "predict": "; the predictions made until "
                     "then are written"}.get(command, "; it reported no score")  # fmt: skip
             note(f"{name}: {command} stopped{said}")
         self.restore()
