@@ -116,3 +116,44 @@ def test_a_signal_to_rank_0_alone_stops_every_rank_at_the_same_step_and_saves_it
     assert ran.returncode == 143, ran.stderr[-3000:]
     assert "SIGTERM at step 4: saved" in ran.stderr, ran.stderr[-3000:]  # sent after step 3's check: the next step's
     assert torch.load(tmp_path / "checkpoints/tiny_charlm/last.ckpt", weights_only=True)["global_step"] == 4
+
+
+FAILING_RANK = """
+import os
+import lightning as L
+import transformers_scratch.cli.lightning as cli
+from transformers_scratch.cli import main
+
+class Refuse(L.Callback):  # a refusal on one rank alone, as an out-of-memory error on one device is
+    def on_train_batch_end(self, trainer, *args):
+        if trainer.global_rank == int(os.environ["RANK_AT_FAULT"]) and trainer.global_step == 3:
+            raise ValueError("a refusal on one rank")
+
+def with_refusal(self, before=cli.CLI.before_fit):
+    before(self)
+    self.trainer.callbacks.append(Refuse())
+
+cli.CLI.before_fit = with_refusal
+main()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("at_fault", [0, 1])
+def test_a_refusal_on_one_rank_is_its_line_and_the_others_say_so_in_one(tmp_path, at_fault):
+    """The other rank's collective fails (gloo: the connection closed by its peer): that was a traceback beside the
+    one line that said why."""
+    from test_cli import corpus
+
+    (script := tmp_path / "refusing.py").write_text(FAILING_RANK)
+    root = Path(__file__).resolve().parents[1]
+    args = ["fit", "--config", str(root / "configs" / "tiny_charlm.yaml"), "--data.path",
+            str(corpus(tmp_path / "text.txt")), "--trainer.strategy", "ddp", "--trainer.devices", "2",
+            "--trainer.logger", "false", "--sample.length", "0", "--trainer.max_steps", "50"]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root), "HOME": str(tmp_path),
+           "RANK_AT_FAULT": str(at_fault)}  # fmt: skip
+    ran = subprocess.run([sys.executable, str(script), *args], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=180)  # fmt: skip
+    assert ran.returncode == 1 and "Traceback" not in ran.stderr, ran.stderr[-3000:]
+    assert "error: a refusal on one rank" in ran.stderr, ran.stderr[-3000:]
+    assert f"error: rank {1 - at_fault}: another process of this run stopped" in ran.stderr, ran.stderr[-3000:]

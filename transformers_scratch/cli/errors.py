@@ -56,7 +56,18 @@ def refused(e: BaseException) -> bool:
     """Whether ``e`` refuses the user's input, files or machine (one line), rather than showing a fault (a
     traceback): a module of the project's own that is missing is a fault."""
     own = isinstance(e, ModuleNotFoundError) and (e.name or "").partition(".")[0] == PROJECT
-    return (isinstance(e, REFUSALS) and not own) or out_of_memory(e) or at_fault(e) is not None
+    return (isinstance(e, REFUSALS) and not own) or out_of_memory(e) or at_fault(e) is not None or peer_stopped(e)
+
+
+# how a collective of torch's fails when another process of the run has ended (gloo's words, which
+# tests/test_distributed.py meets, then NCCL's)
+PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "remote worker crashing", "remote process exited")
+
+
+def peer_stopped(e: BaseException) -> bool:
+    """A collective that failed because another process of this run ended: that one says why, in its own line."""
+    joined = torch.distributed.is_available() and torch.distributed.is_initialized()
+    return joined and isinstance(e, RuntimeError) and any(words in str(e) for words in PEER_GONE)
 
 
 def at_fault(e: BaseException) -> str | None:
@@ -86,6 +97,9 @@ def error_line(e: BaseException, argv: list[str]) -> str:
 
 
 def _line(e: BaseException, argv: list[str]) -> str:
+    if peer_stopped(e):
+        return (f"rank {torch.distributed.get_rank()}: another process of this run stopped, and this one cannot go on "
+                "without it; that one's own line says why")  # fmt: skip
     if not isinstance(e, REFUSALS) and (where := at_fault(e)):
         reason = (str(e).splitlines() or [""])[0][:200]
         return (f"{where} failed ({type(e).__name__}: {reason}); it does not fit this run: correct its settings, or "
