@@ -157,3 +157,24 @@ def test_a_refusal_on_one_rank_is_its_line_and_the_others_say_so_in_one(tmp_path
     assert ran.returncode == 1 and "Traceback" not in ran.stderr, ran.stderr[-3000:]
     assert "error: a refusal on one rank" in ran.stderr, ran.stderr[-3000:]
     assert f"error: rank {1 - at_fault}: another process of this run stopped" in ran.stderr, ran.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_predict_on_two_processes_writes_what_one_writes(tmp_path):
+    """Under DDP each process scored its share of the windows, and rank 0 wrote its own half alone."""
+    from inprocess import run_process
+    from test_cli import corpus
+    from test_reliability import TINY, write_checkpoint
+
+    text = str(corpus(tmp_path / "text.txt", 6_000))
+    ckpt = write_checkpoint(tmp_path / "lm.ckpt", LitCharLM(TINY), {"vocab_symbols": None})
+    cli = str(Path(__file__).resolve().parents[1] / "cli.py")
+    args = [cli, "predict", "--config", str(Path(cli).with_name("configs") / "tiny_charlm.yaml"), "--data.path", text,
+            "--data.context", "16", "--ckpt_path", str(ckpt), "--data.predict_path", text]  # fmt: skip
+    outputs = []
+    for devices, strategy in (("1", "auto"), ("2", "ddp")):
+        ran = run_process(*args, "--trainer.devices", devices, "--trainer.strategy", strategy, cwd=tmp_path,
+                          env={"OMP_NUM_THREADS": "1"})  # fmt: skip
+        assert ran.returncode == 0, ran.stderr[-3000:]
+        outputs.append(ran.stdout.strip().splitlines()[-1])
+    assert outputs[0] == outputs[1] and "bits per byte over 5,999 bytes" in outputs[0], outputs

@@ -195,8 +195,8 @@ def refuse_unlogged_monitors(cfg, logged: tuple[str, ...] | None) -> None:
 
 
 def settle_output(sub: str | None, cfg) -> None:
-    """Lightning's and W&B's messages unless ``--verbose``; for predict, no kept predictions and no loggers (it
-    logs no metric)."""
+    """Lightning's and W&B's messages unless ``--verbose``; for predict, no kept predictions, no loggers (it logs no
+    metric), and the whole file on every device."""
     if sub != "fit":
         warnings.filterwarnings("ignore", message=r"The dirpath has changed from")
     if not cfg.get("verbose"):
@@ -205,6 +205,7 @@ def settle_output(sub: str | None, cfg) -> None:
         if cfg.get("return_predictions") is None:
             cfg.return_predictions = False  # written as they come (PredictionWriter), not kept
         cfg.trainer.logger = False
+        cfg.trainer.use_distributed_sampler = False  # each process reads all: rank 0 writes it whole, in order
 
 
 def read_run_checkpoint(cfg, name: str) -> Checkpoint | None:
