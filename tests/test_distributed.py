@@ -157,6 +157,7 @@ def test_a_refusal_on_one_rank_is_its_line_and_the_others_say_so_in_one(tmp_path
     assert ran.returncode == 1 and "Traceback" not in ran.stderr, ran.stderr[-3000:]
     assert "error: a refusal on one rank" in ran.stderr, ran.stderr[-3000:]
     assert f"error: rank {1 - at_fault}: another process of this run stopped" in ran.stderr, ran.stderr[-3000:]
+    assert ran.stderr.count("the LearningRateMonitor callback is left out") == 1  # rank 0's note alone
 
 
 @pytest.mark.slow

@@ -549,15 +549,14 @@ class CLI(LightningCLI):
         if not cfg.get("verbose") and cfg.trainer.get("enable_model_summary") is None:
             cfg.trainer.enable_model_summary = False  # the run's header gives the model's size in one line
         if cfg.trainer.precision == "bf16-mixed" and not (torch.cuda.is_available() and torch.cuda.is_bf16_supported()):
-            print("note: no GPU with bf16 here, so trainer.precision bf16-mixed runs as 32-true", file=sys.stderr)
+            note("note: no GPU with bf16 here, so trainer.precision bf16-mixed runs as 32-true")
             cfg.trainer.precision = "32-true"
         callbacks = self.with_project_callbacks(cfg.trainer.get("callbacks") or [])
         self.added = {_class_name(c) for c in callbacks} - {_class_name(Namespace(**c)) for c in PROJECT_CALLBACKS}
         if cfg.trainer.get("logger") in (False, []) and any(_class_name(c) == "LearningRateMonitor" for c in callbacks):
             # Lightning refuses a LearningRateMonitor without a logger; with logging off it has nothing to do.
             if self.subcommand != "predict":  # predict runs without loggers whatever it is given
-                print("note: logging is off (trainer.logger), so the LearningRateMonitor callback is left out",
-                      file=sys.stderr)  # fmt: skip
+                note("note: logging is off (trainer.logger), so the LearningRateMonitor callback is left out")
             callbacks = [c for c in callbacks if _class_name(c) != "LearningRateMonitor"]
         if cfg.trainer.get("enable_progress_bar") is False:  # Lightning refuses a progress bar it may not show
             callbacks = [c for c in callbacks if _class_name(c) != "ProgressBar"]
