@@ -205,7 +205,8 @@ class StopOnSignal(Callback):
             self.restore()
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
-        name, command = self.signal.name if self.signal is not None else "a signal", trainer.state.fn.value
+        name = self.signal.name if self.signal is not None else "a signal"
+        command = getattr(trainer.state.fn, "value", "the command")
         if isinstance(exception, Interrupted) and self.training and (ours := run_checkpoint(trainer)) is not None:
             note(f"{name} at step {trainer.global_step}: saved {shown(ours.save_now(trainer))}; continue with "
                  "--ckpt_path last")  # fmt: skip
