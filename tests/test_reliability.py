@@ -1743,6 +1743,37 @@ main(sys.argv[1:])
 """
 
 
+TWICE_CTRL_C = """
+import os, signal, sys
+import lightning as L
+import transformers_scratch.cli.lightning as cli
+from transformers_scratch.cli import main
+
+class Twice(L.Callback):  # Ctrl-C, and Ctrl-C again, as step 3 begins
+    def on_train_batch_start(self, trainer, *args):
+        if trainer.global_step == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+
+def with_twice(self, before=cli.CLI.before_fit):
+    before(self)
+    self.trainer.callbacks.append(Twice())
+
+cli.CLI.before_fit = with_twice
+main(sys.argv[1:])
+"""
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_stops_at_once_with_one_line_and_status_130(lm_ckpt, text):
+    """It was Lightning's KeyboardInterrupt handling: status 1, and not a word."""
+    args = ["fit", "--config", TINY_LM, "--data.path", str(text), "--trainer.logger", "false", "--sample.length", "0"]
+    ran = run_process("-c", TWICE_CTRL_C, *args, cwd=lm_ckpt.parent, env={"PYTHONPATH": str(ROOT)})
+    assert ran.returncode == 130 and "Traceback" not in ran.stderr, ran.stderr[-3000:]
+    assert "SIGINT again: fit stopped at once, mid-step: nothing was saved since the last checkpoint" in ran.stderr
+    assert "saved checkpoints" not in ran.stderr, ran.stderr[-3000:]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("command, sent", [("fit", "SIGTERM"), ("test", "SIGTERM"), ("validate", "SIGINT")])
 def test_a_signal_outside_training_stops_at_the_batchs_end_with_one_line_and_its_status(lm_ckpt, text, command, sent):

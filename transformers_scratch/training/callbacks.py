@@ -158,11 +158,12 @@ class StopOnSignal(Callback):
         self.signal: signal.Signals | None = None  # the signal that asked for a stop
         self.previous: dict[int, Any] = {}  # the handlers this one replaced
         self.training = False  # a fit's steps have begun: a stop saves them
+        self.at_once = False  # a second Ctrl-C stopped the run mid-step: nothing is saved
 
     def listen(self, *args: Any, **kwargs: Any) -> None:
         """The handlers, put in place once a run, after Lightning's (which it puts in place as the loops begin)."""
         if not self.previous:
-            self.signal = None
+            self.signal, self.at_once = None, False
             for number in (signal.SIGINT, signal.SIGTERM):
                 self.previous[number] = signal.signal(number, self.request_stop)
 
@@ -173,9 +174,10 @@ class StopOnSignal(Callback):
         self.training = True
 
     def request_stop(self, number, frame) -> None:
-        if self.signal == signal.SIGINT and number == signal.SIGINT:  # a second Ctrl-C: now
+        if self.signal == signal.SIGINT and number == signal.SIGINT:  # a second Ctrl-C: now, mid-step
             signal.signal(signal.SIGINT, signal.default_int_handler)
-            raise KeyboardInterrupt
+            self.at_once = True
+            raise Interrupted(128 + number)  # not a KeyboardInterrupt, which Lightning ends with status 1, silently
         self.signal = asked = signal.Signals(number)
         until = "step, to save it" if self.training else "batch"
         note(f"\n{asked.name}: stopping at the end of this {until} (Ctrl-C again: stop at once)")
@@ -207,7 +209,10 @@ class StopOnSignal(Callback):
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
         name = self.signal.name if self.signal is not None else "a signal"
         command = getattr(trainer.state.fn, "value", "the command")
-        if isinstance(exception, Interrupted) and self.training and (ours := run_checkpoint(trainer)) is not None:
+        if isinstance(exception, Interrupted) and self.at_once:
+            unsaved = ", mid-step: nothing was saved since the last checkpoint" if self.training else ""
+            note(f"{name} again: {command} stopped at once{unsaved}")
+        elif isinstance(exception, Interrupted) and self.training and (ours := run_checkpoint(trainer)) is not None:
             note(f"{name} at step {trainer.global_step}: saved {shown(ours.save_now(trainer))}; continue with "
                  "--ckpt_path last")  # fmt: skip
         elif isinstance(exception, Interrupted):
