@@ -25,8 +25,8 @@ SILENCED = [
     # Lightning cannot see in a plain DataLoader.
     r".*your dataloader is not resumable.*",
     # A run that ends before its first validation has no score to rank checkpoints by, and last.ckpt holds it;
-    # the hint asks whether the module logs its metric, which it does (a monitor that validation never logs is
-    # refused before the run starts, against the module's val_metrics).
+    # the hint asks whether the module logs its metric, which it does (a val/ monitor that validation never logs is
+    # refused before the run starts, against the module's val_metrics; any other, at the first validation).
     r"`ModelCheckpoint\(monitor=.*could not find the monitored key",
     # predict's writer writes each batch's lines as they come, in the loader's order, and reads no batch indices,
     # which Lightning cannot infer where a loader's items are whole batches (the reviews').
