@@ -456,8 +456,11 @@ def test_the_scaling_report_fits_exponents_and_draws_a_log_log_picture(tmp_path)
     text = "\n".join(format_scaling(report, {"depth": 6, "emb": 256, "heads": 8}))
     assert "fixed/split over SDPA: 1.0x at 4,096, 1.4x at 8,192; faster from 8,192" in text  # a tie is no win
     assert "fixed/split over SDPA: 3.0x at 4,096" in text and " 2.00" in text and " 1.50" in text
-    draw_scaling(report, str(tmp_path / "s.png"))
+    fig = draw_scaling(report, str(tmp_path / "s.png"))
     assert (tmp_path / "s.png").stat().st_size > 0
+    fig.canvas.draw()  # the log axes' numbers (2^12, 10^-2, in math text) drawn as numbers, not as their markup
+    ticks = [t for ax in fig.axes for t in ax.get_xticklabels() + ax.get_yticklabels() if t.get_text()]
+    assert ticks and all(t.get_window_extent().width < 5 * t.get_fontsize() for t in ticks)
 
 
 def test_the_long_context_command_measures_every_kernel_and_a_model_step(tmp_path, monkeypatch):

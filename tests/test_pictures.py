@@ -9,7 +9,13 @@ from torch.testing import assert_close
 from transformers_scratch.model.attention import recording, reference_attention
 from transformers_scratch.model.config import ClassifierConfig, LMConfig
 from transformers_scratch.model.models import CausalLM, SequenceClassifier
-from transformers_scratch.training.pictures import attention_maps, draw_attention, draw_curves, learning_curves
+from transformers_scratch.training.pictures import (
+    attention_maps,
+    draw_attention,
+    draw_context,
+    draw_curves,
+    learning_curves,
+)
 
 pytest.importorskip("matplotlib")
 
@@ -185,3 +191,21 @@ def test_a_metric_or_folder_named_with_dollars_or_control_characters_is_drawn_as
         fig = draw_curves(learning_curves(tmp_path / "metrics.csv"), tmp_path / "c.png", title="runs/$a^$")
     assert [ax.get_ylabel() for ax in fig.axes] == ["val/$x^$", "val/a\\x0cb"]
     assert (tmp_path / "c.png").stat().st_size > 0
+
+
+def test_a_log_axis_draws_its_numbers_and_a_path_in_the_legend_stays_its_text(tmp_path):
+    """A log axis labels its ticks in math text (10^0, 10^1): they are drawn as numbers, not as their markup, while
+    a checkpoint's path with a pair of "$" in the legend is drawn as the text it is."""
+    fig = draw_context({"runs/$x^$/last.ckpt": ([1.0, 16.0, 256.0], [3.0, 2.0, 1.5])}, tmp_path / "c.png")
+    assert (tmp_path / "c.png").stat().st_size > 0
+    fig.canvas.draw()
+    ticks = [t for t in fig.axes[0].get_xticklabels() if t.get_text()]
+    assert ticks and all(t.get_window_extent().width < 5 * t.get_fontsize() for t in ticks)
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["runs/$x^$/last.ckpt"]
+
+
+def test_a_token_with_dollars_is_drawn_as_the_text_it_is(tmp_path):
+    """A sub-word token "$$" or a word "$x^$" on the attention picture's axes: drawn as given, not as math text."""
+    tokens = ["$$", "$x^$", "a"]
+    fig = draw_attention(torch.full((1, 1, 3, 3), 1 / 3), tokens, tmp_path / "a.png")
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == tokens

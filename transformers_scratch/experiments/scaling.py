@@ -216,9 +216,9 @@ def format_scaling(report: dict, model: dict) -> list[str]:
     return lines
 
 
-def draw_scaling(report: dict, out: str, title: str = "") -> None:
+def draw_scaling(report: dict, out: str, title: str = ""):
     """A log-log picture: one attention's seconds and added memory over the context, per kernel, each line
-    labelled with its fitted exponent."""
+    labelled with its fitted exponent. Returns the figure (closed, for its data)."""
     from ..training.pictures import _pyplot, save_figure
 
     plt = _pyplot()
@@ -239,3 +239,4 @@ def draw_scaling(report: dict, out: str, title: str = "") -> None:
     fig.tight_layout()
     save_figure(fig, out, 100)
     plt.close(fig)
+    return fig

@@ -86,11 +86,15 @@ def attention_input(vocab, text: str, limit: int) -> tuple[Tensor, list[str], in
     return ids, [_shown_token(vocab.decode(i[None])) for i in ids[0]], encoded.size(1)
 
 
+AS_GIVEN = {"parse_math": False}
+"""How a label from outside is drawn (a token, a path, a metric's name): as the text it is, where a pair of "$" would
+be matplotlib's math text (its parse error on "$x^$"). Only such labels: the log axes' numbers are math text."""
+
+
 def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display needed
-    matplotlib.rcParams["text.parse_math"] = False  # a label is text as given: "$" in a path or a metric's name too
     import matplotlib.pyplot as plt
 
     return plt
@@ -137,9 +141,10 @@ def draw_attention(weights: Tensor, tokens: list[str], out: str | Path, title: s
             image = ax.imshow(panel, cmap=cmap, vmin=0.0, vmax=top, interpolation="nearest")
             ax.set_xticks([]), ax.set_yticks([])
             if i == layers - 1:  # keys along the bottom row, queries down the first column
-                ax.set_xticks(marks, labels, rotation=90, fontsize=font)
+                ax.set_xticks(marks, labels, rotation=90, fontsize=font, **AS_GIVEN)
             if j == 0:
-                ax.set_yticks([k - (u - t) for k in rows], [labels[marks.index(k)] for k in rows], fontsize=font)
+                ax.set_yticks([k - (u - t) for k in rows], [labels[marks.index(k)] for k in rows], fontsize=font,
+                              **AS_GIVEN)  # fmt: skip
             if u > t:  # the memory ends here
                 ax.axvline(u - t - 0.5, color="white", linewidth=0.8)
             ax.tick_params(length=0)
@@ -148,7 +153,7 @@ def draw_attention(weights: Tensor, tokens: list[str], out: str | Path, title: s
             if j == heads - 1:
                 ax.yaxis.set_label_position("right")
                 ax.set_ylabel(f"layer {i + 1}", fontsize=8)
-    fig.suptitle(title or "attention weights: queries down, keys across")
+    fig.suptitle(title or "attention weights: queries down, keys across", **AS_GIVEN)
     fig.tight_layout()
     fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.5, label="attention weight")
     save_figure(fig, out, dpi)
@@ -210,10 +215,10 @@ def draw_curves(curves: dict[str, tuple[list[int], list[float]]], out: str | Pat
     fig, axes = plt.subplots(len(curves), 1, figsize=(6, 1.9 * len(curves) + 0.6), sharex=True, squeeze=False)
     for ax, (name, (steps, values)) in zip(axes[:, 0], curves.items(), strict=True):
         ax.plot(steps, values, marker="o" if len(steps) < 30 else None, markersize=3, linewidth=1.2)
-        ax.set_ylabel(printable(name), fontsize=8)  # a column of the file's: any text
+        ax.set_ylabel(printable(name), fontsize=8, **AS_GIVEN)  # a column of the file's: any text
         ax.grid(alpha=0.3)
     axes[-1, 0].set_xlabel("step")
-    fig.suptitle(printable(title), fontsize=9)
+    fig.suptitle(printable(title), fontsize=9, **AS_GIVEN)
     fig.tight_layout()
     save_figure(fig, out, dpi)
     plt.close(fig)
@@ -232,7 +237,8 @@ def draw_context(curves: dict[str, tuple[list[float], list[float]]], out: str | 
     ax.set_xlabel("position in the window (bytes it sees)")
     ax.set_ylabel("bits per byte")
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7)
+    for label in ax.legend(fontsize=7).get_texts():
+        label.set_parse_math(False)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     save_figure(fig, out, dpi)
