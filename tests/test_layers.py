@@ -186,3 +186,17 @@ def test_one_module_touches_hugging_face():
     assert not [
         n for n in top if (getattr(n, "module", None) or n.names[0].name).startswith(("transformers", "huggingface"))
     ]
+
+
+def test_the_gpu_script_imports_only_names_the_package_has():
+    """``.ci/gpu`` runs only where a GPU is lent, so a change of the package that breaks it would show there alone,
+    after the GPU's time is spent: every name it imports from the package must exist here."""
+    import importlib
+
+    script = PACKAGE.parent / ".ci" / "gpu"
+    imported = [(node.module, a.name) for node in ast.walk(ast.parse(script.read_text(), str(script)))
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("transformers_scratch")
+                for a in node.names]  # fmt: skip
+    assert len(imported) >= 3
+    missing = [f"{m}.{n}" for m, n in imported if not hasattr(importlib.import_module(m), n)]
+    assert not missing, f".ci/gpu imports names the package no longer has: {missing}"
