@@ -1926,6 +1926,9 @@ def test_a_picture_never_lands_in_a_folder_named_as_its_file(lm_ckpt, capsys, tm
     (tmp_path / "pictures").mkdir()
     fails(capsys, "attention", "--ckpt_path", str(lm_ckpt), "--text", "the cat", "--out", "pictures",
           message="--out 'pictures' is a folder; pass a file name")  # fmt: skip
+    fails(capsys, "attention", "--ckpt_path", str(lm_ckpt), "--text", "the cat", "--out", "new/",
+          message="--out 'new/' is a folder; pass a file name, e.g. --out new/picture.png")  # fmt: skip
+    assert not (tmp_path / "new").exists()  # a name ending in "/": a folder, not a file of its name
     main(["attention", "--ckpt_path", str(lm_ckpt), "--text", "the cat", "--out", "a.png"])
     main(["attention", "--ckpt_path", str(lm_ckpt), "--text", "the cat" * 9, "--out", "a.png"])
     err = capsys.readouterr().err

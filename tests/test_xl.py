@@ -303,6 +303,15 @@ def test_convert_xl_refuses_weights_that_are_not_finite_and_writes_nothing(tmp_p
     assert not (tmp_path / "xl.ckpt").exists()
 
 
+def test_convert_xl_writes_no_checkpoint_in_place_of_a_folder(tmp_path, capsys):
+    """An --out that is a folder, or names one ("new/"), is refused before anything is read or written."""
+    torch.save(authors_state(), tmp_path / "model.pt")
+    for out in (str(tmp_path), f"{tmp_path / 'new'}/"):
+        fails(capsys, "convert_xl", "--state_dict", str(tmp_path / "model.pt"), "--out", out,
+              message=f"error: --out {out!r} is a folder; pass a file name, e.g. --out ")  # fmt: skip
+    assert not (tmp_path / "new").exists()
+
+
 def test_convert_xl_refuses_symbols_that_are_digits_but_no_decimal_number(tmp_path, capsys):
     torch.save(authors_state(), tmp_path / "model.pt")
     (tmp_path / "symbols.txt").write_text("\n".join([*map(str, range(39)), "²"]))  # int('²') fails

@@ -235,6 +235,7 @@ def convert_xl(
     from ..data.vocab import vocab_state
     from ..model.xl import from_authors
 
+    refuse_output(out, "--out", "converted.ckpt")
     if Path(out).exists():
         raise FileExistsError(f"--out {out!r} already exists; pass a new file name")
     state = Checkpoint.tensors(state_dict, "--state_dict")

@@ -131,8 +131,9 @@ LONGEST = 120  # characters of one value quoted in a message: a longer one shows
 
 def refuse_output(out: str | os.PathLike, flag: str, example: str, inputs=()) -> None:
     """A file a command is to write, checked before any work: never a folder, nor one of the command's ``inputs``
-    (``(flag, path)`` pairs, a None path skipped), which writing it would lose. ``example``: a file name to pass."""
-    if os.path.isdir(out):
+    (``(flag, path)`` pairs, a None path skipped), which writing it would lose. ``example``: a file name to pass.
+    A name ending in "/" is a folder too, made or not: the file would take the folder's name."""
+    if os.path.isdir(out) or str(out).endswith("/"):
         raise ValueError(f"{flag} {str(out)!r} is a folder; pass a file name, e.g. {flag} {Path(out) / example}")
     same = [flag for flag, path in inputs if path and os.path.exists(path) and os.path.exists(out)
             and os.path.samefile(out, path)]  # fmt: skip
