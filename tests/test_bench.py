@@ -503,6 +503,14 @@ def test_the_long_context_tables_measure_the_kernels_they_are_given(tmp_path, mo
             "error: --nanogpt is a setting of the default run, which --long-context replaces; leave it out",
         ),  # fmt: skip
         (["--nanogpt", "none.py"], "error: --nanogpt 'none.py' is no file; pass model.py of a karpathy/nanoGPT"),
+        (["--long-context", "--plot", "."], "error: --plot '.' is a folder; pass a file name, e.g. --plot scaling.png"),
+        (["--long-context", "--plot", "new/"], "error: --plot 'new/' is a folder; pass a file name, e.g. --plot new/"),
+        (["--long-context", "--plot", "s.xyz"], "error: --plot 's.xyz' ends in '.xyz', which is no picture format"),
+        (
+            ["--long-context", "--plot", "text.txt/s.png"],
+            "error: --plot 'text.txt': File exists; a file of that name stands where a folder is to be made",
+        ),  # fmt: skip
+        (["--long-context", "--search", "--plot", "s.png"], "error: --plot draws the sweep over contexts, which --"),
     ],
 )
 def test_a_bad_flag_or_config_ends_the_bench_with_one_line_before_any_measurement(tmp_path, argv, says):

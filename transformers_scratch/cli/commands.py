@@ -38,6 +38,7 @@ from ..training.checkpoints import Checkpoint
 from ..training.console import shown
 from ..training.inference import continue_text, decode_sources, export_vocab
 from ..training.modules import LitCharLM, LitClassifier, LitMaskedLM, LitSeq2Seq, LitXL
+from ..training.pictures import out_file
 from .errors import damaged
 
 MAX_INPUTS = 100_000  # --input_file lines
@@ -54,23 +55,6 @@ def text_or_file(text: str | None, path: str | None, flag: str, what: str, kind:
         where = f"--{flag}_file {path!r}" if path is not None else f"--{flag}"
         raise ValueError(f"{where} is empty; give {what}")
     return text
-
-
-def out_file(out: str, flag: str = "--out", example: str = "picture.png", inputs: tuple = ()) -> Path:
-    """A file a command writes (a picture unless ``example`` says otherwise), checked before any work: not a
-    folder nor one of its ``inputs`` ((flag, path) pairs); its folder made, a file it replaces named."""
-    target = Path(out)
-    refuse_output(out, flag, example, inputs)
-    from matplotlib.backend_bases import FigureCanvasBase
-
-    picture = example.endswith(".png") and target.suffix
-    if picture and target.suffix[1:].lower() not in FigureCanvasBase.get_supported_filetypes():
-        raise ValueError(f"{flag} {out!r} ends in {target.suffix!r}, which is no picture format here; pass a name "
-                         "ending in .png (or .pdf, .svg)")  # fmt: skip
-    target.parent.mkdir(parents=True, exist_ok=True)
-    if target.is_file():  # a device or a pipe (/dev/stdout) is written to, not replaced
-        print(f"note: replacing {out}", file=sys.stderr)
-    return target
 
 
 def sample(

@@ -24,7 +24,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from .. import data, training
 from ..atomic import output_unwritable
 from ..data import DataError
-from ..data.files import printable, shortened
+from ..data.files import flag_of, path_refused, printable, shortened
 from ..model.config import memory_bytes
 from ..training.callbacks import TrainingDiverged
 from .config_files import ConfigError, config_paths, load, no_mapping, not_yaml
@@ -115,12 +115,8 @@ def _line(e: BaseException, argv: list[str]) -> str:
         return f"this command needs the module {e.name!r}, which is not installed; pip install its package"
     if unwritable := output_unwritable(e):
         return unwritable
-    if isinstance(e, OSError) and e.errno is not None and (e.filename or e.errno in FIXES):  # the system's
-        path = str(e.filename2 or e.filename or "")  # a move's target: a temporary file's name is no one's
-        flag = flag_of(path, argv) if path else None
-        fix = FIXES.get(e.errno, "pass a path that exists and this user may read and write, or create it")
-        named = f"{flag + ' ' if flag else ''}{shortened(path)!r}: " if path else ""  # a write's error names none
-        return f"{named}{e.strerror or type(e).__name__}; {fix}"
+    if isinstance(e, OSError) and (line := path_refused(e, argv)):
+        return line
     # a piped config (regular files are read, and named, before parsing), or a flag's YAML, that the loader refused
     piped = " or ".join(repr(path) for path in config_paths(argv) if not os.path.isfile(path))
     if isinstance(e, UnicodeEncodeError):  # the output's encoding: a C locale's ascii, a Windows code page
@@ -207,27 +203,6 @@ def causes(e: BaseException | None):
         seen.add(id(e))
         yield e
         e = e.__cause__ if e.__cause__ is not None or e.__suppress_context__ else e.__context__
-
-
-FIXES = {  # a folder was to be made or entered where a file is; a disk that is full or read-only
-    errno.EEXIST: "a file of that name stands where a folder is to be made; pass another path",
-    errno.ENOTDIR: "a part of the path is a file, not a folder; pass another path",
-    errno.ENOSPC: "free space on that disk, or pass a path on another one",
-    errno.EDQUOT: "free space within this user's quota there, or pass a path on another disk",
-    errno.EIO: "check that disk (full, or failing), or pass a path on another one",
-    errno.EROFS: "that disk is mounted read-only; pass a path on a writable one",
-}
-
-
-def flag_of(path: str, argv: list[str]) -> str | None:
-    """The flags whose value is ``path``, else those that hold it or a folder above it."""
-    pairs = [arg.partition("=")[::2] if arg.startswith("--") else (argv[i - 1] if i else "", arg)
-             for i, arg in enumerate(argv)]  # fmt: skip
-    given = [(flag, value, os.path.abspath(value)) for flag, value in pairs if flag.startswith("--") and value]
-    exact = [flag for flag, value, full in given if path in (value, full)]  # a path as given, or made absolute
-    holds = [flag for flag, value, full in given
-             if path in value or any(path.startswith(v.rstrip("/") + "/") for v in (value, full))]  # fmt: skip
-    return " and ".join(dict.fromkeys(exact or holds)) or None
 
 
 def memory_line(e: BaseException, argv: list[str]) -> str:

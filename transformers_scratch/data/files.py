@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+import errno
 import gzip
 import hashlib
 import os
@@ -140,6 +141,40 @@ def refuse_output(out: str | os.PathLike, flag: str, example: str, inputs=()) ->
     if same:
         raise ValueError(f"{flag} {str(out)!r} is a file this command reads ({same[0]}); pass another name, e.g. "
                          f"{flag} {example}")  # fmt: skip
+
+
+FIXES = {  # a folder was to be made or entered where a file is; a disk that is full or read-only
+    errno.EEXIST: "a file of that name stands where a folder is to be made; pass another path",
+    errno.ENOTDIR: "a part of the path is a file, not a folder; pass another path",
+    errno.ENOSPC: "free space on that disk, or pass a path on another one",
+    errno.EDQUOT: "free space within this user's quota there, or pass a path on another disk",
+    errno.EIO: "check that disk (full, or failing), or pass a path on another one",
+    errno.EROFS: "that disk is mounted read-only; pass a path on a writable one",
+}
+
+
+def flag_of(path: str, argv: list[str]) -> str | None:
+    """The flags whose value is ``path``, else those that hold it or a folder above it."""
+    pairs = [arg.partition("=")[::2] if arg.startswith("--") else (argv[i - 1] if i else "", arg)
+             for i, arg in enumerate(argv)]  # fmt: skip
+    given = [(flag, value, os.path.abspath(value)) for flag, value in pairs if flag.startswith("--") and value]
+    exact = [flag for flag, value, full in given if path in (value, full)]  # a path as given, or made absolute
+    holds = [flag for flag, value, full in given
+             if path in value or any(path.startswith(v.rstrip("/") + "/") for v in (value, full))]  # fmt: skip
+    return " and ".join(dict.fromkeys(exact or holds)) or None
+
+
+def path_refused(e: OSError, argv: list[str]) -> str | None:
+    """The system's refusal of a path (none there, a file where a folder is to be made, a full disk) as one line:
+    the flags that gave the path (``argv``: the command's arguments), the path, the system's reason, a fix. None:
+    the error names no path and is no refusal of a disk."""
+    if e.errno is None or not (e.filename or e.errno in FIXES):
+        return None
+    path = str(e.filename2 or e.filename or "")  # a move's target: a temporary file's name is no one's
+    flag = flag_of(path, argv) if path else None
+    fix = FIXES.get(e.errno, "pass a path that exists and this user may read and write, or create it")
+    named = f"{flag + ' ' if flag else ''}{shortened(path)!r}: " if path else ""  # a write's error names none
+    return f"{named}{e.strerror or type(e).__name__}; {fix}"
 
 
 def shortened(value: str) -> str:

@@ -32,9 +32,11 @@ import torch.nn.functional as F
 
 from ..atomic import debugging, output_closed, stopped_reading
 from ..bounds import Count, Depth, NonNegative, PositiveFloat
+from ..data.files import path_refused
 from ..model.config import EncoderDecoderConfig, LMConfig
 from ..model.models import CausalLM, EncoderDecoder
 from ..training.perf import peak_flops, train_flops_per_token
+from ..training.pictures import out_file
 from . import Parser, bounded
 from .nanogpt import import_model_py
 from .scaling import KERNELS, attention_job, attention_sweep, draw_scaling, format_scaling, scaling, sparse_settings
@@ -311,20 +313,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """The command; a refused flag or setting (argparse's, through :class:`Parser`, or the project's), or a
-    nanoGPT checkout that cannot serve, is one ``error:`` line, written here only."""
+    """The command; a refused flag or setting (argparse's, through :class:`Parser`, or the project's), a path the
+    system refuses (named by its flag), or a nanoGPT checkout that cannot serve, is one ``error:`` line, written
+    here only."""
     try:
         bench(build_parser().parse_args(argv))
     except BrokenPipeError:
         if not output_closed():  # another pipe (a worker's): a fault
             raise
         stopped_reading()
-    except (ValueError, KeyboardInterrupt) as e:
-        if debugging():  # as the command line: the traceback on demand
+    except (ValueError, OSError, KeyboardInterrupt) as e:
+        line = path_refused(e, sys.argv[1:] if argv is None else argv) if isinstance(e, OSError) else str(e)
+        if debugging() or line is None:  # as the command line: the traceback on demand, or of a fault
             raise
         from ..training.console import INTERRUPTED
 
-        print(INTERRUPTED if isinstance(e, KeyboardInterrupt) else f"error: {e}", file=sys.stderr)
+        print(INTERRUPTED if isinstance(e, KeyboardInterrupt) else f"error: {line}", file=sys.stderr)
         raise SystemExit(130 if isinstance(e, KeyboardInterrupt) else 1) from None
 
 
@@ -364,6 +368,10 @@ def bench(args: argparse.Namespace) -> None:
         raise ValueError(f"{extra[0]} is a setting of the default run, which {kind[0]} replaces; leave it out")
     if args.nanogpt and not Path(args.nanogpt).is_file():
         raise ValueError(f"--nanogpt {args.nanogpt!r} is no file; pass model.py of a karpathy/nanoGPT checkout")
+    if args.plot:  # before the minutes of measuring: a folder, or a format matplotlib cannot write, is refused
+        if args.search:
+            raise ValueError("--plot draws the sweep over contexts, which --search does not run; leave one of them out")
+        out_file(args.plot, "--plot", "scaling.png")
     if args.speedrun:
         from .endtoend import speedrun
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import sys
 from pathlib import Path
 from typing import Any, cast
 
@@ -16,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from ..atomic import write_whole
-from ..data.files import printable, read_text
+from ..data.files import printable, read_text, refuse_output
 from ..model.attention import recording
 from ..model.sparse import SparseAttend
 from ..model.xl import TransformerXL
@@ -98,6 +99,23 @@ def _pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def out_file(out: str, flag: str = "--out", example: str = "picture.png", inputs: tuple = ()) -> Path:
+    """A file a command writes (a picture unless ``example`` says otherwise), checked before any work: not a
+    folder nor one of its ``inputs`` ((flag, path) pairs); its folder made, a file it replaces named."""
+    target = Path(out)
+    refuse_output(out, flag, example, inputs)
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    picture = example.endswith(".png") and target.suffix
+    if picture and target.suffix[1:].lower() not in FigureCanvasBase.get_supported_filetypes():
+        raise ValueError(f"{flag} {out!r} ends in {target.suffix!r}, which is no picture format here; pass a name "
+                         "ending in .png (or .pdf, .svg)")  # fmt: skip
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.is_file():  # a device or a pipe (/dev/stdout) is written to, not replaced
+        print(f"note: replacing {out}", file=sys.stderr)
+    return target
 
 
 def save_figure(fig, out: str | Path, dpi: int) -> None:
