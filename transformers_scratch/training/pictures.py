@@ -255,8 +255,8 @@ def draw_context(curves: dict[str, tuple[list[float], list[float]]], out: str | 
     ax.set_xlabel("position in the window (bytes it sees)")
     ax.set_ylabel("bits per byte")
     ax.grid(alpha=0.3, which="both")
-    for label in ax.legend(fontsize=7).get_texts():
-        label.set_parse_math(False)
+    for label in ax.legend(fontsize=7).get_texts():  # a checkpoint's path
+        label.set(**AS_GIVEN)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     save_figure(fig, out, dpi)
