@@ -937,6 +937,19 @@ def test_ts_debug_set_to_0_or_false_keeps_the_one_line(monkeypatch, capsys, tmp_
         cli.main(args)
 
 
+@pytest.mark.slow
+def test_a_run_on_a_machine_of_many_cores_gives_no_advice_to_add_workers(tmp_path, monkeypatch):
+    """Lightning advises num_workers=15 on 16 cores for every loader of fewer than 2 workers; the configs set theirs
+    on purpose. A quiet run leaves the advice out, --verbose shows it."""
+    monkeypatch.setattr("lightning.pytorch.trainer.connectors.data_connector.suggested_max_num_workers", lambda n: 15)
+    data = ["--data.path", str(corpus(tmp_path / "t.txt")), "--data.num_workers", "0", "--trainer.max_steps", "2"]
+    quiet = lm_fit(tmp_path, *data)
+    loud = lm_fit(tmp_path, *data, "--name", "loud", "--verbose", "true")
+    assert quiet.returncode == loud.returncode == 0, quiet.stderr[-2000:] + loud.stderr[-2000:]
+    assert "does not have many workers" not in quiet.stderr
+    assert "'train_dataloader' does not have many workers" in loud.stderr
+
+
 def test_a_quiet_run_leaves_out_the_hubs_retries_of_a_request(monkeypatch):
     """With no network, the Hugging Face Hub's client said ten lines of retries before the one error line."""
     import logging

@@ -94,9 +94,12 @@ def note(message: str) -> None:
 
 
 def quiet() -> None:
-    """Leave out Lightning's information, W&B's terminal output and the Hugging Face Hub's retries."""
+    """Leave out Lightning's information, W&B's terminal output and the Hugging Face Hub's retries, and Lightning's
+    advice to add loader workers on a machine of many cores: each config sets its workers on purpose (a worker of
+    the CPU configs, whose batches are slices of text in memory, was measured to slow training: benchmarks.md)."""
     for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=r"The '\w+' does not have many workers")
     os.environ.setdefault("WANDB_SILENT", "true")
     os.environ.setdefault("HF_HUB_VERBOSITY", "error")  # read when huggingface_hub is imported; if it was already:
     logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
