@@ -3,8 +3,10 @@
 import csv
 import math
 import os
+import warnings
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import lightning as L
 import pytest
@@ -411,10 +413,22 @@ def test_flop_count_matches_the_parameter_count():
      ("NVIDIA GeForce GTX 1080", None)],
 )  # fmt: skip
 def test_mfu_peak_is_lightnings_for_the_device(monkeypatch, name, peak):
-    """The dense bf16 peaks of the vendors' data sheets, as Lightning keeps them; none on a CPU."""
+    """The dense bf16 peaks of the vendors' data sheets, as Lightning keeps them; none on a CPU, and none without
+    Lightning's warning for a GPU it does not know (the run says so once, in a note)."""
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
-    assert peak_flops("cuda", "bf16-mixed") == pytest.approx(peak)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert peak_flops("cuda", "bf16-mixed") == pytest.approx(peak)
     assert peak_flops("cpu") is None
+
+
+def test_a_gpu_of_no_known_peak_is_said_once_to_log_no_mfu(monkeypatch, capsys):
+    """An H200 as torch names it, which Lightning's table (h200 sxm1, h200 nvl1) does not match."""
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
+    trainer = SimpleNamespace(precision="bf16-mixed", global_step=0)
+    Throughput().on_train_start(trainer, SimpleNamespace(device=torch.device("cuda")))
+    said = "note: no train/mfu: Lightning keeps no peak FLOPs for NVIDIA H200 at trainer.precision bf16-mixed\n"
+    assert capsys.readouterr().err == said
 
 
 def test_no_sample_under_fsdp(capsys):

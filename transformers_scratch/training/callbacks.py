@@ -485,6 +485,9 @@ class Throughput(Callback):
     def on_train_start(self, trainer, pl_module) -> None:
         self.tokens, self.flops, self.clock = 0, 0.0, time.perf_counter()
         self.peak = peak_flops(pl_module.device, trainer.precision)
+        if self.peak is None and pl_module.device.type == "cuda":
+            gpu, precision = torch.cuda.get_device_name(pl_module.device), trainer.precision
+            note(f"note: no train/mfu: Lightning keeps no peak FLOPs for {gpu} at trainer.precision {precision}")
         self.marks: dict[int, float] = {}  # step -> the time it started, for the estimate
         self.first_step, self.said = trainer.global_step, False
 

@@ -3,6 +3,8 @@ et al. 2022, app. B)."""
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from lightning.fabric.utilities.throughput import get_available_flops
 
@@ -26,9 +28,12 @@ def train_flops_per_token(cfg: TransformerConfig, context: int, output_size: int
 
 def peak_flops(device: torch.device | str | None = None, precision: str = "bf16-mixed") -> float | None:
     """The device's dense peak at the training precision, from Lightning's table of GPUs; None on a CPU or a
-    GPU Lightning does not know (then no MFU is reported)."""
+    GPU Lightning does not know (then no MFU is reported: :class:`~.callbacks.Throughput` says so once, where
+    Lightning would warn at every fit)."""
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type != "cuda":
         return None
     dtype = torch.bfloat16 if "bf16" in str(precision) else torch.float16 if "16" in str(precision) else torch.float32
-    return get_available_flops(device, dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return get_available_flops(device, dtype)
