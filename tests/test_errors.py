@@ -104,6 +104,17 @@ def test_a_class_by_a_name_that_none_has_is_named_with_where_to_look(tmp_path):
                                                                  "one's settings)")  # fmt: skip
 
 
+@pytest.mark.parametrize("path", ["test_errors.Nope", "test_errors.nomod.X", "test_errors.Sizes"])
+def test_a_class_by_an_import_path_that_names_none_or_another_kind_is_named_with_where_to_look(tmp_path, path):
+    """jsonargparse's "module 'test_errors' has no attribute 'Nope'" and "Import path does not correspond to a
+    subclass of Model" named no fix, where a bare name that none has did."""
+    fix = "is no class it takes, nor a file of its settings; name a class by its name or import path (--model.help"
+    assert refusal("--model", path).startswith(f"model: '{path}' {fix}")
+    config = tmp_path / "c.yaml"
+    config.write_text(f"model:\n  class_path: {path}\n")
+    assert refusal("--config", str(config)).startswith(f"--config '{config}': model: '{path}' {fix}")
+
+
 def test_a_flag_with_no_value_is_named():
     assert refusal("--length") == "--length needs a value, and nothing follows it; pass one, e.g. --length VALUE " \
         "(or --length=VALUE)"  # fmt: skip

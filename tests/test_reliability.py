@@ -405,6 +405,10 @@ def test_more_memory_than_the_machine_has_is_an_error_line_not_the_kernels_kill(
     (["fit", "--model.help", "bogus"], ": bogus; pass one of LitCharLM, LitClassifier, LitMaskedLM, LitSeq2Seq, LitXL"),
     (["fit", "--model", "LitCharLM", "--model.model=Foo"], "model.model: 'Foo' is no class it takes, nor a file of "
      "its settings; name a class by its name or import path (--model.model.help CLASS shows"),  # not --model.help
+    (["fit", "--model", "transformers_scratch.LitCharLM"], "model: 'transformers_scratch.LitCharLM' is no class it "
+     "takes, nor a file of its settings; pass one of LitCharLM, LitClassifier, LitMaskedLM, LitSeq2Seq, LitXL (--"),
+    (["fit", "--data", "torch.nn.Linear"], "data: 'torch.nn.Linear' is no class it takes, nor a file of its settings; "
+     "pass one of IMDbDataModule, IMDbMLMDataModule, OrderedTextDataModule, TextDataModule, TransductionDataModule"),
     (["fit", "--data.help", "os.system"], "--data.help: 'os.system' is no class of the project's; pass one of "
                                           "IMDbDataModule, IMDbMLMDataModule, "),  # not "add it to the allowlist"
     (["test", "--data.path", "t.txt"], "data: Option 'path' is not accepted; no data class is named: pass a config "

@@ -47,7 +47,12 @@ SCAFFOLDING = (
 # and those types in words
 EXPECTED = re.compile(r"(?:Expected a (?:<class '(\w+)'>|typing\.Literal\[(.*)\])(?:\. Got value: (.*))?"
                       r"|Not of type (.+?): .*)$")  # fmt: skip
+# jsonargparse's reports of a class named by a name that no class has, by a path that imports none, or of another kind
+CLASS_NAMED = re.compile(r"Expected a path but (.*) either not accessible or invalid|Expected a dot import path "
+                         r"string: (.*)|module '[\w.]+' has no attribute '\w+'|Import path (?:([\w.]+) )?does not "
+                         r"correspond to a subclass of \w+")  # fmt: skip
 BASES = ("LightningModule", "LightningDataModule", "LitTransformer")  # what jsonargparse takes where none is named
+GROUPS = {"LitTransformer": "model", "LightningDataModule": "data"}  # the project's classes' bases, and their keys
 KINDS = {"int": "an integer", "float": "a number", "bool": "true, false", "str": "text", "NoneType": "null"}
 YAML = {"True": "true", "False": "false", "None": "null"}  # a choice of Literal[...] as a config writes it
 
@@ -251,16 +256,18 @@ def brief(message: str) -> str:
     elif expected:
         value = YAML.get(expected[0][3], expected[0][3]) or (given[-1] if given else "the value")
         reason = f"{shortened(value)} is not " + (kinds[0] if len(kinds) == 1 else f"one of: {', '.join(kinds)}")
-    class_named = r"Expected a path but (.*) either not accessible or invalid|Expected a dot import path string: (.*)"
-    if named := re.fullmatch(class_named, reason):  # a class by a name that none has
-        flag = ".".join(keys) or "SETTING"
-        reason = (f"{shortened(named[1] or named[2] or '')!r} is no class it takes, nor a file of its settings; name a "
-                  f"class by its name or import path (--{flag}.help CLASS shows one's settings)")  # fmt: skip
+    paths = [m[1] for line in lines[:at] if (m := re.match(r"Problem with given class_path '([\w.]+)'", line))]
+    cls = paths[-1].rsplit(".", 1)[-1] if paths else "CLASS"  # the class the report names, innermost
+    if named := re.fullmatch(CLASS_NAMED, reason):  # a class by a name or import path that none has, or another's
+        flag, name = ".".join(keys) or "SETTING", next((n for n in named.groups() if n), (paths or given or [""])[-1])
+        base = re.search(rf"(?:Subtypes: \[<class '[\w.]*\.|subclass of )({'|'.join(GROUPS)})\b", message)
+        own = base is not None and GROUPS[base[1]] == flag  # model or data itself, not a setting below it
+        fix = f"pass one of {', '.join(project_classes(flag))}" if own else "name a class by its name or import path"
+        reason = (f"{shortened(name)!r} is no class it takes, nor a file of its settings; {fix} (--{flag}.help CLASS "
+                  "shows one's settings)")  # fmt: skip
     if "import path denylist" in reason:
         reason = (f"{reason.split(chr(39))[1]!r} is refused: a config may name classes and functions from "
                   f"{', '.join(ALLOWED_IMPORTS)} only (nothing else is imported)")  # fmt: skip
-    paths = [m[1] for line in lines[:at] if (m := re.match(r"Problem with given class_path '([\w.]+)'", line))]
-    cls = paths[-1].rsplit(".", 1)[-1] if paths else "CLASS"  # the class the report names, innermost
     if keys and cls in BASES and re.match(r"Option '.*' is not accepted|unrecognized arguments", reason):
         reason += f"; no {keys[0]} class is named: pass a config that names one, e.g. --config configs/first_run.yaml"
     elif keys and re.fullmatch(r"Option '.*' is not accepted", reason):  # a setting that the class lacks
@@ -322,10 +329,14 @@ def usage_slip(message: str, argv: list[str]) -> str | None:
         return f"{first}; {argv[0]} --help lists its options"
     if asked := re.match(r"--(model|data)\.help: (.*)", first):  # a class that is not the project's
         why = f"{asked[2].split(chr(39))[1]!r} is no class of the project's" if "denylist" in asked[2] else asked[2]
-        names = [n for n in (training if asked[1] == "model" else data).__all__
-                 if n.endswith("DataModule") or n.startswith("Lit") and n != "LitTransformer"]  # fmt: skip
-        return f"--{asked[1]}.help: {why}; pass one of {', '.join(names)}"
+        return f"--{asked[1]}.help: {why}; pass one of {', '.join(project_classes(asked[1]))}"
     return None
+
+
+def project_classes(group: str) -> list[str]:
+    """The classes of the project's that ``model`` (or ``data``) takes."""
+    every = (training if group == "model" else data).__all__
+    return [n for n in every if n.endswith("DataModule") or n.startswith("Lit") and n != "LitTransformer"]
 
 
 def config_at_fault(line: str, argv: list[str]) -> str | None:
