@@ -4,6 +4,7 @@ the real library, so a release that rewords one fails this file instead of a use
 import importlib.util
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import pytest
@@ -40,6 +41,11 @@ class Model:
 class Watcher(Model):
     def __init__(self, monitor: str, sizes: Sizes | None = None) -> None:
         super().__init__(sizes)
+
+
+class Writer(Model):
+    def __init__(self, folder: str | Path = ".") -> None:  # as a logger's save_dir
+        super().__init__()
 
 
 def parser() -> ArgumentParser:
@@ -87,6 +93,18 @@ def test_a_value_of_no_type_that_a_setting_takes_is_named_with_those_types_in_wo
     assert refusal("--precision", "13") == "precision: 13 is not one of: 16, 32, bf16-mixed, null"  # 16 and "16": once
     assert refusal(*MODEL, "--model.sizes.kind", "c") == "model.sizes.kind: c is not one of: a, b"
     assert refusal("--seed", "0") == "seed: 0 is not one of: true, false, an integer in [1, 16,777,216]"
+
+
+@pytest.mark.parametrize(
+    "flag, value",
+    [
+        ("--model", "{class_path: test_errors.Writer, init_args: {folder: 3}}"),
+        ("--trainer.models", "[{class_path: test_errors.Writer, init_args: {folder: 3}}]"),
+    ],
+)
+def test_a_value_inside_a_class_is_named_as_itself_not_as_the_class_around_it(flag, value):
+    """A report of nested unions gives each "Given value" below its reasons; the outer one is the whole class."""
+    assert refusal(flag, value) == f"{flag[2:]}.folder: 3 is not one of: text, Path"
 
 
 def test_the_value_an_optional_interval_hides_is_put_back():

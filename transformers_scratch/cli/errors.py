@@ -237,8 +237,10 @@ def brief(message: str) -> str:
     skip = SCAFFOLDING + (("Expected a <class 'list'>", "Expected a path but") if a_class else ())  # not meant
     at = next((i for i, line in enumerate(lines) if not line.startswith(skip)), None)
     keys = [line.split('"')[1] for line in lines[:at] if line.startswith('Parser key "')]  # the first reason's
-    given = [re.sub(r"^NestedArg\(.*val=(.*)\)$", r"\1", line.removeprefix("Given value:").strip()).strip("'")
-             for line in lines if line.startswith("Given value:")]  # fmt: skip
+    values = {i: re.sub(r"^NestedArg\(.*val=(.*)\)$", r"\1", line.removeprefix("Given value:").strip()).strip("'")
+              for i, line in enumerate(lines) if line.startswith("Given value:")}  # fmt: skip
+    given = list(values.values())  # the first reason's value: the first given after it (a union's outer, last)
+    given = [v for i, v in values.items() if at is not None and i > at][:1] or given
     if at is None:  # a class's place given a value of no type it takes (`model: 3`): the report holds no reason
         if not (keys and given and any(line.startswith("Not a valid subclass") for line in lines)):
             return lines[0]
