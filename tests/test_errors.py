@@ -144,7 +144,10 @@ def test_an_unknown_flag_is_named_as_the_command_lines_not_a_configs(tmp_path):
     with pytest.raises(ArgumentError) as caught:
         parser().parse_args(argv)
     line = error_line(caught.value, ["fit", *argv])  # as main() gives it: the command first
-    assert line == "unrecognized arguments: --trainer.max_stepz 3; fit --help lists its options", line
+    assert line == "unrecognized arguments: --trainer.max_stepz 3; did you mean --trainer.max_steps? fit --help " \
+        "lists its options", line  # fmt: skip
+    caught.value.options = ["ckpt_path", "temperature"]  # a command's own (cli.run_function): no --trainer.* there
+    assert error_line(caught.value, ["sample", *argv]).endswith(" 3; sample --help lists its options")
 
 
 def test_a_config_that_is_no_mapping_is_named(tmp_path):
@@ -210,8 +213,9 @@ def test_a_class_given_by_its_class_path_flag_names_no_config_that_sets_its_grou
 def test_an_unknown_option_given_by_a_flag_names_no_config_that_sets_its_group(tmp_path):
     (tmp_path / "a.yaml").write_text("model:\n  class_path: test_errors.Model\n  init_args: {sizes: {emb: 4}}\n")
     assert refusal("--config", str(tmp_path / "a.yaml"), "--model.sizes.embb", "3") == (
-        "model.sizes: Option 'embb' is not accepted; --model.sizes.help Sizes lists the settings it takes"
-    )  # the class as jsonargparse's report names it
+        "model.sizes: Option 'embb' is not accepted; did you mean --model.sizes.emb? --model.sizes.help Sizes lists "
+        "the settings it takes"
+    )  # the class as jsonargparse's report names it, and its setting nearest the one given
 
 
 def test_a_value_given_below_a_key_that_takes_one_is_the_flags_not_the_configs(tmp_path):

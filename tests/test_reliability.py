@@ -409,6 +409,14 @@ def test_more_memory_than_the_machine_has_is_an_error_line_not_the_kernels_kill(
      "takes, nor a file of its settings; pass one of LitCharLM, LitClassifier, LitMaskedLM, LitSeq2Seq, LitXL (--"),
     (["fit", "--data", "torch.nn.Linear"], "data: 'torch.nn.Linear' is no class it takes, nor a file of its settings; "
      "pass one of IMDbDataModule, IMDbMLMDataModule, OrderedTextDataModule, TextDataModule, TransductionDataModule"),
+    (["fit", "--trainer.max_stesp", "5"], "unrecognized arguments: --trainer.max_stesp 5; did you mean "
+     "--trainer.max_steps? fit --help lists its options"),  # a misspelt flag: the nearest option, where one is near
+    (["fit", "--chekpoint.save_top_k", "1"], "; did you mean --checkpoint.save_top_k? fit --help"),
+    (["fit", "--trainer.zzz", "1"], "unrecognized arguments: --trainer.zzz 1; fit --help lists its options"),
+    (["fit", "--model", "LitCharLM", "--model.model.depht=2"], "model.model: Option 'depht' is not accepted; did you "
+     "mean --model.model.depth? --model.model.help LMConfig lists the settings it takes"),
+    (["sample", "--ckpt_path", "a.ckpt", "--temprature", "1"], "; did you mean --temperature? sample --help lists"),
+    (["context", "--ckpt_path", "a.ckpt", "--data.path", "t.txt"], "; did you mean --data_path? context --help"),
     (["fit", "--data.help", "os.system"], "--data.help: 'os.system' is no class of the project's; pass one of "
                                           "IMDbDataModule, IMDbMLMDataModule, "),  # not "add it to the allowlist"
     (["test", "--data.path", "t.txt"], "data: Option 'path' is not accepted; no data class is named: pass a config "

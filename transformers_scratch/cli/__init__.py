@@ -11,6 +11,7 @@ Lightning's four commands come from :mod:`.lightning`; the others are the typed 
 from __future__ import annotations
 
 import ast
+import inspect
 import os
 import sys
 from functools import cache
@@ -82,7 +83,7 @@ def usage() -> str:
 
 def run_function(name: str, argv: list[str]) -> None:
     """One of :data:`FUNCTIONS`, its options parsed from its signature by jsonargparse."""
-    from jsonargparse import ArgumentParser
+    from jsonargparse import ArgumentError, ArgumentParser
 
     from ..bounds import PathName, register
 
@@ -94,7 +95,12 @@ def run_function(name: str, argv: list[str]) -> None:
     parser.add_function_arguments(function, as_group=False, skip=set(positional))
     for arg in positional:
         parser.add_argument(arg, type=PathName, help="A run's log folder (logs/<name>/version_N) or its metrics.csv.")
-    function(**parser.parse_args(argv).as_dict())
+    try:
+        parsed = parser.parse_args(argv)
+    except ArgumentError as e:  # the error line's "did you mean" for a misspelt flag reads the options from it
+        e.options = [*inspect.signature(function).parameters, *positional]  # type: ignore[attr-defined]
+        raise
+    function(**parsed.as_dict())
 
 
 def cap_memory() -> None:

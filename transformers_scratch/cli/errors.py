@@ -4,7 +4,9 @@ another library's messages; tests/test_errors.py runs each reading against the i
 
 from __future__ import annotations
 
+import difflib
 import errno
+import importlib
 import inspect
 import os
 import re
@@ -26,7 +28,7 @@ from ..atomic import output_unwritable
 from ..data import DataError
 from ..data.files import flag_of, path_refused, printable, shortened
 from ..model.config import memory_bytes
-from ..training.callbacks import TrainingDiverged
+from ..training.callbacks import CALLBACK_GROUPS, TrainingDiverged
 from .config_files import ConfigError, config_paths, load, no_mapping, not_yaml
 
 REFUSALS = (ValueError, OSError, TrainingDiverged, DataError, ArgumentError, MisconfigurationException,
@@ -53,6 +55,7 @@ CLASS_NAMED = re.compile(r"Expected a path but (.*) either not accessible or inv
                          r"correspond to a subclass of \w+")  # fmt: skip
 BASES = ("LightningModule", "LightningDataModule", "LitTransformer")  # what jsonargparse takes where none is named
 GROUPS = {"LitTransformer": "model", "LightningDataModule": "data"}  # the project's classes' bases, and their keys
+FLAG_GROUPS = {"trainer": Trainer, **CALLBACK_GROUPS}  # a class whose settings are flags: --trainer.max_steps
 KINDS = {"int": "an integer", "float": "a number", "bool": "true, false", "str": "text", "NoneType": "null"}
 YAML = {"True": "true", "False": "false", "None": "null"}  # a choice of Literal[...] as a config writes it
 
@@ -139,7 +142,8 @@ def _line(e: BaseException, argv: list[str]) -> str:
     if type(e).__name__ != "ArgumentError":  # jsonargparse's parse errors; its checks at instantiation are ValueErrors
         where = at_fault(e) or trainer_setting(e) or wandb_variable(e)  # Lightning's and W&B's name no flag
         return f"{where}: {brief(message).strip()}" if where else brief(message)
-    line = not_a_config(message, argv) or missing_value(message, argv) or usage_slip(message, argv)
+    options = getattr(e, "options", [])  # a command's, where its parser gave them (cli.run_function)
+    line = not_a_config(message, argv) or missing_value(message, argv) or usage_slip(message, argv, options)
     if line is None:
         line = brief(message)
         if variable := variable_at_fault(line, argv):
@@ -272,9 +276,49 @@ def brief(message: str) -> str:
                   f"{', '.join(ALLOWED_IMPORTS)} only (nothing else is imported)")  # fmt: skip
     if keys and cls in BASES and re.match(r"Option '.*' is not accepted|unrecognized arguments", reason):
         reason += f"; no {keys[0]} class is named: pass a config that names one, e.g. --config configs/first_run.yaml"
-    elif keys and re.fullmatch(r"Option '.*' is not accepted", reason):  # a setting that the class lacks
-        reason += f"; --{'.'.join(keys)}.help {cls} lists the settings it takes"
+    elif keys and (unknown := re.fullmatch(r"Option '(.*)' is not accepted", reason)):  # a setting the class lacks
+        key, near = ".".join(keys), nearest(unknown[1], settings_of(imported(paths[-1])) if paths else [])
+        reason += f"; {near and f'did you mean --{key}.{near}? '}--{key}.help {cls} lists the settings it takes"
     return f"{'.'.join(keys)}: {reason}" if keys else reason
+
+
+def imported(class_path: str) -> type | None:
+    """The class at an import path that jsonargparse has imported (and checked against the allowed packages)."""
+    module, _, name = class_path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        return None
+
+
+def settings_of(cls) -> list[str]:
+    """The settings a class (or a command's function) takes: its parameters' names."""
+    try:
+        return [name for name, p in inspect.signature(cls).parameters.items() if p.kind in (p.POSITIONAL_OR_KEYWORD,
+                                                                                           p.KEYWORD_ONLY)]  # fmt: skip
+    except (TypeError, ValueError):  # None, or no signature to read
+        return []
+
+
+def nearest(name: str, names: list[str]) -> str:
+    """The one of ``names`` nearest a misspelt ``name``, where one is near (else "")."""
+    return next(iter(difflib.get_close_matches(name, names, n=1, cutoff=0.75)), "")
+
+
+def guess(flag: str, options: list[str]) -> str:
+    """For a flag that no option is, "did you mean --NAME? " with the nearest of a command's ``options``, or for
+    Lightning's commands (no ``options`` given), of a group's settings (--trainer.*, --checkpoint.*, --sample.*,
+    --predictions.*) or of the groups; else ""."""
+    whole = flag.removeprefix("--").partition("=")[0]
+    group, dot, name = whole.partition(".")
+    if options:  # --temprature; context's --data_path given as fit's --data.path
+        return f"did you mean --{near}? " if (near := nearest(whole, options)) else ""
+    if dot and group in FLAG_GROUPS:  # --trainer.max_stesp
+        near = nearest(name, settings_of(FLAG_GROUPS[group]))
+        return f"did you mean --{group}.{near}? " if near else ""
+    if dot and (near := nearest(group, [*FLAG_GROUPS, "model", "data"])) and near != group:  # --chekpoint.save_top_k
+        return f"did you mean --{near}.{name}? "
+    return ""
 
 
 def siblings(message: str, at: int) -> list[re.Match]:
@@ -322,13 +366,15 @@ def missing_value(message: str, argv: list[str]) -> str | None:
     return None
 
 
-def usage_slip(message: str, argv: list[str]) -> str | None:
-    """argparse's "unrecognized arguments" or "arguments are required", with where to look."""
+def usage_slip(message: str, argv: list[str], options: list[str]) -> str | None:
+    """argparse's "unrecognized arguments" or "arguments are required", with where to look (and the option nearest
+    an unknown flag, of ``options``)."""
     first = message.split("\n")[0]
     if first.startswith("the following arguments are required: ") and re.search(rf" {argv[0]}\.(model|data)", first):
         return f"{first}; a config names them, e.g. --config configs/first_run.yaml"
     if first.startswith(("unrecognized arguments", "the following arguments are required")):
-        return f"{first}; {argv[0]} --help lists its options"
+        unknown = re.match(r"unrecognized arguments: (--\S+)", first)
+        return f"{first}; {guess(unknown[1], options) if unknown else ''}{argv[0]} --help lists its options"
     if asked := re.match(r"--(model|data)\.help: (.*)", first):  # a class that is not the project's
         why = f"{asked[2].split(chr(39))[1]!r} is no class of the project's" if "denylist" in asked[2] else asked[2]
         return f"--{asked[1]}.help: {why}; pass one of {', '.join(project_classes(asked[1]))}"

@@ -53,11 +53,10 @@ from ..model.config import (
 )
 from ..model.models import count_parameters
 from ..training.callbacks import (
+    CALLBACK_GROUPS,
     PhaseTimes,
-    PredictionWriter,
     ProgressBar,
     SafeModelCheckpoint,
-    SampleText,
     StopOnSignal,
     Throughput,
     run_checkpoint,
@@ -310,11 +309,6 @@ def type_name(hint) -> str:
     if get_origin(hint) is Literal:
         return " or ".join(written(arg) for arg in get_args(hint))
     return str(getattr(get_origin(hint) or hint, "__name__", hint))
-
-
-# The callbacks every run has whose settings are groups of flags: --checkpoint.*, --sample.*, --predictions.*
-CALLBACK_GROUPS: dict[str, type] = {"checkpoint": SafeModelCheckpoint, "sample": SampleText,
-                                    "predictions": PredictionWriter}  # fmt: skip
 
 
 DATA_OF = {"LitCharLM": "TextDataModule", "LitXL": "OrderedTextDataModule", "LitClassifier": "IMDbDataModule",

@@ -688,3 +688,8 @@ class PredictionWriter(BasePredictionWriter):
             replaced = Path(self.output).is_file()  # not a pipe or a device, written to in place
             write_whole(Path(self.output), text)
             note(f"predictions written to {self.output}" + (" (it replaced the file of that name)" if replaced else ""))
+
+
+# The callbacks every run has whose settings are groups of flags: --checkpoint.*, --sample.*, --predictions.*
+CALLBACK_GROUPS: dict[str, type] = {"checkpoint": SafeModelCheckpoint, "sample": SampleText,
+                                    "predictions": PredictionWriter}  # fmt: skip
