@@ -412,6 +412,7 @@ def test_more_memory_than_the_machine_has_is_an_error_line_not_the_kernels_kill(
     (["fit", "--trainer.max_stesp", "5"], "unrecognized arguments: --trainer.max_stesp 5; did you mean "
      "--trainer.max_steps? fit --help lists its options"),  # a misspelt flag: the nearest option, where one is near
     (["fit", "--chekpoint.save_top_k", "1"], "; did you mean --checkpoint.save_top_k? fit --help"),
+    (["fit", "--ckpt_pth", "last"], "unrecognized arguments: --ckpt_pth last; did you mean --ckpt_path? fit --help"),
     (["fit", "--trainer.zzz", "1"], "unrecognized arguments: --trainer.zzz 1; fit --help lists its options"),
     (["fit", "--model", "LitCharLM", "--model.model.depht=2"], "model.model: Option 'depht' is not accepted; did you "
      "mean --model.model.depth? --model.model.help LMConfig lists the settings it takes"),

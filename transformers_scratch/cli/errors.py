@@ -56,6 +56,7 @@ CLASS_NAMED = re.compile(r"Expected a path but (.*) either not accessible or inv
 BASES = ("LightningModule", "LightningDataModule", "LitTransformer")  # what jsonargparse takes where none is named
 GROUPS = {"LitTransformer": "model", "LightningDataModule": "data"}  # the project's classes' bases, and their keys
 FLAG_GROUPS = {"trainer": Trainer, **CALLBACK_GROUPS}  # a class whose settings are flags: --trainer.max_steps
+TOP_FLAGS = ("config", "print_config", "seed_everything", "ckpt_path", "name", "verbose", "final_validation")  # fit's
 KINDS = {"int": "an integer", "float": "a number", "bool": "true, false", "str": "text", "NoneType": "null"}
 YAML = {"True": "true", "False": "false", "None": "null"}  # a choice of Literal[...] as a config writes it
 
@@ -318,7 +319,8 @@ def guess(flag: str, options: list[str]) -> str:
         return f"did you mean --{group}.{near}? " if near else ""
     if dot and (near := nearest(group, [*FLAG_GROUPS, "model", "data"])) and near != group:  # --chekpoint.save_top_k
         return f"did you mean --{near}.{name}? "
-    return ""
+    near = "" if dot else nearest(whole, list(TOP_FLAGS))
+    return f"did you mean --{near}? " if near not in ("", whole) else ""  # fit's --final_validation given to test
 
 
 def siblings(message: str, at: int) -> list[re.Match]:
