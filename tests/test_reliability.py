@@ -402,7 +402,11 @@ def test_more_memory_than_the_machine_has_is_an_error_line_not_the_kernels_kill(
     (["fit"], "the following arguments are required: fit.data, fit.model; a config names them, e.g. --config "
               "configs/first_run.yaml"),
     (["sample"], "the following arguments are required: ckpt_path; sample --help lists its options"),
-    (["fit", "--model.help", "bogus"], ": bogus; pass one of LitCharLM, LitClassifier, LitMaskedLM, LitSeq2Seq, LitXL"),
+    (["fit", "--model.help", "bogus"], "--model.help: 'bogus' is no class of the project's; pass one of LitCharLM, "
+     "LitClassifier, LitMaskedLM, LitSeq2Seq, LitXL"),
+    (["fit", "--model.help=LitCharLm"], "--model.help: 'LitCharLm' is no class of the project's; pass one of "),
+    (["fit", "--data.help", "torch.nn.Linear"], "--data.help: 'torch.nn.Linear' is no class of the project's; pass one "
+     "of IMDbDataModule, "),  # jsonargparse's '"torch.nn.Linear" is not a subclass of LightningDataModule'
     (["fit", "--model", "LitCharLM", "--model.model=Foo"], "model.model: 'Foo' is no class it takes, nor a file of "
      "its settings; name a class by its name or import path (--model.model.help CLASS shows"),  # not --model.help
     (["fit", "--model", "transformers_scratch.LitCharLM"], "model: 'transformers_scratch.LitCharLM' is no class it "

@@ -378,8 +378,11 @@ def usage_slip(message: str, argv: list[str], options: list[str]) -> str | None:
         unknown = re.match(r"unrecognized arguments: (--\S+)", first)
         return f"{first}; {guess(unknown[1], options) if unknown else ''}{argv[0]} --help lists its options"
     if asked := re.match(r"--(model|data)\.help: (.*)", first):  # a class that is not the project's
-        why = f"{asked[2].split(chr(39))[1]!r} is no class of the project's" if "denylist" in asked[2] else asked[2]
-        return f"--{asked[1]}.help: {why}; pass one of {', '.join(project_classes(asked[1]))}"
+        flag = f"--{asked[1]}.help"
+        given = next((b if a == flag else a.partition("=")[2] for a, b in zip(argv, [*argv[1:], ""], strict=True)
+                      if a == flag or a.startswith(f"{flag}=")), "")  # fmt: skip
+        return f"{flag}: {shortened(given)!r} is no class of the project's; pass one of " \
+            f"{', '.join(project_classes(asked[1]))}"  # fmt: skip
     return None
 
 
