@@ -1969,6 +1969,15 @@ def test_plot_refuses_a_log_that_is_not_one_in_one_line(tmp_path, capsys, conten
     fails(capsys, "plot", str(tmp_path), message=message)
 
 
+def test_plot_of_a_run_that_logged_no_metric_says_so(tmp_path, capsys, monkeypatch):
+    """A run shorter than its logging interval leaves a log folder with no metrics.csv: not a wrong folder."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "logs" / "r" / "version_0").mkdir(parents=True)
+    (tmp_path / "logs" / "r" / "version_0" / "hparams.yaml").write_text("{}\n")
+    fails(capsys, "plot", "logs/r/version_0", message="error: logs/r/version_0 holds no metrics.csv: its run logged no "
+          "metric (it ended before trainer.log_every_n_steps steps and a validation); plot a longer run")  # fmt: skip
+
+
 def test_plot_leaves_out_a_diverged_runs_values_past_a_float32(tmp_path, capsys):
     (tmp_path / "metrics.csv").write_text("step,train/loss\n0,2.5\n1,nan\n2,1e308\n3,-inf\n4,2.25\n")
     assert learning_curves(tmp_path / "metrics.csv") == {"train/loss": ([0, 4], [2.5, 2.25])}

@@ -345,6 +345,9 @@ def plot(run: PathName, out: PathName | None = None, dpi: Dpi = 100) -> None:
 
     given = Path(run)
     metrics = given if given.suffix == ".csv" or (given.exists() and not given.is_dir()) else given / "metrics.csv"
+    if (given / "hparams.yaml").is_file() and not metrics.exists():  # a run's log folder (CSVLogger writes it first)
+        raise FileNotFoundError(f"{shown(given)} holds no metrics.csv: its run logged no metric (it ended before "
+                                "trainer.log_every_n_steps steps and a validation); plot a longer run")  # fmt: skip
     if not metrics.exists() or metrics.is_dir():
         logged = sorted(given.glob("version_*/metrics.csv"), key=lambda p: p.stat().st_mtime)  # logs/NAME given
         example = shown(logged[-1].parent) if logged else "logs/imdb/version_0"
