@@ -244,8 +244,8 @@ def brief(message: str) -> str:
     keys = [line.split('"')[1] for line in lines[:at] if line.startswith('Parser key "')]  # the first reason's
     values = {i: re.sub(r"^NestedArg\(.*val=(.*)\)$", r"\1", line.removeprefix("Given value:").strip()).strip("'")
               for i, line in enumerate(lines) if line.startswith("Given value:")}  # fmt: skip
-    given = list(values.values())  # the first reason's value: the first given after it (a union's outer, last)
-    given = [v for i, v in values.items() if at is not None and i > at][:1] or given
+    below = [v for i, v in values.items() if at is not None and i > at]  # the first reason's value is given below it
+    given = below[:1] or list(values.values())  # (the last of the report is a union's outer value: a whole class)
     if at is None:  # a class's place given a value of no type it takes (`model: 3`): the report holds no reason
         if not (keys and given and any(line.startswith("Not a valid subclass") for line in lines)):
             return lines[0]
@@ -294,9 +294,9 @@ def imported(class_path: str) -> type | None:
 
 def settings_of(cls) -> list[str]:
     """The settings a class (or a command's function) takes: its parameters' names."""
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     try:
-        return [name for name, p in inspect.signature(cls).parameters.items() if p.kind in (p.POSITIONAL_OR_KEYWORD,
-                                                                                           p.KEYWORD_ONLY)]  # fmt: skip
+        return [name for name, p in inspect.signature(cls).parameters.items() if p.kind in named]
     except (TypeError, ValueError):  # None, or no signature to read
         return []
 
@@ -379,8 +379,8 @@ def usage_slip(message: str, argv: list[str], options: list[str]) -> str | None:
         return f"{first}; {guess(unknown[1], options) if unknown else ''}{argv[0]} --help lists its options"
     if asked := re.match(r"--(model|data)\.help: (.*)", first):  # a class that is not the project's
         flag = f"--{asked[1]}.help"
-        given = next((b if a == flag else a.partition("=")[2] for a, b in zip(argv, [*argv[1:], ""], strict=True)
-                      if a == flag or a.startswith(f"{flag}=")), "")  # fmt: skip
+        pairs = zip(argv, [*argv[1:], ""], strict=True)
+        given = next((a.partition("=")[2] or b for a, b in pairs if a.partition("=")[0] == flag), "")
         return f"{flag}: {shortened(given)!r} is no class of the project's; pass one of " \
             f"{', '.join(project_classes(asked[1]))}"  # fmt: skip
     return None
