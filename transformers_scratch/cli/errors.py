@@ -12,6 +12,7 @@ import os
 import re
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import torch
 from jsonargparse import ArgumentError
@@ -278,27 +279,25 @@ def brief(message: str) -> str:
     if keys and cls in BASES and re.match(r"Option '.*' is not accepted|unrecognized arguments", reason):
         reason += f"; no {keys[0]} class is named: pass a config that names one, e.g. --config configs/first_run.yaml"
     elif keys and (unknown := re.fullmatch(r"Option '(.*)' is not accepted", reason)):  # a setting the class lacks
-        key, near = ".".join(keys), nearest(unknown[1], settings_of(imported(paths[-1])) if paths else [])
+        key, near = ".".join(keys), nearest(unknown[1], settings_of(paths[-1]) if paths else [])
         reason += f"; {near and f'did you mean --{key}.{near}? '}--{key}.help {cls} lists the settings it takes"
     return f"{'.'.join(keys)}: {reason}" if keys else reason
 
 
-def imported(class_path: str) -> type | None:
-    """The class at an import path that jsonargparse has imported (and checked against the allowed packages)."""
+def class_at(class_path: str) -> Any:
+    """The class at an import path (one that jsonargparse has imported, and checked against the allowed packages)."""
     module, _, name = class_path.rpartition(".")
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError):
-        return None
+    return getattr(importlib.import_module(module), name)
 
 
 def settings_of(cls) -> list[str]:
-    """The settings a class (or a command's function) takes: its parameters' names."""
+    """The settings a class (or one at an import path, or a command's function) takes: its parameters' names."""
     named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     try:
-        return [name for name, p in inspect.signature(cls).parameters.items() if p.kind in named]
-    except (TypeError, ValueError):  # None, or no signature to read
+        signature = inspect.signature(class_at(cls) if isinstance(cls, str) else cls)
+    except (ImportError, AttributeError, TypeError, ValueError):  # no class there, or no signature to read
         return []
+    return [name for name, p in signature.parameters.items() if p.kind in named]
 
 
 def nearest(name: str, names: list[str]) -> str:

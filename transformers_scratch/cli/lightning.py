@@ -5,7 +5,6 @@ it logs to ``logs/<name>/`` and checkpoints to ``checkpoints/<name>/``."""
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import os
 import re
@@ -68,7 +67,7 @@ from ..training.modules import LitTransformer
 from ..training.optim import OptimConfig
 from ..training.run_folder import claim_run_folder, release_run_folder
 from .config_files import check_config_files, check_values, written
-from .errors import ALLOWED_IMPORTS, damaged, named_as
+from .errors import ALLOWED_IMPORTS, class_at, damaged, named_as
 
 # A config names classes and callables by import path; only these packages may be named (checked by jsonargparse
 # before it imports anything), so a config cannot run os.system, eval or an arbitrary module's import-time code.
@@ -116,7 +115,7 @@ def refuse_nulls(cfg) -> None:
     settings."""
     for key in ("model", "data"):  # classes a config names by class_path
         if isinstance(getattr(cfg.get(key), "class_path", None), str):
-            cls, init = class_of(cfg[key]), cfg[key].get("init_args") or {}
+            cls, init = class_at(cfg[key].class_path), cfg[key].get("init_args") or {}
             refuse_null(key, cls, init)
             groups = {"model": settings_class(cls), "optim": OptimConfig} if key == "model" else {}
             for part, settings in groups.items():  # the model's settings classes; null: their defaults
@@ -269,12 +268,6 @@ def nested_help(argv: list[str]) -> str | None:
 
 def _class_name(item) -> str:
     return str(getattr(item, "class_path", "")).rsplit(".", 1)[-1]
-
-
-def class_of(component) -> type:
-    """The class a ``class_path`` names (jsonargparse has imported it while parsing)."""
-    module, _, name = component.class_path.rpartition(".")
-    return getattr(importlib.import_module(module), name)
 
 
 def refuse_null(key: str, cls: Any, values) -> None:
@@ -473,7 +466,7 @@ class CLI(LightningCLI):
                              "checkpoint was trained with")  # fmt: skip
         if ckpt.model is None:
             return
-        trained = ckpt.settings(class_of(cfg.model))
+        trained = ckpt.settings(class_at(cfg.model.class_path))
         ckpt.refuse_changed((cfg.model.get("init_args") or {}).get("model") or {}, trained, self.argv, LINKED)
         architecture = {sub: {"model": {"class_path": cfg.model.class_path, "dict_kwargs": {"model": trained}}}}
         self.config = self.parser.parse_object(architecture, self.config)
@@ -519,9 +512,9 @@ class CLI(LightningCLI):
         if ckpt is not None:
             ckpt.check_data(data)
         if ckpt is None or not ckpt.model:  # no checkpoint decides the model: its context comes from the data
-            vocab = getattr(class_of(cfg.data), "vocab_size", None)  # a task's fixed alphabet, or a property
+            vocab = getattr(class_at(cfg.data.class_path), "vocab_size", None)  # a task's fixed alphabet, or a property
             check_linked_sizes((cfg.model.get("init_args") or {}).get("model") or {}, data, vocab)
-        model_class = class_of(cfg.model)
+        model_class = class_at(cfg.model.class_path)
         if (reads := DATA_OF.get(model_class.__name__)) is None:  # LitTransformer
             raise ValueError(f"model {model_class.__name__} is what the models share, not one to train; pass one of "
                              f"{', '.join(DATA_OF)}")  # fmt: skip
