@@ -774,9 +774,15 @@ def test_a_run_built_from_args_says_nothing_of_the_command_line_beside_them(monk
 
 
 def test_fit_help_names_the_models_sizes(capsys):
+    """And its flags outside the groups are those the error line guesses a misspelt one among."""
+    from transformers_scratch.cli.errors import FLAG_GROUPS, TOP_FLAGS
+
     with pytest.raises(SystemExit):
         build_cli(["fit", "--help"])
-    words = " ".join(capsys.readouterr().out.split())
+    out = capsys.readouterr().out
+    flags = set(re.findall(r"^ +(?:-\w(?: \w+)?, )?--(\w+)(?=[ ,\[]|$)", out, re.M)) - {"help", "model", "data"}
+    assert flags - set(FLAG_GROUPS) == set(TOP_FLAGS)
+    words = " ".join(out.split())
     assert "--model.model.NAME VALUE" in words and "emb 256, heads 8, depth 12" in words
     assert "positions learned|sinusoidal|rope|alibi" in words and "--model.help LitCharLM" in words
 

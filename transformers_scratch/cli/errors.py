@@ -57,7 +57,9 @@ CLASS_NAMED = re.compile(r"Expected a path but (.*) either not accessible or inv
 BASES = ("LightningModule", "LightningDataModule", "LitTransformer")  # what jsonargparse takes where none is named
 GROUPS = {"LitTransformer": "model", "LightningDataModule": "data"}  # the project's classes' bases, and their keys
 FLAG_GROUPS = {"trainer": Trainer, **CALLBACK_GROUPS}  # a class whose settings are flags: --trainer.max_steps
-TOP_FLAGS = ("config", "print_config", "seed_everything", "ckpt_path", "name", "verbose", "final_validation")  # fit's
+# fit's own flags, beside its groups (tests/test_cli.py reads them from its help)
+TOP_FLAGS = ("config", "print_config", "seed_everything", "ckpt_path", "weights_only", "name", "verbose",
+             "final_validation")  # fmt: skip
 KINDS = {"int": "an integer", "float": "a number", "bool": "true, false", "str": "text", "NoneType": "null"}
 YAML = {"True": "true", "False": "false", "None": "null"}  # a choice of Literal[...] as a config writes it
 
