@@ -100,17 +100,11 @@ def test_a_checkpoint_time_interval_is_read_as_trainer_max_time_is():
         (["--trainer.max_steps", "-5"], "trainer.max_steps: `max_steps` must be a non-negative integer or -1"),
         (["--model.optim.cooldown", "2"], "model.optim.cooldown: 2.0 is not a number in [0.0, 1.0]"),
         (["--bogus", "3"], "unrecognized arguments: --bogus"),
-        (
-            ["--data.num_workers", "null"],
-            "--data.num_workers null: TextDataModule's num_workers takes an integer in [0, 64], not null; pass one, "
-            "or drop the flag (its default: 0)",
-        ),
-        (["--data.seed", "null"], "--data.seed null: TextDataModule's seed takes an integer in [0, 9,223,"),
-        (["--model.model.emb", "null"], "--model.model.emb null: LMConfig's emb takes an integer in [1, 16,777,216], "
-         "not null; pass one, or drop the flag (its default: 256)"),  # fmt: skip
-        (["--model.optim.lr=~"], "--model.optim.lr null: OptimConfig's lr takes a number in [0.0, "),
-        (["--model.model.sparse.block", "null"], "--model.model.sparse.block null: SparseConfig's block takes an "
-         "integer in [1, 16,777,216], not null; pass one, or drop the flag (its default: 64)"),  # fmt: skip
+        (["--data.num_workers", "null"], "data.num_workers=null is not an integer in [0, 64]"),
+        (["--data.seed", "null"], "data.seed=null is not an integer in [0, 9,223,"),
+        (["--model.model.emb", "null"], "model emb=null is not an integer in [1, 16,777,216]"),
+        (["--model.optim.lr=~"], "model.optim lr=null is not a number in [0.0, "),
+        (["--model.model.sparse.block", "null"], "model sparse.block=null is not an integer in [1, 16,777,216]"),
         (["--trainer.log_every_n_steps", "0"], "trainer.log_every_n_steps: 0 is not an integer in [1, 16,777,216]"),
         (["--trainer.check_val_every_n_epoch", "0"], "trainer.check_val_every_n_epoch: 0 is not an integer in [1, 16,"),
         (["--trainer.accumulate_grad_batches", "0"], "trainer.accumulate_grad_batches: 0 is not an integer in [1, 16,"),
@@ -205,6 +199,20 @@ def test_a_checkpoint_time_interval_is_read_as_trainer_max_time_is():
 def test_out_of_range_settings_get_one_line(capsys, text, args, message):
     err = fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), *args, message=message)
     assert "Does not validate" not in err and "usage:" not in err
+
+
+def test_a_value_meets_each_interval_type_of_its_union():
+    """A class's own check of its arguments (a config's null reaches it, past jsonargparse) reads a union of interval
+    types as jsonargparse does: a value of any of them passes; one of none is refused naming each, and null."""
+    from transformers_scratch.bounds import Count, Share, Time, TopK, checked
+
+    hint = Count | Share | Time | None
+    assert [checked(hint, v, "trainer.val_check_interval") for v in (3, 0.5, "00:01:00:00", None)] == [
+        3, 0.5, "00:01:00:00", None]  # fmt: skip
+    with pytest.raises(ValueError, match=r"^trainer.val_check_interval='1:2' is none of: an integer in \[1, "):
+        checked(hint, "1:2", "trainer.val_check_interval")
+    with pytest.raises(ValueError, match=r"^checkpoint.save_top_k=null is not an integer in \[-1, "):
+        checked(TopK, None, "checkpoint.save_top_k")
 
 
 def test_adamw_over_float16_weights_makes_nan_of_a_weight_whose_gradient_is_0():
@@ -2166,21 +2174,23 @@ def test_yaml_that_the_loader_refuses_names_the_flag_or_the_piped_config_it_came
         ("predictions: null\n", "predictions: null: predictions is a group of PredictionWriter's settings"),
         ("checkpoint: false\n", "checkpoint: false: checkpoint is a group of SafeModelCheckpoint's settings"),
         ("sample: [1]\n", "sample: [1]: sample is a group of SampleText's settings, not one value"),
-        ("checkpoint: {save_top_k: null}\n", "--checkpoint.save_top_k null: SafeModelCheckpoint's save_top_k takes "
-         "an integer in [-1, 16,777,216], not null; pass one, or drop the flag (its default: 1)"),
-        ("trainer: {accelerator: null}\n", "--trainer.accelerator null: Trainer's accelerator takes a value of type "
-         "str or Accelerator"),
-        ("model: {init_args: {model: {depth: null}}}\n", "--model.model.depth null: LMConfig's depth takes an integer "
-         "in [1, 1,000], not null; pass one, or drop the flag (its default: 12)"),
-        ("model: {init_args: {model: {sparse: {summary: null}}}}\n", "--model.model.sparse.summary null: "
-         "SparseConfig's summary takes an integer in [1, 16,777,216], not null"),
+        ("checkpoint: {save_top_k: null}\n", "checkpoint.save_top_k=null is not an integer in [-1, 16,777,216]"),
+        ("trainer: {accelerator: null}\n", "trainer.accelerator: You selected an invalid accelerator name: "
+         "`accelerator=None`"),
+        ("trainer: {accumulate_grad_batches: null}\n", "trainer.accumulate_grad_batches=null is not an integer in "
+         "[1, 16,777,216]"),
+        ("model: {init_args: {model: {depth: null}}}\n", "model depth=null is not an integer in [1, 1,000]"),
+        ("model: {init_args: {model: {sparse: {summary: null}}}}\n", "model sparse.summary=null is not an integer in "
+         "[1, 16,777,216]"),
+        ("model: {init_args: {compile: null}}\n", "model.compile=null is not one of default|"),
+        ("model: {init_args: {model: {pre_norm: null}}}\n", "model pre_norm=null is not one of true|false"),
     ],
-    ids=["checkpoint", "trainer", "sample", "predictions", "false", "list", "save-top-k", "accelerator", "model-depth",
-         "sparse-summary"],
+    ids=["checkpoint", "trainer", "sample", "predictions", "false", "list", "save-top-k", "accelerator", "accumulate",
+         "model-depth", "sparse-summary", "compile", "pre-norm"],
 )  # fmt: skip
 def test_a_group_of_settings_set_to_null_gets_one_line(capsys, text, content, message):
-    """jsonargparse takes null for a whole group (found by the config door: ``checkpoint: null`` reached
-    ``cfg.checkpoint.monitor``), and for an argument of a callback's group whose type does not admit it."""
+    """jsonargparse takes null for a whole group (``checkpoint: null`` reached ``cfg.checkpoint.monitor``), and for
+    a setting under a group or class, which then meets its type's bound as the class is made."""
     Path("null.yaml").write_text(content)
     fails(capsys, "fit", "--config", TINY_LM, "--config", "null.yaml", "--data.path", str(text), message=message)
     assert not Path("checkpoints").exists()

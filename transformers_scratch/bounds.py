@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 from datetime import timedelta
 from typing import TYPE_CHECKING, Literal, TypeAlias, Union, get_args, get_origin, get_type_hints
@@ -49,7 +50,7 @@ class Interval(metaclass=Named):
                 raise ValueError(f"{value[:40]!r} is not {cls.__name__}") from None
         whole = cls.base is not int or (isinstance(value, float) and value.is_integer())
         if isinstance(value, bool) or not isinstance(value, int | float) or not (whole or isinstance(value, int)):
-            raise ValueError(f"{str(value)[:40]} is not {cls.__name__}")
+            raise ValueError(f"{'null' if value is None else str(value)[:40]} is not {cls.__name__}")
         if not math.isfinite(value if isinstance(value, float) else 0.0):  # inf or NaN
             raise ValueError(f"{value} is not finite: pass {cls.__name__}")
         below = value <= cls.low if cls.open_low else value < cls.low
@@ -79,7 +80,7 @@ class _Path(Interval):
 
     @classmethod
     def check(cls, value):
-        if not isinstance(value, str) or not value.strip():
+        if not isinstance(value, str | os.PathLike) or not str(value).strip():  # a Path, where code passes one
             raise ValueError(f"{str(value)[:40]!r} is not a path; pass a file or folder name")
         return value
 
@@ -213,18 +214,24 @@ def checked(hint, value, where: str):
     refusal names ``where``. Other annotations (a settings class, read from a mapping later) pass it as is."""
     args = get_args(hint) if get_origin(hint) in (Union, type(int | None)) else (hint,)
     choices = [c for a in args if get_origin(a) is Literal for c in get_args(a)]
-    cls = next((a for a in args if isinstance(a, type) and issubclass(a, Interval)), None)
-    others = [a for a in args if isinstance(a, type) and a is not cls]  # None's type, bool beside choices, ...
+    bounded = [a for a in args if isinstance(a, type) and issubclass(a, Interval)]  # Count | Share | Time: each
+    others = [a for a in args if isinstance(a, type) and a not in bounded]  # None's type, bool beside choices, ...
     plain = any(a in (bool, int, float, str) for a in others)  # a file's "yes" is no bool, though truthy
-    if (not choices and cls is None and not plain) or value in choices or any(isinstance(value, a) for a in others):
+    if (not choices and not bounded and not plain) or value in choices or any(isinstance(value, a) for a in others):
         return value
-    if cls is None:
+    shown = "null" if value is None else repr(str(value)[:40])
+    if not bounded:
         kinds = [*map(str, choices), *(PLAIN.get(a, a.__name__) for a in others)]
-        raise ValueError(f"{where}={str(value)[:40]!r} is not one of {'|'.join(kinds)}")
-    try:
-        return cls.check(value)
-    except ValueError as e:
-        raise ValueError(f"{where}={e}") from None
+        raise ValueError(f"{where}={shown} is not one of {'|'.join(kinds)}")
+    refusals = []
+    for cls in bounded:
+        try:
+            return cls.check(value)
+        except ValueError as e:
+            refusals.append(e)
+    if len(bounded) == 1:
+        raise ValueError(f"{where}={refusals[0]}")
+    raise ValueError(f"{where}={shown} is none of: {'; '.join(cls.__name__ for cls in bounded)}")
 
 
 PLAIN = {bool: "true|false", type(None): "null"}  # how a refusal names a plain type

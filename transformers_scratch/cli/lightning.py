@@ -5,15 +5,13 @@ it logs to ``logs/<name>/`` and checkpoints to ``checkpoints/<name>/``."""
 
 from __future__ import annotations
 
-import inspect
 import os
 import re
 import sys
 import warnings
-from dataclasses import asdict, dataclass, fields, is_dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from types import UnionType
-from typing import Any, Literal, Union, cast, get_args, get_origin, get_type_hints
+from typing import Any, Literal, cast, get_args, get_type_hints
 
 import torch
 import yaml
@@ -29,13 +27,13 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from ..bounds import (
     Count,
     GlobalSeed,
-    Interval,
     NonNegative,
     NonNegativeFloat,
     RunName,
     Share,
     Time,
     TopK,
+    check_args,
     checked,
     is_count,
     register,
@@ -110,20 +108,14 @@ class Run:
     ckpt: Checkpoint | None = None
 
 
-def refuse_nulls(cfg) -> None:
-    """:func:`refuse_null` for the classes a config names by class_path, the model's settings and the groups of
-    settings."""
-    for key in ("model", "data"):  # classes a config names by class_path
-        if isinstance(getattr(cfg.get(key), "class_path", None), str):
-            cls, init = class_at(cfg[key].class_path), cfg[key].get("init_args") or {}
-            refuse_null(key, cls, init)
-            groups = {"model": settings_class(cls), "optim": OptimConfig} if key == "model" else {}
-            for part, settings in groups.items():  # the model's settings classes; null: their defaults
-                if settings is not None and hasattr(init.get(part), "items"):
-                    refuse_null(f"{key}.{part}", settings, init[part])
-    for key, group in {"trainer": Trainer, **CALLBACK_GROUPS}.items():  # classes whose settings are groups
-        if key in cfg:
-            refuse_null(key, group, cfg[key])
+def refuse_null_groups(cfg) -> None:
+    """``null`` (or one value) for a group of settings (``checkpoint: null``), which jsonargparse takes for the
+    Trainer's and each callback's group; a setting's own null meets its type's bound, as any other value does."""
+    for key, group in {"trainer": Trainer, **CALLBACK_GROUPS}.items():
+        if key in cfg and not hasattr(cfg[key], "items"):
+            raise ValueError(f"{key}: {written(cfg[key])}: {key} is a group of {group.__name__}'s settings, not one "
+                             f"value; give them as a mapping (e.g. `{key}: {{...}}` in a config), or leave {key} out "
+                             "for its defaults")  # fmt: skip
 
 
 class BoundedTrainer(Trainer):
@@ -154,6 +146,7 @@ class BoundedTrainer(Trainer):
                 export (--checkpoint.save_top_k 0 keeps it alone).
         """
         bounded = {k: v for k, v in locals().items() if k not in ("self", "kwargs", "__class__")}
+        check_args(BoundedTrainer.__init__, bounded, "trainer")
         super().__init__(**bounded, **kwargs)
 
 
@@ -268,40 +261,6 @@ def nested_help(argv: list[str]) -> str | None:
 
 def _class_name(item) -> str:
     return str(getattr(item, "class_path", "")).rsplit(".", 1)[-1]
-
-
-def refuse_null(key: str, cls: Any, values) -> None:
-    """``null`` for a group of settings, or for a setting whose type does not admit None: jsonargparse takes
-    either under a ``class_path`` and for a callback's group."""
-    if not hasattr(values, "items"):  # null, or one value (checkpoint: false)
-        raise ValueError(
-            f"{key}: {written(values)}: {key} is a group of {cls.__name__}'s settings, not one value; give them as a "
-            f"mapping (e.g. `{key}: {{...}}` in a config), or leave {key} out for its defaults"
-        )
-    try:
-        hints = get_type_hints(cls.__init__)
-    except Exception:  # annotations this Python cannot evaluate: jsonargparse's own checks stand
-        return
-    for arg, value in values.items(branches=True) if isinstance(values, Namespace) else values.items():
-        inner = [t for t in get_args(hints.get(arg)) or [hints.get(arg)] if is_dataclass(t)]  # sparse: its settings
-        if inner and hasattr(value, "items"):
-            refuse_null(f"{key}.{arg}", inner[0], value)
-        if value is None and arg in hints and hints[arg] is not Any and type(None) not in get_args(hints[arg]):
-            default = inspect.signature(cls).parameters[arg].default
-            suggestion = "" if default is inspect.Parameter.empty else f" (its default: {written(default)})"
-            bounded = isinstance(hints[arg], type) and issubclass(hints[arg], Interval)  # "an integer in [0, 64]"
-            kind = hints[arg].__name__ if bounded else f"a value of type {type_name(hints[arg])}"
-            raise ValueError(f"--{key}.{arg} null: {cls.__name__}'s {arg} takes {kind}, not null; pass one, or drop "
-                             f"the flag{suggestion}")  # fmt: skip
-
-
-def type_name(hint) -> str:
-    """A type as a user reads it: ``int``, ``str or Accelerator``, ``list``."""
-    if get_origin(hint) in (Union, UnionType):
-        return " or ".join(type_name(arg) for arg in get_args(hint))
-    if get_origin(hint) is Literal:
-        return " or ".join(written(arg) for arg in get_args(hint))
-    return str(getattr(get_origin(hint) or hint, "__name__", hint))
 
 
 DATA_OF = {"LitCharLM": "TextDataModule", "LitXL": "OrderedTextDataModule", "LitClassifier": "IMDbDataModule",
@@ -446,7 +405,7 @@ class CLI(LightningCLI):
         silence()
         sub = self.config.get("subcommand")
         cfg = self.config[sub] if sub else self.config
-        refuse_nulls(cfg)
+        refuse_null_groups(cfg)
         bound_trainer(cfg.get("trainer") or {}, sub)
         settle_output(sub, cfg)
         self.run = Run(name_run(cfg), read_run_checkpoint(cfg, run_name(cfg)) if sub else None)

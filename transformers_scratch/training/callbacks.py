@@ -248,6 +248,7 @@ class SafeModelCheckpoint(ModelCheckpoint):
                 exports from (link: a link to the newest checkpoint, on a local filesystem).
             save_weights_only: Never true: last.ckpt keeps the optimizer's and the loops' state that a resume needs.
         """
+        check_args(SafeModelCheckpoint.__init__, locals(), "checkpoint")
         when = {"every_n_train_steps": every_n_train_steps, "every_n_epochs": every_n_epochs,
                 "train_time_interval": train_time_interval is not None}  # fmt: skip
         if len(given := [f"checkpoint.{k}" for k, v in when.items() if v]) > 1:

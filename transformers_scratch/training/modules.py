@@ -286,6 +286,7 @@ class LitClassifier(LitTransformer):
         """
         super().__init__()
         self.save_hyperparameters()
+        check_args(LitClassifier.__init__, self.hparams)
         model = as_config(model, ClassifierConfig)
         self.optim, self.compile, self.pretrained = as_config(optim, OptimConfig), compile, pretrained
         self.model: SequenceClassifier = (
@@ -348,6 +349,7 @@ class LitMaskedLM(LitTransformer):
         """
         super().__init__()
         self.save_hyperparameters()
+        check_args(LitMaskedLM.__init__, self.hparams)
         model = as_config(model, MaskedLMConfig)
         self.optim, self.compile = as_config(optim, OptimConfig), compile
         self.model: MaskedLM = MaskedLM(model)
@@ -453,6 +455,7 @@ class LitCharLM(BitsPerByte, LitTransformer):
         """
         super().__init__()
         self.save_hyperparameters()
+        check_args(LitCharLM.__init__, self.hparams)
         model = as_config(model, LMConfig)
         self.optim, self.compile, self.pretrained = as_config(optim, OptimConfig), compile, pretrained
         self.model: CausalLM = pretrained_model(self, init_from, model) if init_from else CausalLM(model)
