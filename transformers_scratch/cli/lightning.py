@@ -58,7 +58,7 @@ from ..training.callbacks import (
     Throughput,
     run_checkpoint,
 )
-from ..training.checkpoints import Checkpoint, check_ckpt_path, check_linked_sizes, restoring, settings_class
+from ..training.checkpoints import Checkpoint, check_linked_sizes, restoring, settings_class
 from ..training.console import note, quiet, shown, silence
 from ..training.loggers import RUN, CSVLogger, WandbLogger
 from ..training.modules import LitTransformer
@@ -212,8 +212,7 @@ def read_run_checkpoint(cfg, name: str) -> Checkpoint | None:
             raise FileNotFoundError(f"--ckpt_path last: there is no {last} to resume (the run is named {name!r}); "
                                     "start it without --ckpt_path, or name another run with --name")  # fmt: skip
         cfg.ckpt_path = str(last)
-    check_ckpt_path(cfg.ckpt_path)
-    return Checkpoint(cfg.ckpt_path, weights=False) if Path(cfg.ckpt_path).is_file() else None
+    return Checkpoint(cfg.ckpt_path, weights=False)
 
 
 DESCRIPTION = "Train and evaluate the project's models. The other commands: cli.py --help."

@@ -27,16 +27,6 @@ CHEAP = 2**24  # parameters (64 MB in float32): a model this size is built in a 
 RETRAIN = "it predates the package's layout or comes from another version: train it again with this one"
 
 
-def check_ckpt_path(ckpt_path: str | None) -> None:
-    """A ``--ckpt_path`` must name a file (``last`` is resolved to one first; Lightning's other names, ``best``,
-    ``hpc`` and ``registry``, name a checkpoint of a fit in the same process or on its cloud, which no run here has)."""
-    if ckpt_path is not None and not Path(ckpt_path).is_file():
-        raise FileNotFoundError(
-            f"--ckpt_path {ckpt_path!r} {absent(ckpt_path)}; pass a checkpoint file such as "
-            "checkpoints/enwik8/last.ckpt, or 'last' to resume the newest run of this config"
-        )
-
-
 def absent(path: str) -> str:
     """Why a path is no file: it is empty, does not exist, is a device or a pipe, or is a folder (an export's,
     which from_pretrained reads)."""
