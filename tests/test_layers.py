@@ -200,3 +200,39 @@ def test_the_gpu_script_imports_only_names_the_package_has():
     assert len(imported) >= 3
     missing = [f"{m}.{n}" for m, n in imported if not hasattr(importlib.import_module(m), n)]
     assert not missing, f".ci/gpu imports names the package no longer has: {missing}"
+
+
+# The package's size as `wc -l` counts it, a folder at a time (top: the files beside the folders). A change may
+# shrink a folder and lower its line here; one that must grow a folder raises its line here, in its own commit,
+# so that growth is a decision and not accretion.
+LINE_BUDGET = {"top": 404, "cli": 2_053, "data": 1_868, "experiments": 1_416, "model": 2_700, "training": 2_752}
+
+
+def lines_by_folder(root: Path = PACKAGE) -> dict[str, int]:
+    """Lines of the package's Python files (as ``wc -l`` counts them), a folder at a time."""
+    counts = dict.fromkeys(LINE_BUDGET, 0)
+    for path in root.rglob("*.py"):
+        folder = path.relative_to(root).parts[0] if len(path.relative_to(root).parts) > 1 else "top"
+        counts[folder] = counts.get(folder, 0) + path.read_bytes().count(b"\n")
+    return counts
+
+
+def over_budget(root: Path = PACKAGE) -> list[str]:
+    """Each folder past its line in :data:`LINE_BUDGET`, by how much."""
+    return [f"{folder}/: {n:,} lines, {n - LINE_BUDGET.get(folder, 0):,} past its budget of "
+            f"{LINE_BUDGET.get(folder, 0):,}" for folder, n in lines_by_folder(root).items()
+            if n > LINE_BUDGET.get(folder, 0)]  # fmt: skip
+
+
+def test_the_package_stays_within_its_line_budget():
+    """No folder grows past its budget; make room in the folder, or raise its line in LINE_BUDGET on purpose."""
+    assert over_budget() == []
+
+
+def test_the_check_sees_a_folder_grow(tmp_path):
+    """The check itself: one line added to a copy of cli/, and a new folder, are each past their budget."""
+    copy, _ = copy_importing(tmp_path, "cli/errors.py", "math import pi")  # the function adds 4 lines
+    (copy / "extra").mkdir()
+    (copy / "extra" / "x.py").write_text("x = 1\n")
+    assert [line.split(":")[0] for line in over_budget(copy)] == ["cli/", "extra/"]
+    assert over_budget(copy)[0].startswith(f"cli/: {LINE_BUDGET['cli'] + 4:,} lines, 4 past")
