@@ -133,7 +133,7 @@ def test_bad_config_says_what_to_do():
         LMConfig(emb=100, heads=8)
     with pytest.raises(ValueError, match=r"depth=0 is not an integer in \[1, 1,000\]"):
         LMConfig(depth=0)
-    with pytest.raises(ValueError, match=r"emb=None is not an integer in \[1, "):
+    with pytest.raises(ValueError, match=r"emb=null is not an integer in \[1, "):
         LMConfig(emb=None)  # as a checkpoint's settings may hold
     with pytest.raises(ValueError, match=r"emb=9999999999999999999999999999999999999999 is not an integer in \["):
         LMConfig(emb=10**40 - 1, heads=4)  # refused by its type before anything reads its digits
