@@ -65,7 +65,7 @@ from ..training.modules import LitTransformer
 from ..training.optim import OptimConfig
 from ..training.run_folder import claim_run_folder, release_run_folder
 from .config_files import check_config_files, check_values, written
-from .errors import ALLOWED_IMPORTS, class_at, damaged, named_as
+from .errors import ALLOWED_IMPORTS, FLAG_GROUPS, class_at, damaged, named_as
 
 # A config names classes and callables by import path; only these packages may be named (checked by jsonargparse
 # before it imports anything), so a config cannot run os.system, eval or an arbitrary module's import-time code.
@@ -111,7 +111,7 @@ class Run:
 def refuse_null_groups(cfg) -> None:
     """``null`` (or one value) for a group of settings (``checkpoint: null``), which jsonargparse takes for the
     Trainer's and each callback's group; a setting's own null meets its type's bound, as any other value does."""
-    for key, group in {"trainer": Trainer, **CALLBACK_GROUPS}.items():
+    for key, group in FLAG_GROUPS.items():
         if key in cfg and not hasattr(cfg[key], "items"):
             raise ValueError(f"{key}: {written(cfg[key])}: {key} is a group of {group.__name__}'s settings, not one "
                              f"value; give them as a mapping (e.g. `{key}: {{...}}` in a config), or leave {key} out "
