@@ -40,14 +40,7 @@ from ..bounds import (
 )
 from ..data.files import shortened
 from ..data.vocab import vocab_state
-from ..model.config import (
-    ClassifierConfig,
-    EncoderDecoderConfig,
-    LMConfig,
-    MaskedLMConfig,
-    TransformerConfig,
-    XLConfig,
-)
+from ..model.config import ClassifierConfig, EncoderDecoderConfig, LMConfig, MaskedLMConfig, TransformerConfig, XLConfig
 from ..model.models import count_parameters
 from ..training.callbacks import (
     CALLBACK_GROUPS,
@@ -519,13 +512,9 @@ class CLI(LightningCLI):
             )
         given = {_class_name(c) for c in callbacks}
         bar = any(name.endswith("ProgressBar") and name != "ProgressBar" for name in given)  # the config's own
-        missing = []
-        for default in PROJECT_CALLBACKS:
-            name = default["class_path"].rsplit(".", 1)[-1]
-            if name in given or (name == "ProgressBar" and bar):
-                continue
-            init_args = Namespace(**default.get("init_args", {}))
-            missing.append(Namespace(class_path=default["class_path"], init_args=init_args))
+        missing = [Namespace(class_path=d["class_path"], init_args=Namespace(**d.get("init_args", {})))
+                   for d in PROJECT_CALLBACKS if (name := d["class_path"].rsplit(".", 1)[-1]) not in given
+                   and not (name == "ProgressBar" and bar)]  # fmt: skip
         return missing + [c for c in callbacks if not (bar and _class_name(c) == "ProgressBar")]
 
     def _continue_logs(self, cfg, run: dict) -> None:
@@ -605,21 +594,14 @@ class CLI(LightningCLI):
             return
         self._validate_in_full()
         ours = run_checkpoint(self.trainer)
-        best = ours.best_model_path if ours is not None else ""
-        log = next((lg.log_dir for lg in self.trainer.loggers if lg.log_dir and not isinstance(lg, WandbLogger)), None)
-        # a config's own ModelCheckpoints, where they wrote something
-        saved = [c for c in self.trainer.checkpoint_callbacks if c is not ours and isinstance(c, ModelCheckpoint)]
-        others = [
-            (c.dirpath, c) for c in saved if c.dirpath and Path(c.dirpath).is_dir() and any(Path(c.dirpath).iterdir())
-        ]
-        note(
-            f"this run: checkpoints in {shown(self.checkpoint_dir)}/ (newest: last.ckpt"
-            + (f", best: {shown(best)}" if best else "")
-            + ")"
-            + "".join(f", and {shown(d)}/ (trainer.callbacks' {type(c).__name__})" for d, c in others)
-            + (f", logs in {log}/" if log else "")
-            + "; continue it with --ckpt_path last, or start another with --name"
-        )
+        best = f", best: {shown(ours.best_model_path)}" if ours is not None and ours.best_model_path else ""
+        log = next((f", logs in {lg.log_dir}/" for lg in self.trainer.loggers
+                    if lg.log_dir and not isinstance(lg, WandbLogger)), "")  # fmt: skip
+        others = "".join(f", and {shown(c.dirpath)}/ (trainer.callbacks' {type(c).__name__})"  # where they wrote
+                         for c in self.trainer.checkpoint_callbacks if c is not ours and isinstance(c, ModelCheckpoint)
+                         and c.dirpath and Path(c.dirpath).is_dir() and any(Path(c.dirpath).iterdir()))  # fmt: skip
+        note(f"this run: checkpoints in {shown(self.checkpoint_dir)}/ (newest: last.ckpt{best}){others}{log}; continue "
+             "it with --ckpt_path last, or start another with --name")  # fmt: skip
         for lg in self.trainer.loggers:
             if isinstance(lg, WandbLogger) and (lg.mode or "").startswith("offline"):
                 note(f"W&B logged offline: upload with `wandb sync {lg.save_dir}/wandb/offline-run-*`, once logged in")

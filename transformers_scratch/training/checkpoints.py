@@ -8,7 +8,6 @@ import dataclasses
 import inspect
 import math
 import pickle
-import sys
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +20,7 @@ from ..data import ByteVocab, WordVocab, checkpoint_vocab
 from ..data.files import inflates_past, shortened
 from ..data.vocab import DamagedVocab, TokenizerVocab
 from ..model.config import TransformerConfig, read_settings
+from .console import note
 
 PROJECT = __name__.partition(".")[0]  # what the project's own classes and modules are named under
 CHEAP = 2**24  # parameters (64 MB in float32): a model this size is built in a moment, to compare weight by weight
@@ -239,9 +239,7 @@ class Checkpoint:
                 f"embeddings have no vector past {context}; pass --data.{key} {context} or less, or train with "
                 "model.positions sinusoidal, rope or alibi"
             )
-        print(
-            f"note: data.{key} {window}, past the training context {context} ({positions} positions)", file=sys.stderr
-        )
+        note(f"note: data.{key} {window}, past the training context {context} ({positions} positions)")
 
     @staticmethod
     def tensors(path: str, flag: str) -> dict:
