@@ -80,6 +80,29 @@ def test_a_spawned_run_pickles_its_settings_and_resumes_through_the_cli(tmp_path
     assert torch.load(tmp_path / "checkpoints" / "tiny_charlm" / "last.ckpt", weights_only=True)["global_step"] == 4
 
 
+@pytest.mark.slow
+def test_a_refusal_under_ddp_spawn_is_one_line_and_a_refused_data_read_leaves_no_folder(tmp_path):
+    """The processes that ddp_spawn starts hand on only a traceback, as text: a refusal in one of them was a
+    traceback of torch's, and a data file refused there had left the main process's log folders behind."""
+    from inprocess import run_process
+    from test_cli import corpus
+
+    cli = str(Path(__file__).resolve().parents[1] / "cli.py")
+    args = [cli, "fit", "--config", str(Path(cli).with_name("configs") / "tiny_charlm.yaml"), "--trainer.strategy",
+            "ddp_spawn", "--trainer.devices", "2", "--sample.length", "0", "--trainer.max_steps", "3"]  # fmt: skip
+    env = {"OMP_NUM_THREADS": "1"}
+    missing = run_process(*args, "--data.path", str(tmp_path / "missing.txt"), cwd=tmp_path, env=env)
+    assert missing.returncode == 1 and "Traceback" not in missing.stderr, missing.stderr[-3000:]
+    assert missing.stderr.count("error: ") == 1 and "error: data.path" in missing.stderr, missing.stderr[-3000:]
+    assert not (tmp_path / "logs").exists() and not (tmp_path / "checkpoints").exists()
+    text = str(corpus(tmp_path / "text.txt"))
+    diverged = run_process(*args, "--data.path", text, "--model.optim.lr", "1e10", "--trainer.gradient_clip_val", "0",
+                           "--trainer.logger", "false", cwd=tmp_path, env=env)  # fmt: skip
+    assert diverged.returncode == 1 and "Traceback" not in diverged.stderr, diverged.stderr[-3000:]
+    assert "error: the weights became NaN or infinite" in diverged.stderr, diverged.stderr[-3000:]
+    assert "Terminating process" not in diverged.stderr  # torch's word on the other process it stopped
+
+
 SIGNAL_TO_RANK_0 = """
 import os, signal, sys
 import lightning as L

@@ -4,6 +4,7 @@ another library's messages; tests/test_errors.py runs each reading against the i
 
 from __future__ import annotations
 
+import builtins
 import difflib
 import errno
 import importlib
@@ -68,7 +69,21 @@ def refused(e: BaseException) -> bool:
     """Whether ``e`` refuses the user's input, files or machine (one line), rather than showing a fault (a
     traceback): a module of the project's own that is missing is a fault."""
     own = isinstance(e, ModuleNotFoundError) and (e.name or "").partition(".")[0] == PROJECT
-    return (isinstance(e, REFUSALS) and not own) or out_of_memory(e) or at_fault(e) is not None or peer_stopped(e)
+    elsewhere = at_fault(e) is not None or peer_stopped(e) or spawned(e) is not None  # a callback's, another process's
+    return (isinstance(e, REFUSALS) and not own) or out_of_memory(e) or elsewhere
+
+
+def spawned(e: BaseException) -> str | None:
+    """A refusal in a process that ddp_spawn started, of which torch hands on only the traceback, as text: its last
+    line, ``module.Class: message``, gives the message where the class is a refusal."""
+    if type(e).__name__ != "ProcessRaisedException":
+        return None
+    name, _, line = (str(e).strip().splitlines() or [""])[-1].partition(": ")
+    try:
+        cls = class_at(name) if name.partition(".")[0] in ALLOWED_IMPORTS else getattr(builtins, name)
+    except (ImportError, AttributeError, ValueError):
+        return None
+    return line if isinstance(cls, type) and issubclass(cls, (*REFUSALS, MemoryError, torch.OutOfMemoryError)) else None
 
 
 # how a collective of torch's fails when another process of the run has ended (gloo's words, which
@@ -109,6 +124,8 @@ def error_line(e: BaseException, argv: list[str]) -> str:
 
 
 def _line(e: BaseException, argv: list[str]) -> str:
+    if line := spawned(e):
+        return line
     if peer_stopped(e):
         return (f"rank {torch.distributed.get_rank()}: another process of this run stopped, and this one cannot go on "
                 "without it; that one's own line says why")  # fmt: skip

@@ -551,7 +551,8 @@ class CLI(LightningCLI):
     def before_fit(self) -> None:
         self.check_weights_fit()
         self._check_pretrained()
-        if self.trainer.world_size == 1:  # the data read and checked now: a refused run leaves no folders behind
+        spawns = isinstance(self.trainer.strategy.launcher, _MultiProcessingLauncher)  # this process only launches
+        if self.trainer.world_size == 1 or spawns:  # the data read and checked now: a refused run leaves no folders
             self.datamodule.prepare_data()
             self.datamodule.setup("fit")
         if getattr(rank_zero_only, "rank", 0) == 0:  # DDP's other processes run this CLI too

@@ -101,5 +101,6 @@ def quiet() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message=r"The '\w+' does not have many workers")
     os.environ.setdefault("WANDB_SILENT", "true")
-    os.environ.setdefault("HF_HUB_VERBOSITY", "error")  # read when huggingface_hub is imported; if it was already:
-    logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
+    os.environ.setdefault("HF_HUB_VERBOSITY", "error")  # read when huggingface_hub is imported; if it was already,
+    for name in ("huggingface_hub", "torch.multiprocessing.spawn"):  # and torch's "Terminating process" after a refusal
+        logging.getLogger(name).setLevel(logging.ERROR)
