@@ -74,11 +74,12 @@ def refused(e: BaseException) -> bool:
 
 
 def spawned(e: BaseException) -> str | None:
-    """A refusal in a process that ddp_spawn started, of which torch hands on only the traceback, as text: its last
-    line, ``module.Class: message``, gives the message where the class is a refusal."""
+    """A refusal in a process ddp_spawn started, whose traceback torch hands on as text: ``module.Class: message``."""
     if type(e).__name__ != "ProcessRaisedException":
         return None
     name, _, line = (str(e).strip().splitlines() or [""])[-1].partition(": ")
+    if name == "RuntimeError" and any(words in line for words in PEER_GONE):  # torch names the first to end alone
+        return "a process of this run stopped, and the others cannot go on without it; --trainer.devices 1 shows why"
     try:
         cls = class_at(name) if name.partition(".")[0] in ALLOWED_IMPORTS else getattr(builtins, name)
     except (ImportError, AttributeError, ValueError):

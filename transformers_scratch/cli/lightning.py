@@ -259,11 +259,10 @@ DATA_OF = {"LitCharLM": "TextDataModule", "LitXL": "OrderedTextDataModule", "Lit
            "LitMaskedLM": "IMDbMLMDataModule", "LitSeq2Seq": "TransductionDataModule"}  # fmt: skip
 """The data module whose batches each model reads (a model knows nothing of the data; the command line pairs them)."""
 
+# what a launcher of several nodes sets (torchrun, a manual launch, SLURM, LSF, MPI): Lightning's environments
 CLUSTER_ENV = ("MASTER_ADDR", "SLURM_NTASKS", "LSB_JOBID", "OMPI_COMM_WORLD_SIZE")
-"""What a launcher of several nodes sets (torchrun, a manual launch, SLURM, LSF, MPI): Lightning's environments."""
-
+# the trainer's limit of the batches each scoring command reads
 LIMITS = {"validate": "limit_val_batches", "test": "limit_test_batches", "predict": "limit_predict_batches"}
-"""The trainer's limit of the batches each scoring command reads."""
 
 
 # What every run has; a config's `trainer.callbacks` adds to these (CLI.with_project_callbacks).
