@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tarfile
 import threading
+import time
 import tracemalloc
 import warnings
 import zipfile
@@ -2357,6 +2358,31 @@ def test_a_path_longer_than_the_system_allows_is_named_by_its_flag(text, capsys)
     fit = ["fit", "--config", TINY_LM, "--data.path", str(text)]
     fails(capsys, *fit, "--data.tokenizer", long, message=f"error: --data.tokenizer '{'t' * 60}... (300 characters)': "
           "the path is longer than this system allows")  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sent, status", [("SIGTERM", -signal.SIGTERM), ("SIGINT", 130)])
+def test_a_signal_while_predict_waits_for_its_file_ends_it(lm_ckpt, text, sent, status):
+    """predict read its file inside Lightning's run, whose handlers lost a SIGTERM while a pipe with no writer yet
+    was opened (the process waited on, deaf), and ended Ctrl-C with status 1, without a word."""
+    pipe = text.parent / "pipe"
+    os.mkfifo(pipe)
+    args = ["predict", "--config", TINY_LM, "--data.path", str(text), "--data.predict_path", str(pipe),
+            "--ckpt_path", str(lm_ckpt), "--data.context", "16", "--trainer.logger", "false"]  # fmt: skip
+    env = {**os.environ, "HOME": str(text.parent), "WANDB_MODE": "disabled"}
+    with subprocess.Popen([sys.executable, str(ROOT / "cli.py"), *args], cwd=text.parent, env=env,
+                          stderr=subprocess.PIPE, text=True) as ran:  # fmt: skip
+        try:
+            waits, deadline = Path(f"/proc/{ran.pid}/wchan"), time.monotonic() + 120
+            while waits.read_text() != "wait_for_partner":  # the kernel's wait in opening a pipe for its writer
+                assert ran.poll() is None and time.monotonic() < deadline, ran.stderr and ran.stderr.read()
+                time.sleep(0.1)
+            ran.send_signal(getattr(signal, sent))
+            said = ran.communicate(timeout=30)[1]
+        finally:
+            ran.kill()
+    assert ran.returncode == status, said[-3000:]
+    assert "Traceback" not in said and (sent == "SIGTERM" or "interrupted (Ctrl-C)" in said), said[-3000:]
 
 
 PREDICT_SIGNALLED = """

@@ -213,15 +213,12 @@ DESCRIPTION = "Train and evaluate the project's models. The other commands: cli.
 
 def sizes_help() -> str:
     """fit's description: the model's sizes and choices."""
-    hints = get_type_hints(TransformerConfig)
-    shown_sizes = ", ".join(
-        f"{f.name} {f.default}" if not f.type.startswith("Literal") else f"{f.name} {'|'.join(get_args(hints[f.name]))}"
-        for f in fields(TransformerConfig)
-        if f.name not in LINKED  # fmt: skip
-    )
+    hint = get_type_hints(TransformerConfig)
+    shown = ", ".join(f"{f.name} {'|'.join(get_args(hint[f.name])) if f.type.startswith('Literal') else f.default}"
+                      for f in fields(TransformerConfig) if f.name not in LINKED)  # fmt: skip
     return (
         "Train a model. Its sizes and choices, as --model.model.NAME VALUE (defaults: the tutorial's enwik8 "
-        f"model; vocab_size, num_classes and context come from the data): {shown_sizes}. "
+        f"model; vocab_size, num_classes and context come from the data): {shown}. "
         "Every model setting with its meaning: --model.model.help LMConfig (or ClassifierConfig, MaskedLMConfig, "
         "EncoderDecoderConfig, XLConfig); the optimiser's: --model.optim.help OptimConfig; a module's: --model.help "
         "LitCharLM (or LitClassifier, LitMaskedLM, LitSeq2Seq, LitXL); a config's settings: --config CONFIG "
@@ -646,11 +643,14 @@ class CLI(LightningCLI):
             self.datamodule.prepare_data()
             self.datamodule.setup()  # no stage: each module's own note of its stage comes with Lightning's call
 
-    def before_predict(self) -> None:  # predict reads its file in its loader, and has no loggers
+    def before_predict(self) -> None:  # predict has no loggers
         if type(self.datamodule).predict_dataloader is LightningDataModule.predict_dataloader:  # the generated tasks
             raise ValueError(f"predict reads no file for a {type(self.model).__name__}: its sources are decoded by "
                              "`cli.py decode --ckpt_path CKPT --input_file FILE` (one source a line)")  # fmt: skip
         self.check_weights_fit()
+        if self.trainer.world_size == 1:  # its file read now, as validate's: a read that waits ends on a signal
+            loader = self.datamodule.predict_dataloader()
+            self.datamodule.predict_dataloader = lambda: loader  # type: ignore[method-assign]
 
     before_validate = before_test = _read_data
 
