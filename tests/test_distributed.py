@@ -104,6 +104,31 @@ def test_a_refusal_under_ddp_spawn_is_one_line_and_a_refused_data_read_leaves_no
     assert "Terminating process" not in diverged.stderr  # torch's word on the other process it stopped
 
 
+def test_an_error_that_ends_a_spawned_processs_run_leaves_no_signal_handler_of_lightnings(monkeypatch):
+    """A process that ddp_spawn starts runs the fit with no handling of its error, so Lightning does not tear it down:
+    its SIGTERM handler stayed, and the launcher's SIGTERM to the process ran it, a broadcast to processes already
+    gone, whose traceback came under the refusal's one line (the test above, under load)."""
+    import signal
+
+    import lightning as L
+    from lightning.pytorch.demos.boring_classes import BoringModel
+    from lightning.pytorch.trainer import call
+
+    from transformers_scratch.training.callbacks import StopOnSignal
+
+    class Refuses(L.Callback):
+        def on_train_end(self, trainer, module):
+            raise ValueError("refused at the end")
+
+    monkeypatch.setattr(call, "_call_and_handle_interrupt", lambda trainer, fn, *args, **kwargs: fn(*args, **kwargs))
+    before = signal.getsignal(signal.SIGTERM)
+    trainer = L.Trainer(max_steps=1, callbacks=[StopOnSignal(), Refuses()], logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")  # fmt: skip
+    with pytest.raises(ValueError, match="refused at the end"):
+        trainer.fit(BoringModel())
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
 SIGNAL_TO_RANK_0 = """
 import os, signal, sys
 import lightning as L

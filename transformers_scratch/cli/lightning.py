@@ -650,7 +650,7 @@ class CLI(LightningCLI):
         self.check_weights_fit()
         if self.trainer.world_size == 1:  # its file read now, as validate's: a read that waits ends on a signal
             loader = self.datamodule.predict_dataloader()
-            self.datamodule.predict_dataloader = lambda: loader  # type: ignore[method-assign]
+            self.datamodule.predict_dataloader = lambda: loader
 
     before_validate = before_test = _read_data
 

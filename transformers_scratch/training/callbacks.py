@@ -157,6 +157,7 @@ class StopOnSignal(Callback):
     def __init__(self) -> None:
         self.signal: signal.Signals | None = None  # the signal that asked for a stop
         self.previous: dict[int, Any] = {}  # the handlers this one replaced
+        self.outer: dict[int, Any] = {}  # those before Lightning's (restore)
         self.training = False  # a fit's steps have begun: a stop saves them
         self.at_once = False  # a second Ctrl-C stopped the run mid-step: nothing is saved
 
@@ -168,6 +169,9 @@ class StopOnSignal(Callback):
                 self.previous[number] = signal.signal(number, self.request_stop)
 
     on_sanity_check_start = on_validation_start = on_test_start = on_predict_start = listen
+
+    def setup(self, *args: Any, **kwargs: Any) -> None:  # the hook before Lightning puts its handlers in place
+        self.outer = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.listen()
@@ -227,8 +231,9 @@ class StopOnSignal(Callback):
     on_test_end = on_predict_end = on_train_end
 
     def restore(self) -> None:
+        """The handlers from before the run, not Lightning's, which an error in a spawned process leaves in place."""
         for number, handler in self.previous.items():
-            signal.signal(number, handler)
+            signal.signal(number, handler if self.outer.get(number) is None else self.outer[number])
         self.previous, self.training = {}, False
 
 

@@ -101,9 +101,7 @@ class Checkpoint:
         self.step: int = step
         self.resumable = bool(data.get("optimizer_states")) and "loops" in data  # else: save_weights_only's
         self.shapes = {str(name): tuple(t.shape) for name, t in state.items()}
-        size: Any = (
-            self.model.get("vocab_size") if isinstance(self.model, dict) else getattr(self.model, "vocab_size", 0)
-        )
+        size = self.setting("vocab_size", 0)
         if self.vocab is not None and is_count(size) and 0 < size < self.vocab.size:
             raise ValueError(f"{self.source} holds a vocabulary of {self.vocab.size:,} ids for a model of {size:,}: "
                              "ids past its embedding; the file is damaged: pass another checkpoint")  # fmt: skip
@@ -113,6 +111,10 @@ class Checkpoint:
     def model(self):
         """The model's settings as written (a dict, or None)."""
         return self.hparams.get("model")
+
+    def setting(self, key: str, default: Any = None) -> Any:
+        """One of the model's settings as the file holds them (a dict, or a config), else ``default``."""
+        return (self.model.get(key) if isinstance(self.model, dict) else getattr(self.model, key, None)) or default
 
     def settings(self, module_class: Any) -> Any:
         """The model settings, checked against the module's config class before anything is built; a model
@@ -207,10 +209,7 @@ class Checkpoint:
     def check_data(self, data) -> None:
         """The run's ``data`` must give the ids the model reads (the same vocabulary); windows longer than it was
         trained on are refused for learned positions and noted for the others."""
-        vocab, trained = self.vocab, self.model or {}
-        field = lambda key, default: (
-            (trained.get(key) if isinstance(trained, dict) else getattr(trained, key, None)) or default
-        )  # noqa: E731
+        vocab = self.vocab
         if isinstance(vocab, ByteVocab) and "vocab" in data:
             kind = "bytes" if vocab.symbols is None else "file"
             if data["vocab"] != kind:
@@ -222,23 +221,19 @@ class Checkpoint:
             if vocab.json != TokenizerVocab.from_file(given).json:
                 raise ValueError(f"{self.source} was not trained with data.tokenizer {given!r}; pass the one it was")
         if isinstance(vocab, WordVocab):  # data.vocab_words is a cap: a small corpus may fill less of it
-            words = field("vocab_size", len(vocab)) - 2 - (self.kind == "LitMaskedLM")  # <pad>, <unk>, [MASK]
-            if data.get("vocab_words") not in (None, words):
-                raise ValueError(
-                    f"{self.source} was trained with a vocabulary of {words} words, and this run "
-                    f"has data.vocab_words {data['vocab_words']}; pass --data.vocab_words {words}"
-                )
+            words = self.setting("vocab_size", len(vocab)) - 2 - (self.kind == "LitMaskedLM")  # <pad>, <unk>, [MASK]
+            if (asked := data.get("vocab_words")) not in (None, words):
+                raise ValueError(f"{self.source} was trained with a vocabulary of {words} words, and this run has "
+                                 f"data.vocab_words {asked}; pass --data.vocab_words {words}")  # fmt: skip
         key = "context" if "context" in data else "max_length"
-        window, context = data.get(key), field("context", None)
+        window, context = data.get(key), self.setting("context")
         if window is None or context is None or window <= context:
             return
-        positions = field("positions", "learned")
+        positions = self.setting("positions", "learned")
         if positions == "learned":
-            raise ValueError(
-                f"--data.{key} {window} > {context}, the context {self.source} was trained at: its learned position "
-                f"embeddings have no vector past {context}; pass --data.{key} {context} or less, or train with "
-                "model.positions sinusoidal, rope or alibi"
-            )
+            raise ValueError(f"--data.{key} {window} > {context}, the context {self.source} was trained at: its "
+                             f"learned position embeddings have no vector past {context}; pass --data.{key} {context} "
+                             "or less, or train with model.positions sinusoidal, rope or alibi")  # fmt: skip
         note(f"note: data.{key} {window}, past the training context {context} ({positions} positions)")
 
     @staticmethod
