@@ -81,20 +81,22 @@ def test_a_spawned_run_pickles_its_settings_and_resumes_through_the_cli(tmp_path
 
 
 @pytest.mark.slow
-def test_a_refusal_under_ddp_spawn_is_one_line_and_a_refused_data_read_leaves_no_folder(tmp_path):
+def test_a_refusal_under_ddp_or_ddp_spawn_is_one_line_and_a_refused_data_read_leaves_no_folder(tmp_path):
     """The processes that ddp_spawn starts hand on only a traceback, as text: a refusal in one of them was a
     traceback of torch's, and a data file refused there had left the main process's log folders behind."""
     from inprocess import run_process
     from test_cli import corpus
 
     cli = str(Path(__file__).resolve().parents[1] / "cli.py")
-    args = [cli, "fit", "--config", str(Path(cli).with_name("configs") / "tiny_charlm.yaml"), "--trainer.strategy",
-            "ddp_spawn", "--trainer.devices", "2", "--sample.length", "0", "--trainer.max_steps", "3"]  # fmt: skip
+    config = ["--config", str(Path(cli).with_name("configs") / "tiny_charlm.yaml"), "--trainer.devices", "2"]
+    args = [cli, "fit", *config, "--trainer.strategy", "ddp_spawn", "--sample.length", "0", "--trainer.max_steps", "3"]
     env = {"OMP_NUM_THREADS": "1"}
-    missing = run_process(*args, "--data.path", str(tmp_path / "missing.txt"), cwd=tmp_path, env=env)
-    assert missing.returncode == 1 and "Traceback" not in missing.stderr, missing.stderr[-3000:]
-    assert missing.stderr.count("error: ") == 1 and "error: data.path" in missing.stderr, missing.stderr[-3000:]
-    assert not (tmp_path / "logs").exists() and not (tmp_path / "checkpoints").exists()
+    ddp = [*config, "--trainer.strategy", "ddp"]  # every process runs the command: each printed the line
+    for command in (args, [cli, "fit", *ddp], [cli, "test", *ddp]):
+        missing = run_process(*command, "--data.path", str(tmp_path / "missing.txt"), cwd=tmp_path, env=env)
+        assert missing.returncode == 1 and "Traceback" not in missing.stderr, missing.stderr[-3000:]
+        assert missing.stderr.count("error: ") == 1 and "error: data.path" in missing.stderr, missing.stderr[-3000:]
+        assert not (tmp_path / "logs").exists() and not (tmp_path / "checkpoints").exists()
     text = str(corpus(tmp_path / "text.txt"))
     diverged = run_process(*args, "--data.path", text, "--model.optim.lr", "1e10", "--trainer.gradient_clip_val", "0",
                            "--trainer.logger", "false", cwd=tmp_path, env=env)  # fmt: skip

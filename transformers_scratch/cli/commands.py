@@ -87,10 +87,8 @@ def sample(
     """
     prompt = text_or_file(prompt, prompt_file, "prompt", "the text to continue", "a text file")
     if num_samples * length > MAX_SAMPLE:
-        raise ValueError(
-            f"--num_samples {num_samples} x --length {length:,} is {num_samples * length:,} characters, more than "
-            f"{MAX_SAMPLE:,} in one call; ask for fewer or shorter samples"
-        )
+        raise ValueError(f"--num_samples {num_samples} x --length {length:,} is {num_samples * length:,} characters, "
+                         f"more than {MAX_SAMPLE:,} in one call; ask for fewer or shorter samples")  # fmt: skip
     module, vocab = Checkpoint(ckpt_path).trained(LitCharLM, LitXL, command="sample", vocab=True)
     options = dict(temperature=temperature, top_k=top_k, top_p=top_p, use_cache=cache, cuda_graph=cuda_graph)
     with damaged(ckpt_path):
@@ -253,10 +251,8 @@ def authors_vocab(symbols: str | None, size: int):
 
     if symbols is None:
         if size != 256:
-            raise ValueError(
-                f"the model reads {size} ids, not the 256 byte values: pass --symbols FILE, their vocabulary one "
-                "symbol a line in id order (their corpus's vocab.idx2sym)"
-            )
+            raise ValueError(f"the model reads {size} ids, not the 256 byte values: pass --symbols FILE, their "
+                             "vocabulary one symbol a line in id order (their corpus's vocab.idx2sym)")  # fmt: skip
         return ByteVocab(None)
     text = read_text(symbols, f"--symbols {symbols!r}", MAX_TEXT_FILE, "a text file, one decimal byte value a line")
     lines = text.split()
@@ -351,9 +347,8 @@ def plot(run: PathName, out: PathName | None = None, dpi: Dpi = 100) -> None:
     if not metrics.exists() or metrics.is_dir():
         logged = sorted(given.glob("version_*/metrics.csv"), key=lambda p: p.stat().st_mtime)  # logs/NAME given
         example = shown(logged[-1].parent) if logged else "logs/imdb/version_0"
-        raise FileNotFoundError(
-            f"{str(metrics)!r} does not exist; pass a run's log folder such as {example} (fit writes metrics.csv there)"
-        )
+        raise FileNotFoundError(f"{str(metrics)!r} does not exist; pass a run's log folder such as {example} (fit "
+                                "writes metrics.csv there)")  # fmt: skip
     if out is None and not metrics.is_file():
         raise ValueError(f"run {run!r} is a pipe, with no folder to hold the picture; pass --out curves.png")
     curves = learning_curves(metrics)

@@ -547,14 +547,17 @@ class CLI(LightningCLI):
     def before_fit(self) -> None:
         self.check_weights_fit()
         self._check_pretrained()
-        spawns = isinstance(self.trainer.strategy.launcher, _MultiProcessingLauncher)  # this process only launches
-        if self.trainer.world_size == 1 or spawns:  # the data read and checked now: a refused run leaves no folders
+        if self.reads_first:  # the data read and checked now: a refused run leaves no folders
             self.datamodule.prepare_data()
             self.datamodule.setup("fit")
         if getattr(rank_zero_only, "rank", 0) == 0:  # DDP's other processes run this CLI too
             folder, ckpt = Path(self.checkpoint_dir), self.config.fit.get("ckpt_path")  # a resume of the folder's run
             claim_run_folder(folder, resuming=bool(ckpt) and Path(ckpt).resolve().is_relative_to(folder.resolve()))
             note(self.header())
+
+    @property
+    def reads_first(self) -> bool:  # alone, or starting the others: a refused file is then one line, from this one
+        return self.trainer.world_size == 1 or self.trainer.strategy.launcher is not None
 
     def header(self) -> str:
         """The run in two lines, before the bar: its name and folders, and the model's size."""
@@ -639,7 +642,7 @@ class CLI(LightningCLI):
     def _read_data(self) -> None:
         """validate and test: the data read and checked before the loggers start (a refusal leaves no log)."""
         self.check_weights_fit()
-        if self.trainer.world_size == 1:
+        if self.reads_first:
             self.datamodule.prepare_data()
             self.datamodule.setup()  # no stage: each module's own note of its stage comes with Lightning's call
 
@@ -648,7 +651,8 @@ class CLI(LightningCLI):
             raise ValueError(f"predict reads no file for a {type(self.model).__name__}: its sources are decoded by "
                              "`cli.py decode --ckpt_path CKPT --input_file FILE` (one source a line)")  # fmt: skip
         self.check_weights_fit()
-        if self.trainer.world_size == 1:  # its file read now, as validate's: a read that waits ends on a signal
+        # its file read now, as validate's: a read that waits ends on a signal (not under ddp_spawn, which pickles)
+        if self.reads_first and not isinstance(self.trainer.strategy.launcher, _MultiProcessingLauncher):
             loader = self.datamodule.predict_dataloader()
             self.datamodule.predict_dataloader = lambda: loader
 

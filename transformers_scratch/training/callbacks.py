@@ -40,7 +40,7 @@ from ..bounds import (
     timespan,
 )
 from ..data.files import refuse_output
-from .console import note, shown
+from .console import note, shown, silence
 from .perf import peak_flops, train_flops_per_token
 
 
@@ -172,6 +172,7 @@ class StopOnSignal(Callback):
 
     def setup(self, *args: Any, **kwargs: Any) -> None:  # the hook before Lightning puts its handlers in place
         self.outer = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+        silence()  # the CLI's warning filters, which a process that ddp_spawn starts does not inherit
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.listen()

@@ -97,8 +97,7 @@ class Checkpoint:
                                          for v in versions):  # fmt: skip
             raise ValueError(f"{self.source} holds a damaged record of its run (its step, or a log version that is "
                              "no folder name); pass another checkpoint")  # fmt: skip
-        self.run: dict = run
-        self.step: int = step
+        self.run, self.step = run, step
         self.resumable = bool(data.get("optimizer_states")) and "loops" in data  # else: save_weights_only's
         self.shapes = {str(name): tuple(t.shape) for name, t in state.items()}
         size = self.setting("vocab_size", 0)
