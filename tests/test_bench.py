@@ -511,6 +511,7 @@ def test_the_long_context_tables_measure_the_kernels_they_are_given(tmp_path, mo
             "error: --plot 'text.txt': File exists; a file of that name stands where a folder is to be made",
         ),  # fmt: skip
         (["--long-context", "--search", "--plot", "s.png"], "error: --plot draws the sweep over contexts, which --"),
+        (["--long-context", "--max-context", "1024", "--plot", "/proc/s.png"], "error: --plot '/proc/s.png': "),
     ],
 )
 def test_a_bad_flag_or_config_ends_the_bench_with_one_line_before_any_measurement(tmp_path, argv, says):
@@ -522,6 +523,7 @@ def test_a_bad_flag_or_config_ends_the_bench_with_one_line_before_any_measuremen
     out = run_main(bench.main, *argv, "--no-compile", cwd=tmp_path, prog="bench.py")
     assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]
     assert len(out.stderr.strip().splitlines()) == 1 and out.stderr.startswith(says), out.stderr
+    assert not out.stdout, out.stdout  # nothing measured (a folder that takes no file was refused after the sweep)
 
 
 @pytest.mark.slow

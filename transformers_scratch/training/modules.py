@@ -535,10 +535,8 @@ class LitXL(BitsPerByte, LitTransformer):
         if fresh or memory is None:
             return None
         if memory[0].size(0) != x.size(0):
-            raise ValueError(
-                f"the memory holds {memory[0].size(0)} streams and the batch has {x.size(0)} rows: resume with the "
-                "data.batch_size the run was trained with"
-            )
+            raise ValueError(f"the memory holds {memory[0].size(0)} streams and the batch has {x.size(0)} rows: resume "
+                             "with the data.batch_size the run was trained with")  # fmt: skip
         return [m.to(x.device) for m in memory]
 
     def logits_of(self, batch, training: bool) -> tuple[Tensor, Tensor]:
@@ -574,10 +572,9 @@ class LitXL(BitsPerByte, LitTransformer):
         if MEMORY not in checkpoint and not fitting:  # scoring or sampling: the memory starts empty anyway
             return
         if MEMORY not in checkpoint:
-            raise ValueError(
-                "the checkpoint holds no Transformer-XL memory, so a run cannot resume from it exactly: resume from "
-                "a last.ckpt written by fit, or start a new run from its weights with --model.init_from"
-            )
+            raise ValueError("the checkpoint holds no Transformer-XL memory, so a run cannot resume from it exactly: "
+                             "resume from a last.ckpt written by fit, or start a new run from its weights with "
+                             "--model.init_from")  # fmt: skip
         memory = checkpoint[MEMORY]
         if memory is None:
             self.memory = None

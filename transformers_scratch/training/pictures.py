@@ -10,6 +10,7 @@ import csv
 import io
 import math
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, cast
 
@@ -113,6 +114,11 @@ def out_file(out: str, flag: str = "--out", example: str = "picture.png", inputs
         raise ValueError(f"{flag} {out!r} ends in {target.suffix!r}, which is no picture format here; pass a name "
                          "ending in .png (or .pdf, .svg)")  # fmt: skip
     target.parent.mkdir(parents=True, exist_ok=True)
+    try:  # a folder that takes no new file (a file is written beside, then renamed) is refused now, not after the work
+        if target.is_file() or not target.exists():  # a device or a pipe is written to
+            tempfile.TemporaryFile(dir=target.parent).close()
+    except OSError as e:
+        raise OSError(e.errno, e.strerror, out) from None
     if target.is_file():  # a device or a pipe (/dev/stdout) is written to, not replaced
         print(f"note: replacing {out}", file=sys.stderr)
     return target
@@ -221,9 +227,8 @@ def _number(value: str, path: Path, line: int, column: str, kind: type):
         number = None
     if number is None or kind is int and not 0 <= number <= MAX_STEP:
         what = f"step (an integer in [0, {MAX_STEP:,}])" if kind is int else "number"
-        raise ValueError(
-            f"{str(path)!r} line {line}: {column} {value[:40]!r} is not a {what}; pass the metrics.csv that fit wrote"
-        )
+        raise ValueError(f"{str(path)!r} line {line}: {column} {value[:40]!r} is not a {what}; pass the metrics.csv "
+                         "that fit wrote")  # fmt: skip
     return number
 
 

@@ -47,10 +47,8 @@ def claim_run_folder(folder: Path, resuming: bool) -> None:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             os.close(fd)
-            raise ValueError(
-                f"{folder}/ is in use by another fit ({_holder(lock)}); wait for it to end, or give this run its "
-                "own --name"
-            ) from None
+            raise ValueError(f"{folder}/ is in use by another fit ({_holder(lock)}); wait for it to end, or give this "
+                             "run its own --name") from None  # fmt: skip
         try:
             current = os.stat(lock).st_ino == os.fstat(fd).st_ino
         except FileNotFoundError:
