@@ -502,7 +502,8 @@ def test_the_long_context_tables_measure_the_kernels_they_are_given(tmp_path, mo
             ["--long-context", "--nanogpt", "model.py"],
             "error: --nanogpt is a setting of the default run, which --long-context replaces; leave it out",
         ),  # fmt: skip
-        (["--nanogpt", "none.py"], "error: --nanogpt 'none.py' is no file; pass model.py of a karpathy/nanoGPT"),
+        (["--nanogpt", "none.py"], "error: --nanogpt 'none.py' is no Python file; pass model.py of a karpathy/nanoGPT"),
+        (["--nanogpt", "text.txt"], "error: --nanogpt 'text.txt' is no Python file; pass model.py"),  # measured first
         (["--long-context", "--plot", "."], "error: --plot '.' is a folder; pass a file name, e.g. --plot scaling.png"),
         (["--long-context", "--plot", "new/"], "error: --plot 'new/' is a folder; pass a file name, e.g. --plot new/"),
         (["--long-context", "--plot", "s.xyz"], "error: --plot 's.xyz' ends in '.xyz', which is no picture format"),

@@ -366,8 +366,8 @@ def bench(args: argparse.Namespace) -> None:
                              f"add {' or '.join(runs)}, or leave {extra[0]} out")  # fmt: skip
     if (kind := given(("--long-context", "--end-to-end", "--speedrun"))) and (extra := given(DEFAULT_ONLY)):
         raise ValueError(f"{extra[0]} is a setting of the default run, which {kind[0]} replaces; leave it out")
-    if args.nanogpt and not Path(args.nanogpt).is_file():
-        raise ValueError(f"--nanogpt {args.nanogpt!r} is no file; pass model.py of a karpathy/nanoGPT checkout")
+    if args.nanogpt and not (Path(args.nanogpt).is_file() and args.nanogpt.endswith(".py")):  # it is imported
+        raise ValueError(f"--nanogpt {args.nanogpt!r} is no Python file; pass model.py of a karpathy/nanoGPT checkout")
     if args.plot:  # before the minutes of measuring: a folder, or a format matplotlib cannot write, is refused
         if args.search:
             raise ValueError("--plot draws the sweep over contexts, which --search does not run; leave one of them out")
