@@ -118,6 +118,17 @@ def test_from_hf_takes_a_model_object():
         assert (from_hf(theirs)(ids) - theirs(ids).logits).abs().max() <= TOL
 
 
+def test_weights_of_integers_are_refused_naming_the_folder(tmp_path):
+    """An integer tensor was cast into the float weights, each weight cut to a whole number: a damaged folder."""
+    from safetensors.torch import load_file, save_file
+
+    weights = saved(gpt2(), tmp_path / "hf") / "model.safetensors"
+    state = load_file(weights)
+    save_file({**state, "transformer.h.1.mlp.c_fc.weight": state["transformer.h.1.mlp.c_fc.weight"].int()}, weights)
+    with pytest.raises(HFError, match=r"'[^']*hf' holds 'stack.blocks.1.ff.0.weight' as torch.int32, not as weights"):
+        from_hf(tmp_path / "hf")
+
+
 def test_weights_of_nan_or_inf_are_refused_naming_the_folder_or_the_model(tmp_path):
     """A folder whose weights hold NaN or inf is damaged: fine-tuning it would be a "diverged" run at its first step."""
     theirs = gpt2()

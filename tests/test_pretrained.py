@@ -179,6 +179,18 @@ def test_an_export_of_nan_or_inf_weights_is_refused_naming_its_file(tmp_path):
         from_pretrained(tmp_path / "out")
 
 
+def test_an_export_of_integer_weights_is_refused_naming_its_file(tmp_path):
+    """An integer tensor was read into the float weights, each weight cut to a whole number: a damaged file."""
+    from safetensors.torch import load_file, save_file
+
+    save_pretrained(trained_a_little("lm"), tmp_path / "out")
+    weights = tmp_path / "out" / "model.safetensors"
+    state = load_file(weights)
+    save_file({**state, "stack.blocks.1.ff.0.weight": state["stack.blocks.1.ff.0.weight"].long()}, weights)
+    with pytest.raises(ValueError, match=r"model.safetensors' holds 'stack.blocks.1.ff.0.weight' as I64, not as weig"):
+        from_pretrained(tmp_path / "out")
+
+
 def test_the_project_export_carries_the_pretrained_family_options(tmp_path):
     """A Llama-layout model (RMSNorm, SwiGLU with its own width, grouped-query attention, no biases) goes out
     and back through this project's own format with the same logits."""

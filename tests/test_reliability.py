@@ -1372,6 +1372,7 @@ def test_an_export_folder_given_as_a_checkpoint_is_named_with_its_reader(capsys,
         ("shape", "'model.head.weight' is [3, 32], not [256, 32]"),
         ("extra", "'model.spare' is not one of its weights"),
         ("no-tensors", "holds no model weights (its state_dict is no mapping of names to tensors)"),
+        ("integers", "holds 'model.head.weight' as torch.int64, not as weights (floats): a damaged model"),
     ],
 )
 @pytest.mark.parametrize("command", ["fit", "validate", "test", "predict", "sample", "export"])
@@ -1388,6 +1389,8 @@ def test_a_checkpoint_whose_weights_do_not_fit_its_settings_is_refused_in_one_li
         state["model.head.weight"] = state["model.head.weight"][:3]
     elif damage == "extra":
         state["model.spare"] = torch.zeros(2)
+    elif damage == "integers":  # was loaded: copied into the float weights, each cut to a whole number
+        state["model.head.weight"] = state["model.head.weight"].long()
     else:
         state["model.head.weight"] = "not a tensor"
     hparams = {"_class_path": "transformers_scratch.training.modules.LitCharLM", **dict(module.hparams)}

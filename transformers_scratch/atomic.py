@@ -36,10 +36,9 @@ def written_whole(path: Path) -> Iterator[Path]:
 
 
 def write_whole(path: Path, data: bytes | memoryview | str) -> None:
-    """``data`` (text as UTF-8) written whole to ``path``. A writer that streams to a file of its own opening
-    (``torch.save``, matplotlib's) fills a buffer first and hands it here: a disk that refuses the write (a full
-    one) then raises Python's OSError naming the file, where torch's writer raised a RuntimeError naming none and
-    matplotlib's reported success."""
+    """``data`` (text as UTF-8) written whole to ``path``. A writer that streams to a file it opens (``torch.save``,
+    matplotlib's) fills a buffer and hands it here: a full disk then raises Python's OSError naming the file, where
+    torch's writer raised a RuntimeError naming none and matplotlib's reported success."""
     with written_whole(path) as tmp:
         tmp.write_bytes(data.encode() if isinstance(data, str) else data)
 
@@ -56,8 +55,7 @@ def saved_whole(obj, path: Path) -> None:
 
 
 def unfinished(folder: Path, name: str = "*") -> Iterator[Path]:
-    """The temporary files of :func:`written_whole` in ``folder`` for files named ``name`` (a glob pattern) that a
-    killed writer left behind."""
+    """The temporary files that a killed :func:`written_whole` left in ``folder``, of files named ``name`` (a glob)."""
     return folder.glob(f".{name}.*.tmp")
 
 

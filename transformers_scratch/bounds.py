@@ -182,8 +182,7 @@ else:
     Samples = between(int, 1, 1_000)  # samples of one prompt
     Pictured = between(int, 1, 256)  # tokens an attention panel holds
     SampleLength = between(int, 0, 100_000)  # a sample after each validation: a minute or so on a CPU; 0: none
-    Dpi = between(int, 20, 1_200)  # a picture's resolution: FreeType refused the labels' size at 4; past 1,200
-    # matplotlib's renderer overflows its C ints
+    Dpi = between(int, 20, 1_200)  # FreeType refused the labels' size at 4; past 1,200 matplotlib's C ints overflow
     Rate = between(float, 0.0, 1.0, open_high=True)  # dropout, label smoothing, a momentum: [0, 1)
     Unit = between(float, 0.0, 1.0)  # a fraction
     LearningRate = between(float, 0.0, MAX_RATE)  # 0 holds the weights (a check that nothing else moves them)
@@ -245,7 +244,10 @@ def not_finite(state: dict) -> list[str]:
 
 
 def refuse_not_finite(state: dict, source: str, error: type[ValueError] = ValueError) -> None:
-    """Weights of NaN or inf, which fit never saves and no command can use: a diverged or damaged model."""
+    """Weights of integers (a load cuts each to a whole number) or of NaN or inf: fit saves neither, none can use it."""
+    if ints := [k for k, t in state.items() if hasattr(t, "is_floating_point") and not t.is_floating_point()]:
+        raise error(f"{source} holds {str(ints[0])[:60]!r} as {state[ints[0]].dtype}, not as weights (floats): a "
+                    "damaged model; pass another file")  # fmt: skip
     if bad := not_finite(state):
         raise error(f"{source} holds weights that are not finite ({str(bad[0])[:60]!r}: NaN or inf): a diverged or "
                     "damaged model; pass another file")  # fmt: skip

@@ -334,7 +334,7 @@ def _from_hf(source, num_classes: int | None, device: str | torch.device) -> nn.
                           f"{list(expected[ours].shape)}")  # fmt: skip
         tensors = [read(original[name]) for name in group]
         joined = torch.cat(tensors) if len(tensors) > 1 else tensors[0]
-        state[ours] = (joined.t() if conv else joined).to(torch.float32).contiguous()
+        state[ours] = (joined.t() if conv else joined).contiguous()  # as stored: the load casts it, once checked
     refuse_not_finite(state, "the model" if isinstance(source, nn.Module) else repr(str(source)), HFError)
     model = _model_class(cfg)(cfg)
     unset = set(model.load_state_dict(state, strict=False).missing_keys) - {"head.weight", "head.bias"}

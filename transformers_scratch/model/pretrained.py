@@ -111,26 +111,26 @@ def read_config(folder: str | os.PathLike) -> dict:
 
 def from_pretrained(folder: str | os.PathLike, device: str | torch.device = "cpu") -> nn.Module:
     """The model an exported folder holds, in eval mode, on ``device``."""
-    from safetensors import SafetensorError
+    from safetensors import SafetensorError, safe_open
     from safetensors.torch import load_model
 
     config = read_config(folder)
     model_class, config_class = MODELS[config["model"]]
     weights = Path(folder) / WEIGHTS
     # unknown keys, choices this version lacks and sizes that are not positive integers are refused, naming the file
-    fix = "export the model again with this version"
-    cfg = read_settings(config_class, config["config"], repr(str(weights.parent / CONFIG)), fix)
+    cfg = read_settings(config_class, config["config"], repr(str(Path(folder) / CONFIG)), "export it with this version")
     check_sizes(cfg, weights)
     model = model_class(cfg)
     try:
+        with safe_open(str(weights), "pt") as file:  # the types as stored: a load would cut integers into the weights
+            stored = {name: file.get_slice(name).get_dtype() for name in file.keys()}
         load_model(model, str(weights), strict=True, device=str(device))
-    except SafetensorError as e:  # a truncated file, a header past its length: safetensors' own error type
-        reason = " ".join(str(e).split())[:200]
-        raise ValueError(f"{str(weights)!r} is not a readable safetensors file ({reason}); export the model "
-                         "again") from None  # fmt: skip
-    except (RuntimeError, ValueError, OSError) as e:  # missing or extra tensors, wrong shapes, a broken file
-        reason = " ".join(str(e).split())[:300]
-        raise ValueError(f"{str(weights)!r} does not fit {CONFIG} ({reason}); export the model again") from None
+    except (SafetensorError, RuntimeError, ValueError, OSError) as e:  # a broken file; missing or misshapen tensors
+        why = "is not a readable safetensors file" if isinstance(e, SafetensorError) else f"does not fit {CONFIG}"
+        raise ValueError(f"{str(weights)!r} {why} ({' '.join(str(e).split())[:300]}); export the model again") from None
+    if ints := [name for name, dtype in stored.items() if not dtype.startswith(("F", "BF"))]:
+        raise ValueError(f"{str(weights)!r} holds {ints[0][:60]!r} as {stored[ints[0]]}, not as weights (floats): a "
+                         "damaged model; export the model again")  # fmt: skip
     refuse_not_finite(model.state_dict(), repr(str(weights)))
     return model.to(device).eval()
 
