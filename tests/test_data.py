@@ -208,6 +208,18 @@ def test_a_pipe_is_read_whole_and_a_device_without_end_is_refused(tmp_path, monk
         read_bytes("/dev/zero")
 
 
+def test_a_file_past_half_the_memory_is_refused_before_it_is_read(tmp_path):
+    """A file is read whole and copied as ids: one past half the memory was read until the machine ran out, and the
+    refusal was an out-of-memory line that asked for a smaller batch. A sparse file stands in for a large one."""
+    from transformers_scratch.model.config import memory_bytes
+
+    with open(tmp_path / "huge.txt", "wb") as f:
+        f.truncate(memory_bytes() // 2 + 1)  # nothing written: no disk or memory used
+    said = r"data.path '.*huge.txt' holds .* GB, held twice \(bytes, ids\): more than this machine's memory of .* GB"
+    with pytest.raises(DataError, match=said):
+        read_bytes(tmp_path / "huge.txt")
+
+
 @pytest.mark.parametrize("suffix", [".zip", ".gz"])
 def test_truncated_archives_are_reported(tmp_path, suffix):
     payload = bytes(range(256)) * 400

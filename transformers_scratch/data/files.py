@@ -14,6 +14,7 @@ import zlib
 from pathlib import Path
 
 from ..atomic import unfinished, written_whole
+from ..model.config import memory_bytes
 
 
 class DataError(ValueError):
@@ -90,10 +91,9 @@ def read_bytes(path: str | os.PathLike, flag: str = "data.path") -> bytes:
     several) or a ``.gz``, checked against the archive's CRC; an archive is read only up to MAX_INFLATED.
     ``flag``: the setting that named the file, for the refusals."""
     path = Path(path)
-    if not path.exists():
-        raise DataError(f"{flag} {str(path)!r} does not exist; pass the path of a text file, .zip or .gz")
-    if path.is_dir():
-        raise DataError(f"{flag} {str(path)!r} is a directory; pass the path of a text file, .zip or .gz")
+    if not path.exists() or path.is_dir():
+        why = "is a directory" if path.exists() else "does not exist"
+        raise DataError(f"{flag} {str(path)!r} {why}; pass the path of a text file, .zip or .gz")
     try:
         if path.suffix == ".zip":
             with zipfile.ZipFile(path) as archive:
@@ -109,6 +109,9 @@ def read_bytes(path: str | os.PathLike, flag: str = "data.path") -> bytes:
             with gzip.open(path) as stream:
                 return _inflate(stream, path)
         if path.is_file():
+            if (size := path.stat().st_size) * 2 > (memory := memory_bytes()):  # read whole, then copied as ids
+                raise DataError(f"{flag} {str(path)!r} holds {size / 1e9:,.1f} GB, held twice (bytes, ids): more than "
+                                f"this machine's memory of {memory / 1e9:,.1f} GB; pass a part of it")  # fmt: skip
             return path.read_bytes()
         with open(path, "rb") as stream:  # a device or a pipe: no size to check first, and maybe no end
             data = stream.read(MAX_INFLATED + 1)

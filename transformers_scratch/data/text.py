@@ -179,9 +179,8 @@ class TextDataModule(ResumableData):
     # ---- the file -------------------------------------------------------------------------------
     @property
     def source(self) -> Path:
-        if self.path is not None:
-            return Path(self.path)
-        return self.data_dir / (self.download.file if self.download else python_stdlib_file())
+        stored = self.data_dir / (self.download.file if self.download else python_stdlib_file())
+        return stored if self.path is None else Path(self.path)
 
     def prepare_data(self) -> None:
         """Download the text when it is needed and missing (Lightning calls this on one process per node)."""
@@ -191,10 +190,8 @@ class TextDataModule(ResumableData):
                 print(f"assembled {self.source}: the standard library of Python {record['python']}, {record['files']} "
                       f"files, {record['bytes']:,} bytes, SHA-256 {record['sha256']}", file=sys.stderr)  # fmt: skip
                 return
-            hint = (
-                f"Fetch {self.download.url} yourself and put it at {self.source}, or pass --data.path with a local "
-                "copy (or any other text file)."
-            )
+            hint = (f"Fetch {self.download.url} yourself and put it at {self.source}, or pass --data.path with a local "
+                    "copy (or any other text file).")  # fmt: skip
             assert self.url is not None
             download(self.url, self.source, self.download.about.split(",")[0], hint, sha256=self.download.sha256)
 
