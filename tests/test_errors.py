@@ -95,6 +95,16 @@ def test_a_value_of_no_type_that_a_setting_takes_is_named_with_those_types_in_wo
     assert refusal("--seed", "0") == "seed: 0 is not one of: true, false, an integer in [1, 16,777,216]"
 
 
+@pytest.mark.parametrize("value", ["a", "of", "type", "in", "0", "1,"])
+def test_a_value_that_jsonargparse_cuts_out_of_its_own_words_is_named_with_every_type(value):
+    """jsonargparse removes the value, between spaces, from a union's errors (``a``: "Expected <class 'bool'>";
+    ``of``: "Not type"; ``0``: "a time of at least (DD:..."), which then named no type or lost one."""
+    assert refusal("--seed", value) == f"seed: {value} is not one of: true, false, an integer in [1, 16,777,216]"
+    assert refusal("--precision", value) == f"precision: {value} is not one of: 16, 32, bf16-mixed, null"
+    line = refusal(*MODEL, "--model.sizes.kv_heads", value)
+    assert line.startswith("model.sizes.kv_heads: ") and value in line and "an integer in [1, 16,777,216]" in line, line
+
+
 @pytest.mark.parametrize(
     "flag, value",
     [

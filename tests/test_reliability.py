@@ -111,6 +111,9 @@ def test_a_checkpoint_time_interval_is_read_as_trainer_max_time_is():
         (["--trainer.accumulate_grad_batches", "0"], "trainer.accumulate_grad_batches: 0 is not an integer in [1, 16,"),
         (["--trainer.val_check_interval", "0"], "trainer.val_check_interval: 0 is not one of: an integer in [1, 16,"),
         (["--trainer.val_check_interval", "1.5"], "1.5 is not one of: an integer in [1, 16,777,216], a number in (0"),
+        (["--trainer.val_check_interval", "0"], "in (0.0, 1.0], a time of at least 0 (DD:HH:MM:SS"),  # 0: cut out of
+        (["--trainer.val_check_interval", "a"], "a is not one of: an integer in [1, 16,777,216], a number in (0.0, 1"),
+        (["--seed_everything", "a"], "seed_everything: a is not one of: true, false, an integer in [0, 4,294,967,295]"),
         (["--trainer.val_check_interval", "{a: 1}"], "{'a': 1} is not one of: an integer in [1, 16,777,216], a number"),
         (["--trainer.max_time", "{days: 1000000000}"], "trainer.max_time: \"{'days': 1000000000}\" is not a time"),
         (["--trainer.max_time", "1:30"], "trainer.max_time: '1:30' is not a time of at least 0 (DD:HH:MM:SS, or a"),
@@ -184,7 +187,7 @@ def test_a_checkpoint_time_interval_is_read_as_trainer_max_time_is():
     ],
     ids=["heads", "depth", "batch-size", "context", "max-steps", "cooldown", "unknown", "workers-null", "seed-null",
          "emb-null", "lr-null", "sparse-block-null", "log-every-0", "val-every-0", "accumulate-0", "val-interval-0",
-         "val-interval-1.5",
+         "val-interval-1.5", "val-interval-0-cut-out", "val-interval-a", "global-seed-a",
          "val-interval-key",
          "max-time-days", "max-time-base-60", "max-time-negative",
          "accelerator", "missing-package", "tpu", "rope-base",

@@ -27,6 +27,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from .. import data, training
 from ..atomic import output_unwritable
+from ..bounds import BOUNDED
 from ..data import DataError
 from ..data.files import flag_of, path_refused, printable, shortened
 from ..model.config import memory_bytes
@@ -274,15 +275,16 @@ def brief(message: str) -> str:
         return (f"{key}: {shortened(given[0])} is no class name, nor a mapping of a class's settings; name a class "
                 f"by its name or import path (--{key}.help CLASS shows one's settings)")  # fmt: skip
     reason = re.sub(r"NestedArg\(key='(.*?)', val='(.*?)'\)", r"{\1: \2}", lines[at].split("callable class: ")[-1])
-    expected = siblings(message, at)  # the types of one union (or one type) that the value is none of
-    kinds = [YAML.get(kind, kind.strip("'")) for m in expected
+    expected = [m] if at is not None and (m := EXPECTED.match(lines[at])) else []  # one type; a union's below
+    kinds = union_kinds(message, at) or [YAML.get(kind, kind.strip("'")) for m in expected
              for kind in ([KINDS.get(m[1], m[1])] if m[1] else m[2].split(", ") if m[2] else [m[4]])]  # fmt: skip
     kinds = sorted(dict.fromkeys(kinds), key=lambda kind: kind == "null")  # once each (16 and "16"), null last
     if reason.startswith("Not of type ") and len(set(kinds) - {"null"}) < 2:  # one interval type, or null too
         reason = reason.split(": ", 1)[-1]  # in a union's report, without the value
         reason = f"{given[-1][:40]} {reason}" if reason.startswith("is not") and given else reason
-    elif expected:
-        value = YAML.get(expected[0][3], expected[0][3]) or (given[-1] if given else "the value")
+        reason = f"{given[-1][:40]} is not {kinds[0]}" if kinds and kinds[0] not in reason and given else reason
+    elif kinds:
+        value = expected and YAML.get(expected[0][3], expected[0][3]) or (given[-1] if given else "the value")
         reason = f"{shortened(value)} is not " + (kinds[0] if len(kinds) == 1 else f"one of: {', '.join(kinds)}")
     paths = [m[1] for line in lines[:at] if (m := re.match(r"Problem with given class_path '([\w.]+)'", line))]
     cls = paths[-1].rsplit(".", 1)[-1] if paths else "CLASS"  # the class the report names, innermost
@@ -342,22 +344,20 @@ def guess(flag: str, options: list[str]) -> str:
     return f"did you mean --{near}? " if near not in ("", whole) else ""  # fit's --final_validation given to test
 
 
-def siblings(message: str, at: int) -> list[re.Match]:
-    """The report's "Expected a TYPE" lines beside its line ``at``, at its depth: one union's types."""
+def union_kinds(message: str, at: int) -> list[str]:
+    """The types, in words, of the union whose error is the report's line ``at``, from its "Subtypes:" line:
+    jsonargparse cuts the value, between spaces, out of its errors (``--seed a``: "Expected <class 'bool'>"), names
+    of types too. Empty where that line names a class, or ``at`` is no union's error."""
     raw = [line for line in message.split("\n") if line.strip()]
-
-    def expected(i: int) -> re.Match | None:
-        same_depth = 0 <= i < len(raw) and len(raw[i]) - len(raw[i].lstrip()) == len(raw[at]) - len(raw[at].lstrip())
-        return EXPECTED.match(raw[i].strip().removeprefix("- ")) if same_depth else None
-
-    if not expected(at):
+    indent = [len(line) - len(line.lstrip()) for line in raw]
+    up = next((i for i in range(at - 1, 0, -1) if indent[i] < indent[at]), 0)
+    listed = raw[up - 1].strip().removeprefix("Subtypes: ") if raw[up].strip() == "Errors:" else ""
+    names = "|".join(re.escape(repr(t)) for t in sorted(BOUNDED, key=lambda t: -len(repr(t))))
+    kind = re.compile(rf"<class '(?:pathlib\.)?(\w+)'>|typing\.Literal\[(.*?)\]|({names})")
+    if not listed.startswith("[") or kind.sub("", listed).strip("[], "):  # none, or a type of no plain kind
         return []
-    lo = hi = at
-    while expected(lo - 1):
-        lo -= 1
-    while expected(hi + 1):
-        hi += 1
-    return [m for i in range(lo, hi + 1) if (m := expected(i))]
+    return [k for m in kind.finditer(listed) for k in ([KINDS.get(m[1], m[1])] if m[1] else [m[3]] if m[3] else
+            [YAML.get(v, v.strip("'")) for v in m[2].split(", ")])]  # fmt: skip
 
 
 NO_CONFIG = 'Parser key "config"'
