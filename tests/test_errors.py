@@ -57,6 +57,8 @@ def parser() -> ArgumentParser:
     made.add_argument("--length", type=Count, default=1)
     made.add_argument("--precision", type=Literal[16, 32] | Literal["16", "bf16-mixed"] | None, default=None)
     made.add_argument("--seed", type=bool | Count, default=True)  # a union with an interval type
+    made.add_argument("--mems", type=Count | list[Count] | None, default=None)  # a union with a list
+    made.add_argument("--cache", type=bool, default=True)
     return made
 
 
@@ -103,6 +105,18 @@ def test_a_value_that_jsonargparse_cuts_out_of_its_own_words_is_named_with_every
     assert refusal("--precision", value) == f"precision: {value} is not one of: 16, 32, bf16-mixed, null"
     line = refusal(*MODEL, "--model.sizes.kv_heads", value)
     assert line.startswith("model.sizes.kv_heads: ") and value in line and "an integer in [1, 16,777,216]" in line, line
+
+
+@pytest.mark.parametrize("value", ["of", "type"])
+def test_a_value_cut_out_of_a_unions_words_beside_a_list_is_named_with_its_type(value):
+    """A union with a list names no plain list of its types: the error's own line is read, less the word cut out."""
+    assert refusal("--mems", value) == f"mems: '{value}' is not an integer in [1, 16,777,216]"
+
+
+def test_an_empty_value_is_named_as_empty():
+    """jsonargparse's "Got value:" with nothing after it was its line, not the project's."""
+    assert refusal("--cache", "") == "cache: '' is not true, false"
+    assert refusal(*MODEL, "--model.sizes.kind", "") == "model.sizes.kind: '' is not one of: a, b"
 
 
 @pytest.mark.parametrize(

@@ -50,8 +50,8 @@ SCAFFOLDING = (
 
 # jsonargparse's report of a value that is not of a plain type, a choice or an interval type (of a union's or one),
 # and those types in words
-EXPECTED = re.compile(r"(?:Expected a (?:<class '(\w+)'>|typing\.Literal\[(.*)\])(?:\. Got value: (.*))?"
-                      r"|Not of type (.+?): .*)$")  # fmt: skip
+EXPECTED = re.compile(r"(?:Expected a (?:<class '(\w+)'>|typing\.Literal\[(.*)\])(?:\. Got value: ?(.*))?"
+                      r"|Not (?:of )?(?:type )?(.+?): .*)$")  # fmt: skip
 # jsonargparse's reports of a class named by a name that no class has, by a path that imports none, or of another kind
 CLASS_NAMED = re.compile(r"Expected a path but (.*) either not accessible or invalid|Expected a dot import path "
                          r"string: (.*)|module '[\w.]+' has no attribute '\w+'|Import path (?:([\w.]+) )?does not "
@@ -63,7 +63,7 @@ FLAG_GROUPS = {"trainer": Trainer, **CALLBACK_GROUPS}  # a class whose settings 
 TOP_FLAGS = ("config", "print_config", "seed_everything", "ckpt_path", "weights_only", "name", "verbose",
              "final_validation")  # fmt: skip
 KINDS = {"int": "an integer", "float": "a number", "bool": "true, false", "str": "text", "NoneType": "null"}
-YAML = {"True": "true", "False": "false", "None": "null"}  # a choice of Literal[...] as a config writes it
+YAML = {"True": "true", "False": "false", "None": "null", "": "''"}  # a choice of Literal[...] as a config writes it
 
 
 def refused(e: BaseException) -> bool:
@@ -279,7 +279,7 @@ def brief(message: str) -> str:
     kinds = union_kinds(message, at) or [YAML.get(kind, kind.strip("'")) for m in expected
              for kind in ([KINDS.get(m[1], m[1])] if m[1] else m[2].split(", ") if m[2] else [m[4]])]  # fmt: skip
     kinds = sorted(dict.fromkeys(kinds), key=lambda kind: kind == "null")  # once each (16 and "16"), null last
-    if reason.startswith("Not of type ") and len(set(kinds) - {"null"}) < 2:  # one interval type, or null too
+    if expected and expected[0][4] and len(set(kinds) - {"null"}) < 2:  # one interval type, or null too
         reason = reason.split(": ", 1)[-1]  # in a union's report, without the value
         reason = f"{given[-1][:40]} {reason}" if reason.startswith("is not") and given else reason
         reason = f"{given[-1][:40]} is not {kinds[0]}" if kinds and kinds[0] not in reason and given else reason
