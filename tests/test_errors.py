@@ -117,6 +117,7 @@ def test_an_empty_value_is_named_as_empty():
     """jsonargparse's "Got value:" with nothing after it was its line, not the project's."""
     assert refusal("--cache", "") == "cache: '' is not true, false"
     assert refusal(*MODEL, "--model.sizes.kind", "") == "model.sizes.kind: '' is not one of: a, b"
+    assert refusal(*MODEL, "--model.sizes", "").startswith("model.sizes: '' is no class it takes")  # not Model's name
 
 
 @pytest.mark.parametrize(

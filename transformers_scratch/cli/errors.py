@@ -54,7 +54,7 @@ EXPECTED = re.compile(r"(?:Expected a (?:<class '(\w+)'>|typing\.Literal\[(.*)\]
                       r"|Not (?:of )?(?:type )?(.+?): .*)$")  # fmt: skip
 # jsonargparse's reports of a class named by a name that no class has, by a path that imports none, or of another kind
 CLASS_NAMED = re.compile(r"Expected a path but (.*) either not accessible or invalid|Expected a dot import path "
-                         r"string: (.*)|module '[\w.]+' has no attribute '\w+'|Import path (?:([\w.]+) )?does not "
+                         r"string: ?(.*)|module '[\w.]+' has no attribute '\w+'|Import path (?:([\w.]+) )?does not "
                          r"correspond to a subclass of \w+")  # fmt: skip
 BASES = ("LightningModule", "LightningDataModule", "LitTransformer")  # what jsonargparse takes where none is named
 GROUPS = {"LitTransformer": "model", "LightningDataModule": "data"}  # the project's classes' bases, and their keys
@@ -289,7 +289,8 @@ def brief(message: str) -> str:
     paths = [m[1] for line in lines[:at] if (m := re.match(r"Problem with given class_path '([\w.]+)'", line))]
     cls = paths[-1].rsplit(".", 1)[-1] if paths else "CLASS"  # the class the report names, innermost
     if named := re.fullmatch(CLASS_NAMED, reason):  # a class by a name or import path that none has, or another's
-        flag, name = ".".join(keys) or "SETTING", next((n for n in named.groups() if n), (paths or given or [""])[-1])
+        flag, name = ".".join(keys) or "SETTING", next((n for n in named.groups() if n is not None), None)
+        name = (paths or given or [""])[-1] if name is None else name  # an empty name ('') is the one given
         base = re.search(rf"(?:Subtypes: \[<class '[\w.]*\.|subclass of )({'|'.join(GROUPS)})\b", message)
         own = base is not None and GROUPS[base[1]] == flag  # model or data itself, not a setting below it
         fix = f"pass one of {', '.join(project_classes(flag))}" if own else "name a class by its name or import path"
@@ -345,9 +346,8 @@ def guess(flag: str, options: list[str]) -> str:
 
 
 def union_kinds(message: str, at: int) -> list[str]:
-    """The types, in words, of the union whose error is the report's line ``at``, from its "Subtypes:" line:
-    jsonargparse cuts the value, between spaces, out of its errors (``--seed a``: "Expected <class 'bool'>"), names
-    of types too. Empty where that line names a class, or ``at`` is no union's error."""
+    """The types, in words, of the union whose error is line ``at``, from its whole "Subtypes:" line (jsonargparse
+    cuts the value, between spaces, out of its errors: ``a`` from "Expected a"); empty where that names a class."""
     raw = [line for line in message.split("\n") if line.strip()]
     indent = [len(line) - len(line.lstrip()) for line in raw]
     up = next((i for i in range(at - 1, 0, -1) if indent[i] < indent[at]), 0)
