@@ -2062,6 +2062,27 @@ def test_a_hostile_config_file_gets_one_line(tmp_path, capsys, monkeypatch, cont
     assert len(err) < 1000  # nothing long echoed back
 
 
+@pytest.mark.parametrize("flag", ["--model", "--trainer.callbacks", "--model.model.sparse"])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"\x89PNG\r\n", "'bad.yaml' is not a YAML file in UTF-8 (byte 0 is not text); pass a YAML file of its"),
+        (b"a: !!python/object/apply:os.system [ls]\n", "'bad.yaml' is not valid YAML (could not determine a constr"),
+        (b"a: &a [x, x]\n" + b"".join(b"b%d: &b%d [*a, *a]\n" % (i, i) for i in range(70)), "'bad.yaml': a config "
+         "uses more than 64 YAML aliases"),
+    ],
+    ids=["binary", "python", "laughs"],
+)  # fmt: skip
+def test_a_flags_file_of_settings_is_refused_as_a_config_file_is_naming_the_flag(capsys, text, flag, content, message):
+    """jsonargparse reads a flag's file as the class's settings (``--model FILE``): its refusal named the flag alone
+    (``model: 'utf-8' codec can't decode byte 0x89 ...``), or neither flag nor file (``a value: ...``)."""
+    Path("bad.yaml").write_bytes(content)
+    said = fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), flag, "bad.yaml", "--print_config",
+                 message="'bad.yaml'")  # fmt: skip  # not data.path's file, the other file named
+    if not (flag == "--trainer.callbacks" and b"python" in content):  # there jsonargparse keeps no reason: the file
+        assert f"error: {flag} {message}" in said, said  # is "no class it takes, nor a file of its settings"
+
+
 def test_a_value_from_the_environment_is_named_by_its_variable_not_by_the_config_beside_it(capsys, monkeypatch, text):
     """With jsonargparse's settings from the environment on, a variable's refused value was blamed on the config
     that sets the same key."""

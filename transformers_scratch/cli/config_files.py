@@ -146,38 +146,43 @@ def check_config_files(args: list[str]) -> list[dict]:
     the file; its settings returned."""
     read = []
     for path in config_paths(args):
-        try:
-            if not stat.S_ISREG(os.stat(path).st_mode):
-                continue  # a pipe (--config <(...)) can be read once: jsonargparse's read, with the same limits
-            with open(path, "rb") as f:
-                data = f.read(MAX_CHARS * 4 + 1)  # at most 4 bytes a character in UTF-8
-        except OSError as e:
-            if e.filename is None:  # opened, but the read failed (an I/O error): named here
-                e.filename = path
-                raise
-            continue
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            if len(data) <= MAX_CHARS * 4 or e.start < MAX_CHARS * 4 - 3:
-                raise ConfigError(not_utf8(path, e)) from None
-            text = data[: e.start].decode("utf-8")  # a character cut by the read's end
-        if len(data) > MAX_CHARS * 4 or len(text) > MAX_CHARS:
-            raise ConfigError(
-                f"--config {path!r} is longer than {MAX_CHARS:,} characters (the longest value is at "
-                f"{longest_value(text[: MAX_CHARS * 2])}); a config holds settings, not data: pass less"
-            )
-        try:
-            settings = load(text)
-        except ConfigError as e:
-            raise ConfigError(f"--config {path!r}: {e}") from None
-        except yaml.YAMLError as e:
-            raise not_yaml(repr(path), str(e)) from None
-        if not isinstance(settings, dict):
-            raise no_mapping(repr(path), text)
-        check_settings(settings, f"--config {path!r}: ")
-        read.append(settings)
+        if found := read_config(path):  # else a pipe (--config <(...)), read once: jsonargparse's read, same limits
+            if not isinstance(found[1], dict):
+                raise no_mapping(repr(path), found[0])
+            check_settings(found[1], f"--config {path!r}: ")
+            read.append(found[1])
     return read
+
+
+def read_config(path: str, flag: str = "--config") -> tuple[str, object] | None:
+    """A regular file of settings (a ``--config``, or a flag's: ``--model FILE``) read with the limits, as its text and
+    what it holds (None: no regular file); a refusal names ``flag`` and the file."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        with open(path, "rb") as f:
+            data = f.read(MAX_CHARS * 4 + 1)  # at most 4 bytes a character in UTF-8
+    except OSError as e:
+        if e.filename is None:  # opened, but the read failed (an I/O error): named here
+            e.filename = path
+            raise
+        return None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if len(data) <= MAX_CHARS * 4 or e.start < MAX_CHARS * 4 - 3:
+            raise ConfigError(not_utf8(path, e, flag)) from None
+        text = data[: e.start].decode("utf-8")  # a character cut by the read's end
+    if len(data) > MAX_CHARS * 4 or len(text) > MAX_CHARS:
+        at = longest_value(text[: MAX_CHARS * 2])
+        raise ConfigError(f"{flag} {path!r} is longer than {MAX_CHARS:,} characters (the longest value is at {at}); "
+                          "a config holds settings, not data: pass less")  # fmt: skip
+    try:
+        return text, load(text)
+    except ConfigError as e:
+        raise ConfigError(f"{flag} {path!r}: {e}") from None
+    except yaml.YAMLError as e:
+        raise not_yaml(repr(path), str(e), flag) from None
 
 
 def written(value) -> str:
@@ -224,8 +229,8 @@ def check_values(args: list[str]) -> None:
                               f"{MAX_CHARS:,}; pass less")  # fmt: skip
 
 
-def not_yaml(named: str, reason: str) -> ConfigError:
-    return ConfigError(f"--config {named} is not valid YAML ({' '.join(reason.split())[:80]}); fix it or pass another")
+def not_yaml(named: str, reason: str, flag: str = "--config") -> ConfigError:
+    return ConfigError(f"{flag} {named} is not valid YAML ({' '.join(reason.split())[:80]}); fix it or pass another")
 
 
 def no_mapping(named: str, text: str) -> ConfigError:
@@ -234,9 +239,9 @@ def no_mapping(named: str, text: str) -> ConfigError:
                        "pass a YAML file such as configs/first_run.yaml")  # fmt: skip
 
 
-def not_utf8(path: str, e: UnicodeDecodeError) -> str:
-    return (f"--config {path!r} is not a YAML file in UTF-8 (byte {e.start:,} is not text); pass a config "
-            "such as configs/first_run.yaml")  # fmt: skip
+def not_utf8(path: str, e: UnicodeDecodeError, flag: str = "--config") -> str:
+    fix = "a config such as configs/first_run.yaml" if flag == "--config" else "a YAML file of its settings, or a class"
+    return f"{flag} {path!r} is not a YAML file in UTF-8 (byte {e.start:,} is not text); pass {fix}"
 
 
 set_loader("yaml", load, exceptions=(yaml.YAMLError,))

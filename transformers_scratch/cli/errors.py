@@ -32,7 +32,7 @@ from ..data import DataError
 from ..data.files import flag_of, path_refused, printable, shortened
 from ..model.config import memory_bytes
 from ..training.callbacks import CALLBACK_GROUPS, TrainingDiverged
-from .config_files import ConfigError, config_paths, load, no_mapping, not_yaml
+from .config_files import ConfigError, config_paths, load, no_mapping, not_yaml, read_config
 
 REFUSALS = (ValueError, OSError, TrainingDiverged, DataError, ArgumentError, MisconfigurationException,
             ModuleNotFoundError)  # fmt: skip
@@ -157,6 +157,8 @@ def _line(e: BaseException, argv: list[str]) -> str:
         if not piped:  # every file the project reads is named where it is read: this one was not
             return f"a file this command read is not UTF-8 text (byte {e.start:,}); pass it in UTF-8"
         return f"--config {piped} is not UTF-8 text (byte {e.start:,}); pass a config such as configs/first_run.yaml"
+    if line := settings_file(e, argv):
+        return line
     if loaded := next((c for c in causes(e) if isinstance(c, ConfigError) and c.text), None):
         flag = flag_of(loaded.text, argv)
         where = f"{flag} {shortened(loaded.text)!r}" if flag else f"--config {piped}" if piped else "a value"
@@ -174,6 +176,24 @@ def _line(e: BaseException, argv: list[str]) -> str:
         culprit = config_at_fault(line, argv)
         line = f"--config {culprit!r}: {line}" if culprit else line
     return line
+
+
+def settings_file(e: BaseException, argv: list[str]) -> str | None:
+    """A flag's file that jsonargparse read as a class's settings (``--model FILE``) and could not: the file whose
+    text the failed read holds, refused as a ``--config`` is, naming the flag."""
+    read = [c.object if isinstance(c, UnicodeDecodeError) else c.text if isinstance(c, ConfigError) else
+            getattr(getattr(c, "problem_mark", None), "buffer", None) for c in causes(e)]  # fmt: skip
+    heads = [text.encode() if isinstance(text, str) else bytes(text) for text in read if text]
+    for path in dict.fromkeys(arg.rpartition("=")[2] for arg in argv):
+        if heads and (flag := flag_of(path, argv)) and path not in config_paths(argv) and os.path.isfile(path):
+            with open(path, "rb") as f:
+                head = f.read(256)
+            try:
+                if any(text.startswith(head) for text in heads):
+                    read_config(path, flag)
+            except ConfigError as refusal:
+                return str(refusal)
+    return None
 
 
 @contextmanager
