@@ -154,6 +154,8 @@ def test_a_checkpoint_time_interval_is_read_as_trainer_max_time_is():
         (["--checkpoint.filename", "x" * 300], "(300 characters)' makes a file name of 305 bytes, more than the 255"),
         (["--checkpoint.save_last", "false"], "checkpoint.save_last: false is not one of: true, link"),
         (["--checkpoint.save_weights_only", "true"], "checkpoint.save_weights_only: true is not false"),
+        (["--checkpoint.save_last", "x"], "checkpoint.save_last: x is not one of: true, link"),  # was: true, false
+        (["--checkpoint.save_weights_only", "x"], "checkpoint.save_weights_only: x is not false"),
         (["--checkpoint.monitor", "val/bcp"], "checkpoint.monitor 'val/bcp' (SafeModelCheckpoint) is no metric that"),
         (
             ["--trainer.callbacks+=EarlyStopping", "--trainer.callbacks.monitor", "val/bcp"],
@@ -196,7 +198,8 @@ def test_a_checkpoint_time_interval_is_read_as_trainer_max_time_is():
          "barebones", "no-checkpointing", "seed",
          "global-seed", "top-k", "every-n", "every-n-and-time", "time-h-m-s", "mode", "filename-format",
          "filename-outside", "filename-last", "filename-long",
-         "no-last", "weights-alone", "monitor", "early-stopping", "csv-flush-0", "csv-name", "csv-version",
+         "no-last", "weights-alone", "last-x", "weights-alone-x",
+         "monitor", "early-stopping", "csv-flush-0", "csv-name", "csv-version",
          "val-share", "val-interval-long", "weights-only", "model-and-data-apart", "base-module", "one-callback",
          "callback-unset", "callback-option", "logger-of-two-names", "float16-weights"],
 )  # fmt: skip

@@ -13,7 +13,7 @@ import os
 import re
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 import torch
 from jsonargparse import ArgumentError
@@ -298,6 +298,7 @@ def brief(message: str) -> str:
     expected = [m] if at is not None and (m := EXPECTED.match(lines[at])) else []  # one type; a union's below
     kinds = union_kinds(message, at) or [YAML.get(kind, kind.strip("'")) for m in expected
              for kind in ([KINDS.get(m[1], m[1])] if m[1] else m[2].split(", ") if m[2] else [m[4]])]  # fmt: skip
+    kinds = choices_of(".".join(keys)) if kinds == [KINDS["bool"]] else kinds  # Literal[True, "link"] says bool
     kinds = sorted(dict.fromkeys(kinds), key=lambda kind: kind == "null")  # once each (16 and "16"), null last
     if expected and expected[0][4] and len(set(kinds) - {"null"}) < 2:  # one interval type, or null too
         reason = reason.split(": ", 1)[-1]  # in a union's report, without the value
@@ -363,6 +364,14 @@ def guess(flag: str, options: list[str]) -> str:
         return f"did you mean --{near}.{name}? "
     near = "" if dot else nearest(whole, list(TOP_FLAGS))
     return f"did you mean --{near}? " if near not in ("", whole) else ""  # fit's --final_validation given to test
+
+
+def choices_of(key: str) -> list[str]:
+    """The choices of a group's setting (``checkpoint.save_last``), where its type is a ``Literal``: jsonargparse
+    reports a value that is none of them as "Expected a <class 'bool'>" where the choices hold a bool."""
+    group, _, name = key.rpartition(".")
+    hint = get_type_hints(FLAG_GROUPS[group].__init__).get(name) if group in FLAG_GROUPS else None  # type: ignore[misc]
+    return [YAML.get(str(c), str(c)) for c in get_args(hint)] if get_origin(hint) is Literal else [KINDS["bool"]]
 
 
 def union_kinds(message: str, at: int) -> list[str]:
