@@ -243,7 +243,7 @@ def not_finite(state: dict) -> list[str]:
     return [k for k, t in state.items() if torch.is_tensor(t) and t.is_floating_point() and not t.isfinite().all()]
 
 
-def refuse_not_finite(state: dict, source: str, error: type[ValueError] = ValueError) -> None:
+def refuse_unusable(state: dict, source: str, error: type[ValueError] = ValueError) -> None:
     """Weights of integers (a load cuts each to a whole number) or of NaN or inf: fit saves neither, none can use it."""
     if ints := [k for k, t in state.items() if hasattr(t, "is_floating_point") and not t.is_floating_point()]:
         raise error(f"{source} holds {str(ints[0])[:60]!r} as {state[ints[0]].dtype}, not as weights (floats): a "

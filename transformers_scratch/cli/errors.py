@@ -51,7 +51,7 @@ SCAFFOLDING = (
 # jsonargparse's report of a value that is not of a plain type, a choice or an interval type (of a union's or one),
 # and those types in words
 EXPECTED = re.compile(r"(?:Expected a (?:<class '(\w+)'>|typing\.Literal\[(.*)\])(?:\. Got value: ?(.*))?"
-                      r"|Not (?:of )?(?:type )?(.+?): .*)$")  # fmt: skip
+                      r"|Not (?:of type|type|of) (.+?): .*)$")  # fmt: skip  # "of" or "type" cut out as a value
 # jsonargparse's reports of a class named by a name that no class has, by a path that imports none, or of another kind
 CLASS_NAMED = re.compile(r"Expected a path but (.*) either not accessible or invalid|Expected a dot import path "
                          r"string: ?(.*)|module '[\w.]+' has no attribute '\w+'|Import path (?:([\w.]+) )?does not "
@@ -295,7 +295,7 @@ def brief(message: str) -> str:
         return (f"{key}: {shortened(given[0])} is no class name, nor a mapping of a class's settings; name a class "
                 f"by its name or import path (--{key}.help CLASS shows one's settings)")  # fmt: skip
     reason = re.sub(r"NestedArg\(key='(.*?)', val='(.*?)'\)", r"{\1: \2}", lines[at].split("callable class: ")[-1])
-    expected = [m] if at is not None and (m := EXPECTED.match(lines[at])) else []  # one type; a union's below
+    expected = [m] if (m := EXPECTED.match(lines[at])) else []  # this line's type (a union's: its Subtypes list)
     kinds = union_kinds(message, at) or [YAML.get(kind, kind.strip("'")) for m in expected
              for kind in ([KINDS.get(m[1], m[1])] if m[1] else m[2].split(", ") if m[2] else [m[4]])]  # fmt: skip
     kinds = choices_of(".".join(keys)) if kinds == [KINDS["bool"]] else kinds  # Literal[True, "link"] says bool

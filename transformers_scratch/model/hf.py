@@ -34,7 +34,7 @@ from torch import nn
 
 from .config import ClassifierConfig, LMConfig, MaskedLMConfig
 from .models import CausalLM, MaskedLM, SequenceClassifier
-from .pretrained import clear_unfinished, read_json, refuse_not_finite, write_export
+from .pretrained import clear_unfinished, read_json, refuse_unusable, write_export
 
 HF_FOLDER = "a Hugging Face model's folder (transformers' save_pretrained, or `cli.py export --format hf`)"
 
@@ -335,7 +335,7 @@ def _from_hf(source, num_classes: int | None, device: str | torch.device) -> nn.
         tensors = [read(original[name]) for name in group]
         joined = torch.cat(tensors) if len(tensors) > 1 else tensors[0]
         state[ours] = (joined.t() if conv else joined).contiguous()  # as stored: the load casts it, once checked
-    refuse_not_finite(state, "the model" if isinstance(source, nn.Module) else repr(str(source)), HFError)
+    refuse_unusable(state, "the model" if isinstance(source, nn.Module) else repr(str(source)), HFError)
     model = _model_class(cfg)(cfg)
     unset = set(model.load_state_dict(state, strict=False).missing_keys) - {"head.weight", "head.bias"}
     assert not unset, f"the {family} table leaves {sorted(unset)} unset"  # all but a tied head, or a new one

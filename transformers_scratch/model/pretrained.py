@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from ..atomic import unfinished, write_whole, written_whole
-from ..bounds import refuse_not_finite
+from ..bounds import refuse_unusable
 from .config import ClassifierConfig, EncoderDecoderConfig, LMConfig, XLConfig, read_settings
 from .models import CausalLM, EncoderDecoder, SequenceClassifier
 from .xl import TransformerXL
@@ -131,7 +131,7 @@ def from_pretrained(folder: str | os.PathLike, device: str | torch.device = "cpu
     if ints := [name for name, dtype in stored.items() if not dtype.startswith(("F", "BF"))]:
         raise ValueError(f"{str(weights)!r} holds {ints[0][:60]!r} as {stored[ints[0]]}, not as weights (floats): a "
                          "damaged model; export the model again")  # fmt: skip
-    refuse_not_finite(model.state_dict(), repr(str(weights)))
+    refuse_unusable(model.state_dict(), repr(str(weights)))
     return model.to(device).eval()
 
 

@@ -15,7 +15,7 @@ from typing import Any, get_args, get_type_hints
 
 import torch
 
-from ..bounds import NAME, is_count, refuse_not_finite
+from ..bounds import NAME, is_count, refuse_unusable
 from ..data import ByteVocab, WordVocab, checkpoint_vocab
 from ..data.files import inflates_past, shortened
 from ..data.vocab import DamagedVocab, TokenizerVocab
@@ -81,7 +81,7 @@ class Checkpoint:
         if not all(isinstance(t, torch.Tensor) for t in state.values()):
             raise ValueError(f"{self.source} holds no model weights (its state_dict is no mapping of names to "
                              "tensors); pass a checkpoint written by fit")  # fmt: skip
-        refuse_not_finite(state, self.source)
+        refuse_unusable(state, self.source)
         hparams = dict(data.get("hyper_parameters") or {})
         self.path, self.class_path = path, str(hparams.get("_class_path") or "")
         ours = self.class_path.partition(".")[0] == PROJECT  # the module class that wrote it:
@@ -245,7 +245,7 @@ class Checkpoint:
             raise ValueError(
                 f"{flag} {path!r} holds a {type(state).__name__}, not a state dict; save model.state_dict()"
             )
-        refuse_not_finite(state, f"{flag} {path!r}")
+        refuse_unusable(state, f"{flag} {path!r}")
         return state
 
 
