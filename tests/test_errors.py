@@ -158,6 +158,37 @@ def test_a_class_by_an_import_path_that_names_none_or_another_kind_is_named_with
     assert refusal("--config", str(config)).startswith(f"--config '{config}': model: '{path}' {fix}")
 
 
+@pytest.mark.parametrize("value, says", [
+    ("3", "--sizes '3' is no file, nor a mapping of its settings; pass a YAML file or a mapping of them (--sizes "
+     "'{NAME: VALUE}'), or one at a time (--sizes.NAME VALUE)"),
+    (".", "--sizes '.' is a folder, not a file of its settings; pass a YAML file or a mapping"),
+    ("{emb: 0}", "--sizes '{emb: 0}': sizes.emb: 0 is not an integer in [1, 16,777,216]"),
+    ("{{", "--sizes '{{' is not valid YAML (while parsing a flow node"),
+])  # fmt: skip
+def test_a_groups_one_value_that_jsonargparse_cannot_load_is_named_with_the_flag(value, says):
+    """jsonargparse's "Unable to load config '3'" for a group's flag (``--trainer 3``) named no fix, and put the
+    reason of a value it did load (a setting refused) on a line below."""
+    made = parser()
+    made.add_class_arguments(Sizes, "sizes")
+    with pytest.raises(ArgumentError) as caught:
+        made.parse_args(["--sizes", value])
+    assert error_line(caught.value, ["--sizes", value]).startswith(says)
+
+
+def test_a_configs_key_that_no_group_has_is_told_the_nearest_setting(tmp_path):
+    """A group's key that no setting is: the whole key is read from "Group 'trainer' does not accept option"."""
+    made = ArgumentParser(exit_on_error=False)
+    made.add_argument("--config", action=ActionConfigFile)
+    made.add_class_arguments(Model, "trainer")  # a group, as the Trainer's settings are
+    (tmp_path / "c.yaml").write_text("trainer:\n  notes: x\n")
+    argv = ["--config", str(tmp_path / "c.yaml")]
+    with pytest.raises(ArgumentError) as caught:
+        made.parse_args(argv)
+    line = error_line(caught.value, ["fit", *argv])
+    assert line.startswith(f"--config {str(tmp_path / 'c.yaml')!r}: ") and "'notes'; " in line, line
+    assert line.endswith("fit --help lists its options"), line
+
+
 def test_a_flag_with_no_value_is_named():
     assert refusal("--length") == "--length needs a value, and nothing follows it; pass one, e.g. --length VALUE " \
         "(or --length=VALUE)"  # fmt: skip

@@ -2086,6 +2086,37 @@ def test_a_flags_file_of_settings_is_refused_as_a_config_file_is_naming_the_flag
         assert f"error: {flag} {message}" in said, said  # is "no class it takes, nor a file of its settings"
 
 
+@pytest.mark.parametrize("flag, value, content, says", [
+    ("--trainer", "3", None, "--trainer '3' is no file, nor a mapping of Trainer's settings; pass a YAML file or a"),
+    ("--checkpoint", "bad.yaml", b"3", "--checkpoint 'bad.yaml' holds no mapping of SafeModelCheckpoint's settings"),
+    ("--sample", ".", None, "--sample '.' is a folder, not a file of SampleText's settings; pass"),
+    ("--trainer", "bad.yaml", b"max_steps: x", "--trainer 'bad.yaml': trainer.max_steps: x is not an integer"),
+    ("--trainer", "{gradient_clip_val: -1}", None, "--trainer '{gradient_clip_val: -1}': trainer.gradient_clip_val: "
+     "-1 is not a non-negative number"),
+    ("--trainer", "{{", None, "--trainer '{{' is not valid YAML (while parsing a flow node"),
+    ("--checkpoint", "bad.yaml", b"\x89PNG\x00", "--checkpoint 'bad.yaml' is not a YAML file in UTF-8 (byte 0 is"),
+    ("--trainer", "bad.yaml", b"max_stepz: 1", "--trainer 'bad.yaml': Group 'trainer' does not accept option "
+     "'max_stepz'; did you mean --trainer.max_steps? fit --help"),  # not the --config beside it, which sets trainer
+])  # fmt: skip
+def test_a_value_for_a_whole_group_of_settings_is_refused_naming_the_flag_and_the_value(capsys, text, flag, value,
+                                                                                         content, says):  # fmt: skip
+    """A group's flag given one value (``--trainer VALUE``) that is no file or mapping of its settings, or holds a
+    refused one, was jsonargparse's ``trainer: Unable to load config '3'``, or named neither flag nor file."""
+    if content is not None:
+        Path("bad.yaml").write_bytes(content)
+    fails(capsys, "fit", "--config", TINY_LM, "--data.path", str(text), flag, value, "--print_config",
+          message=f"error: {says}")  # fmt: skip
+
+
+@pytest.mark.parametrize("printed", [[], ["--print_config"]])  # jsonargparse words the two apart
+def test_a_configs_key_that_no_setting_has_is_told_the_nearest_one(capsys, text, printed):
+    """A misspelt key in a config was named with no fix (and, as printed, blamed on the first config)."""
+    Path("typo.yaml").write_text("trainer:\n  max_stepz: 1\n")
+    said = fails(capsys, "fit", "--config", TINY_LM, "--config", "typo.yaml", "--data.path", str(text), *printed,
+                 message="error: --config 'typo.yaml': ")  # fmt: skip
+    assert "max_stepz'; did you mean --trainer.max_steps? fit --help lists its options" in said, said
+
+
 def test_a_value_from_the_environment_is_named_by_its_variable_not_by_the_config_beside_it(capsys, monkeypatch, text):
     """With jsonargparse's settings from the environment on, a variable's refused value was blamed on the config
     that sets the same key."""

@@ -240,7 +240,7 @@ def no_mapping(named: str, text: str) -> ConfigError:
 
 
 def not_utf8(path: str, e: UnicodeDecodeError, flag: str = "--config") -> str:
-    fix = "a config such as configs/first_run.yaml" if flag == "--config" else "a YAML file of its settings, or a class"
+    fix = "a config such as configs/first_run.yaml" if flag == "--config" else "a YAML file of its settings"
     return f"{flag} {path!r} is not a YAML file in UTF-8 (byte {e.start:,} is not text); pass {fix}"
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 import torch
+import yaml
 from jsonargparse import ArgumentError
 from lightning import Trainer
 from lightning.fabric.accelerators import Accelerator
@@ -153,12 +154,12 @@ def _line(e: BaseException, argv: list[str]) -> str:
     if isinstance(e, UnicodeEncodeError):  # the output's encoding: a C locale's ascii, a Windows code page
         return (f"the output's encoding, {e.encoding}, cannot write {e.object[e.start : e.end][:8]!r}; use a UTF-8 "
                 "locale (LANG=C.UTF-8), or set PYTHONIOENCODING=utf-8")  # fmt: skip
+    if line := settings_file(e, argv):
+        return line
     if isinstance(e, UnicodeDecodeError):
         if not piped:  # every file the project reads is named where it is read: this one was not
             return f"a file this command read is not UTF-8 text (byte {e.start:,}); pass it in UTF-8"
         return f"--config {piped} is not UTF-8 text (byte {e.start:,}); pass a config such as configs/first_run.yaml"
-    if line := settings_file(e, argv):
-        return line
     if loaded := next((c for c in causes(e) if isinstance(c, ConfigError) and c.text), None):
         flag = flag_of(loaded.text, argv)
         where = f"{flag} {shortened(loaded.text)!r}" if flag else f"--config {piped}" if piped else "a value"
@@ -168,14 +169,36 @@ def _line(e: BaseException, argv: list[str]) -> str:
         where = at_fault(e) or trainer_setting(e) or wandb_variable(e)  # Lightning's and W&B's name no flag
         return f"{where}: {brief(message).strip()}" if where else brief(message)
     options = getattr(e, "options", [])  # a command's, where its parser gave them (cli.run_function)
-    line = not_a_config(message, argv) or missing_value(message, argv) or usage_slip(message, argv, options)
-    if line is None:
-        line = brief(message)
-        if variable := variable_at_fault(line, argv):
-            return f"{variable}: {line}"
-        culprit = config_at_fault(line, argv)
-        line = f"--config {culprit!r}: {line}" if culprit else line
+    line = not_a_config(message, argv) or group_unread(e, message) or missing_value(message, argv)
+    if line := line or usage_slip(message, argv, options):
+        return line
+    line = brief(message)
+    if variable := variable_at_fault(line, argv):
+        return f"{variable}: {line}"
+    culprit = config_at_fault(line, argv)
+    line = f"{culprit}: {line}" if culprit else line
+    if unknown := not_accepted(line):  # a file's key that is no setting's
+        line += f"; {guess(f'--{unknown}', options)}{argv[0]} --help lists its options"
     return line
+
+
+def group_unread(e: BaseException, message: str) -> str | None:
+    """A group of settings given one value (``--trainer VALUE``) that jsonargparse could not load as a file or a
+    mapping of them: a setting the value holds, refused, named as the value's; or no file or mapping at all."""
+    unread = re.match(r"Parser key \"(\w+)\":\nUnable to load config '(.*?)'\n  - (.*)", message, re.S)
+    if unread is None:
+        return None
+    group, value, inner = unread.groups()
+    where = f"--{group} {shortened(value)!r}"
+    if broken := next((c for c in causes(e) if isinstance(c, yaml.YAMLError)), None):  # a mapping's text: no YAML
+        return str(not_yaml(repr(shortened(value)), str(broken), f"--{group}"))
+    if not inner.startswith(f'Parser key "{group}": Unable to load config'):  # read: a setting it holds, refused
+        return f"{where}: {brief(inner)}"
+    cls = f"{FLAG_GROUPS[group].__name__}'s" if group in FLAG_GROUPS else "its"
+    what = "is a folder, not a file" if os.path.isdir(value) else "holds no mapping" if os.path.isfile(value) else \
+        "is no file, nor a mapping"  # fmt: skip
+    return (f"{where} {what} of {cls} settings; pass a YAML file or a mapping of them (--{group} '{{NAME: VALUE}}'), "
+            f"or one at a time (--{group}.NAME VALUE)")  # fmt: skip
 
 
 def settings_file(e: BaseException, argv: list[str]) -> str | None:
@@ -392,6 +415,12 @@ def union_kinds(message: str, at: int) -> list[str]:
 NO_CONFIG = 'Parser key "config"'
 
 
+def not_accepted(line: str) -> str | None:
+    """The whole key in jsonargparse's report of a config's key that no setting has (``trainer.max_stepz``)."""
+    unknown = re.search(r"(?:Subcommand '\w+'|Group '([\w.]+)') does not accept option '(.*)'$", line)
+    return ".".join(part for part in unknown.groups() if part) if unknown else None
+
+
 def not_a_config(message: str, argv: list[str]) -> str | None:
     """jsonargparse's report of a config that is no file, no mapping or no YAML, naming the files given."""
     named = ", ".join(repr(p) for p in config_paths(argv)) or "a config"
@@ -427,11 +456,15 @@ def usage_slip(message: str, argv: list[str], options: list[str]) -> str | None:
         return f"{first}; {guess(unknown[1], options) if unknown else ''}{argv[0]} --help lists its options"
     if asked := re.match(r"--(model|data)\.help: (.*)", first):  # a class that is not the project's
         flag = f"--{asked[1]}.help"
-        pairs = zip(argv, [*argv[1:], ""], strict=True)
-        given = next((a.partition("=")[2] or b for a, b in pairs if a.partition("=")[0] == flag), "")
-        return f"{flag}: {shortened(given)!r} is no class of the project's; pass one of " \
+        return f"{flag}: {shortened(given_to(flag, argv))!r} is no class of the project's; pass one of " \
             f"{', '.join(project_classes(asked[1]))}"  # fmt: skip
     return None
+
+
+def given_to(flag: str, argv: list[str]) -> str:
+    """The value a flag is given (``--flag VALUE`` or ``--flag=VALUE``), else ""."""
+    pairs = zip(argv, [*argv[1:], ""], strict=True)
+    return next((a.partition("=")[2] or b for a, b in pairs if a.partition("=")[0] == flag), "")
 
 
 def project_classes(group: str) -> list[str]:
@@ -442,18 +475,20 @@ def project_classes(group: str) -> list[str]:
 
 def config_at_fault(line: str, argv: list[str]) -> str | None:
     """The ``--config`` file that sets the key a report names (the longest such key; of equals the last, which
-    wins); None where a flag sets it. A pipe, read once, is the one where no file sets the key itself."""
+    wins), as ``--config 'FILE'``; a group's file where the flag of a group gave it (``--trainer 'FILE'``); None
+    where a flag sets it. A pipe, read once, is the one where no file sets the key itself."""
     plain = line.replace("init_args.", "")
     flags = {arg.split("=", 1)[0].removeprefix("--").replace("init_args.", "").rstrip("+") for arg in argv
              if arg[:2] == "--"}  # fmt: skip
     key = plain.split(": ", 1)[0]  # below it: an unknown name, or a value for a key that has none below it
-    if top := re.fullmatch(r"Subcommand '\w+' does not accept option '(.*)'", plain):  # a config's top-level name
-        key = top[1]
+    if top := not_accepted(plain):  # a config's key that no setting has
+        key = top
     below = re.search(r"Option '(\w+)' is not accepted|^[\w.]+: \{([\w.]+): ", plain)  # {x: 3}: a flag's (brief)
     if key in flags or f"{key}.class_path" in flags or below and f"{key}.{below[1] or below[2]}" in flags:
         return None
-    if any(key.startswith(f"{flag}.") for flag in flags):  # a flag gave the group that holds it: --model.model '{}'
-        return None
+    if group := next((flag for flag in flags if key.startswith(f"{flag}.")), None):  # the group that holds it
+        value = given_to(f"--{group}", argv)  # --model.model '{}' names itself; --trainer FILE or '{...}' is named
+        return f"--{group} {shortened(value)!r}" if os.path.isfile(value) or value and group in FLAG_GROUPS else None
     best, found, unread = -1, None, []
     for path in config_paths(argv):
         if os.path.exists(path) and not os.path.isfile(path):  # a pipe, read once by jsonargparse: empty now
@@ -469,8 +504,8 @@ def config_at_fault(line: str, argv: list[str]) -> str | None:
         if longest >= 0 and longest >= best:
             best, found = longest, path
     if len(unread) == 1 and best < len(key) and (top or re.fullmatch(r"[\w.]+", key)):  # a file sets its group
-        return unread[0]
-    return found
+        found = unread[0]
+    return f"--config {found!r}" if found else None
 
 
 def _keys(settings, prefix: str = "") -> list[str]:
