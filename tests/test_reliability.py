@@ -2108,6 +2108,25 @@ def test_a_value_for_a_whole_group_of_settings_is_refused_naming_the_flag_and_th
           message=f"error: {says}")  # fmt: skip
 
 
+@pytest.mark.parametrize("asked, says", [
+    ("--trainer.callbacks.help=Bogus", "--trainer.callbacks.help: 'Bogus' is no class it takes; name one by its"),
+    ("--trainer.logger.help=os.system", "--trainer.logger.help: 'os.system' is refused: classes from "
+     "transformers_scratch, torch, lightning only"),
+])  # fmt: skip
+def test_help_on_a_class_that_a_group_does_not_take_is_named_as_the_flags(capsys, asked, says):
+    """jsonargparse's "Expected a dot import path string: Bogus" (or its denylist's words) was blamed on the
+    config beside the flag."""
+    fails(capsys, "fit", "--config", TINY_LM, asked, message=f"error: {says}")
+
+
+def test_a_flag_that_print_config_lacks_is_named_with_where_they_are_listed(capsys, text):
+    """jsonargparse's 'Invalid option "bogus" for --print_config' named no fix."""
+    says = "error: --print_config: 'bogus' is not one of its flags; fit --help lists them"
+    fails(
+        capsys, "fit", "--config", TINY_LM, "--data.path", str(text), "--print_config=skip_default,bogus", message=says
+    )
+
+
 @pytest.mark.parametrize("printed", [[], ["--print_config"]])  # jsonargparse words the two apart
 def test_a_configs_key_that_no_setting_has_is_told_the_nearest_one(capsys, text, printed):
     """A misspelt key in a config was named with no fix (and, as printed, blamed on the first config)."""

@@ -454,10 +454,16 @@ def usage_slip(message: str, argv: list[str], options: list[str]) -> str | None:
     if first.startswith(("unrecognized arguments", "the following arguments are required")):
         unknown = re.match(r"unrecognized arguments: (--\S+)", first)
         return f"{first}; {guess(unknown[1], options) if unknown else ''}{argv[0]} --help lists its options"
-    if asked := re.match(r"--(model|data)\.help: (.*)", first):  # a class that is not the project's
+    if odd := re.fullmatch(r'Invalid option "(.*)" for (--\w+)', first):  # --print_config=FLAGS: one that it lacks
+        return f"{odd[2]}: {shortened(odd[1])!r} is not one of its flags; {argv[0]} --help lists them"
+    if asked := re.match(r"--([\w.]+)\.help: (.*)", first):  # a class it does not take, or may not import
         flag = f"--{asked[1]}.help"
-        return f"{flag}: {shortened(given_to(flag, argv))!r} is no class of the project's; pass one of " \
-            f"{', '.join(project_classes(asked[1]))}"  # fmt: skip
+        given = f"{flag}: {shortened(given_to(flag, argv))!r}"
+        if asked[1] in ("model", "data"):
+            return f"{given} is no class of the project's; pass one of {', '.join(project_classes(asked[1]))}"
+        if "import path denylist" in asked[2]:
+            return f"{given} is refused: classes from {', '.join(ALLOWED_IMPORTS)} only may be named"
+        return f"{given} is no class it takes; name one by its name or import path"
     return None
 
 
