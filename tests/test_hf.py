@@ -294,6 +294,10 @@ def test_a_setting_the_family_fixes_is_refused_when_it_says_otherwise(tmp_path, 
     (llama, {"head_dim": 16}, "config.json's head_dim=16 is not hidden_size / num_attention_heads"),
     (llama, {"attention_bias": True}, "config.json's attention_bias=True and mlp_bias=False differ"),
     (gpt2, {"activation_function": "swish"}, "config.json's activation_function='swish' has no counterpart here"),
+    (gpt2, {"activation_function": ["gelu"]}, "config.json's activation_function=\"['gelu']\" has no counterpart"),
+    (gpt2, {"model_type": ["gpt2"]}, "config.json's model_type \"['gpt2']\" is not one of gpt2, bert"),
+    (gpt2, {"layer_norm_epsilon": "x"}, "config.json's layer_norm_epsilon='x' is not a number"),
+    (bert, {"layer_norm_eps": [1]}, "config.json's layer_norm_eps='[1]' is not a number"),
 ])  # fmt: skip
 def test_a_config_json_that_maps_to_no_model_here_names_the_setting(tmp_path, make, changes, message):
     folder = saved(make(), tmp_path / "hf")

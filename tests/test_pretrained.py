@@ -117,9 +117,10 @@ def test_export_never_overwrites_and_reading_checks_the_folder(tmp_path):
     with pytest.raises(FileNotFoundError, match="holds no config.json"):
         from_pretrained(tmp_path / "nowhere")
     config = json.loads((tmp_path / "config.json").read_text())
-    (tmp_path / "config.json").write_text(json.dumps({**config, "model": "Mystery"}))
-    with pytest.raises(ValueError, match="model 'Mystery'; this version reads format 1 of CausalLM"):
-        from_pretrained(tmp_path)
+    for model, named in [("Mystery", "'Mystery'"), (["CausalLM"], "\\['CausalLM'\\]"), ({}, "{}")]:  # no name
+        (tmp_path / "config.json").write_text(json.dumps({**config, "model": model}))
+        with pytest.raises(ValueError, match=f"model {named}; this version reads format 1 of CausalLM"):
+            from_pretrained(tmp_path)
 
 
 @pytest.mark.parametrize("change, message", [

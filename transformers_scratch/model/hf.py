@@ -102,11 +102,11 @@ FAMILIES["qwen2"] = dataclasses.replace(
     written={**FAMILIES["llama"].written, "architectures": ["Qwen2ForCausalLM"]})  # fmt: skip
 
 
-def _get(hf: dict, key: str) -> int:
-    value = hf.get(key)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise HFError(f"config.json's {key}={str(value)[:40]!r} is not an integer")
-    return value
+def _get(hf: dict, key: str, kind: type = int, default: Any = None) -> Any:  # an int, or a float (maybe written as 1)
+    value = hf.get(key, default)
+    if not isinstance(value, (int,) if kind is int else (int, float)) or isinstance(value, bool):
+        raise HFError(f"config.json's {key}={str(value)[:40]!r} is not {'an integer' if kind is int else 'a number'}")
+    return kind(value)
 
 
 def _rope_base(hf: dict) -> float:
@@ -128,16 +128,16 @@ def config_from_hf(hf: dict, num_classes: int | None = None):
     if kind is None and "format" in hf and "model" in hf:  # pretrained.py's layout
         raise HFError(f"config.json is this project's export of a {str(hf['model'])[:40]}, not a Hugging Face "
                       "model's: from_pretrained reads it; export the checkpoint with --format hf for one")  # fmt: skip
-    if kind not in FAMILIES:
+    if str(kind) not in FAMILIES:  # a list names none
         raise HFError(f"config.json's model_type {str(kind)[:40]!r} is not one of {', '.join(FAMILIES)}")
-    family = FAMILIES[kind]
+    family = FAMILIES[str(kind)]
     cfg: dict[str, Any] = {
         ours: None if ours == "ff_hidden" and hf.get(key) is None else _get(hf, key)
         for key, ours in family.sizes.items()
     }  # GPT-2's n_inner may be null: 4 x the width
-    cfg |= {**family.layout, "norm_eps": float(hf.get(family.eps[0], family.eps[1])), "qkv_bias": True, "bias": True}
+    cfg |= {**family.layout, "norm_eps": _get(hf, family.eps[0], float, family.eps[1]), "qkv_bias": True, "bias": True}
     if family.activation is not None:
-        if hf.get(family.activation) not in ACTIVATIONS:
+        if str(hf.get(family.activation)) not in ACTIVATIONS:
             raise HFError(f"config.json's {family.activation}={str(hf.get(family.activation))[:40]!r} has no "
                           f"counterpart here ({', '.join(ACTIVATIONS)})")  # fmt: skip
         cfg["activation"] = ACTIVATIONS[hf[family.activation]]
@@ -371,7 +371,7 @@ def hf_family(model: CausalLM | MaskedLM) -> tuple[str, dict]:
         refuse(f"positions {cfg.positions}", "GPT-2 (learned) or Llama (rope)")
     else:
         raise HFError(f"a {name} has no Hugging Face family here; export a CausalLM or a MaskedLM")
-    family = FAMILIES[kind]
+    family = FAMILIES[str(kind)]
     written: dict[str, str] = {v: k for k, v in reversed(ACTIVATIONS.items())}  # gelu_tanh -> gelu_new
     differ = [f"{k} {str(getattr(cfg, k)).lower()}" for k, v in family.layout.items() if getattr(cfg, k) != v]
     differ += [f"activation {cfg.activation}"] if family.activation and cfg.activation not in written else []

@@ -103,8 +103,8 @@ def read_config(folder: str | os.PathLike) -> dict:
         fix = "it is a Hugging Face model's: from_hf reads it" if "model_type" in config else "export the model again"
         raise ValueError(f"{str(path)!r} holds no model config of this project's; {fix}")
     version = config.get("format", FORMAT)
-    if not isinstance(version, int) or version > FORMAT or config.get("model") not in MODELS:
-        raise ValueError(f"{str(path)!r} describes format {config.get('format')} model {config.get('model')!r}; "
+    if not isinstance(version, int) or version > FORMAT or str(config.get("model")) not in MODELS:  # a list: no name
+        raise ValueError(f"{str(path)!r} describes format {config.get('format')!r} model {config.get('model')!r}; "
                          f"this version reads format {FORMAT} of {', '.join(MODELS)}")  # fmt: skip
     return config
 
