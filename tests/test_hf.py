@@ -298,6 +298,9 @@ def test_a_setting_the_family_fixes_is_refused_when_it_says_otherwise(tmp_path, 
     (gpt2, {"model_type": ["gpt2"]}, "config.json's model_type \"['gpt2']\" is not one of gpt2, bert"),
     (gpt2, {"layer_norm_epsilon": "x"}, "config.json's layer_norm_epsilon='x' is not a number"),
     (bert, {"layer_norm_eps": [1]}, "config.json's layer_norm_eps='[1]' is not a number"),
+    (gpt2, {"tie_word_embeddings": "false"}, "config.json's tie_word_embeddings='false' is not true or false"),  # was
+    (llama, {"attention_bias": "false", "mlp_bias": "false"}, "attention_bias='false' is not true or false"),  # True
+    (llama, {"num_key_value_heads": "2"}, "config.json's num_key_value_heads='2' is not an integer"),
 ])  # fmt: skip
 def test_a_config_json_that_maps_to_no_model_here_names_the_setting(tmp_path, make, changes, message):
     folder = saved(make(), tmp_path / "hf")

@@ -102,10 +102,15 @@ FAMILIES["qwen2"] = dataclasses.replace(
     written={**FAMILIES["llama"].written, "architectures": ["Qwen2ForCausalLM"]})  # fmt: skip
 
 
-def _get(hf: dict, key: str, kind: type = int, default: Any = None) -> Any:  # an int, or a float (maybe written as 1)
-    value = hf.get(key, default)
-    if not isinstance(value, (int,) if kind is int else (int, float)) or isinstance(value, bool):
-        raise HFError(f"config.json's {key}={str(value)[:40]!r} is not {'an integer' if kind is int else 'a number'}")
+KINDS = {int: ((int,), "an integer"), float: ((int, float), "a number"), bool: ((bool,), "true or false")}
+
+
+def _get(hf: dict, key: str, kind: type = int, default: Any = None) -> Any:
+    """A value of config.json's, of ``kind``: an int, a float (which may be written as 1) or a bool; null: default."""
+    value = default if hf.get(key) is None else hf[key]
+    types, words = KINDS[kind]
+    if not isinstance(value, types) or isinstance(value, bool) != (kind is bool):  # JSON's true is no number
+        raise HFError(f"config.json's {key}={str(value)[:40]!r} is not {words}")
     return kind(value)
 
 
@@ -142,7 +147,7 @@ def config_from_hf(hf: dict, num_classes: int | None = None):
                           f"counterpart here ({', '.join(ACTIVATIONS)})")  # fmt: skip
         cfg["activation"] = ACTIVATIONS[hf[family.activation]]
     if family.tie is not None:
-        cfg["tie_weights"] = bool(hf.get("tie_word_embeddings", family.tie))
+        cfg["tie_weights"] = _get(hf, "tie_word_embeddings", bool, family.tie)
     for key, want in family.fixed.items():
         if hf.get(key, want) != want:
             raise HFError(f"config.json's {key}={str(hf.get(key))[:40]!r} has no counterpart here; only {want!r} maps")
@@ -161,13 +166,13 @@ def _llama_only(hf: dict, kind: str, emb: int, heads: int) -> dict:
     if hf.get("head_dim") not in (None, emb // heads):
         raise HFError(f"config.json's head_dim={hf['head_dim']} is not hidden_size / num_attention_heads")
     if kind == "llama":
-        attention, mlp = bool(hf.get("attention_bias", False)), bool(hf.get("mlp_bias", False))
+        attention, mlp = _get(hf, "attention_bias", bool, False), _get(hf, "mlp_bias", bool, False)
         if attention != mlp:  # here one switch serves the output projection and the feed-forward
             raise HFError(f"config.json's attention_bias={attention} and mlp_bias={mlp} differ; they map only together")
         qkv_bias, bias = attention, attention
     else:
         qkv_bias, bias = True, False
-    return {"qkv_bias": qkv_bias, "bias": bias, "kv_heads": hf.get("num_key_value_heads") or heads,
+    return {"qkv_bias": qkv_bias, "bias": bias, "kv_heads": _get(hf, "num_key_value_heads", int, heads),
             "rope_base": _rope_base(hf)}  # fmt: skip
 
 
