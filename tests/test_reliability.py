@@ -2110,8 +2110,8 @@ def test_a_value_for_a_whole_group_of_settings_is_refused_naming_the_flag_and_th
 
 @pytest.mark.parametrize("asked, says", [
     ("--trainer.callbacks.help=Bogus", "--trainer.callbacks.help: 'Bogus' is no class it takes; name one by its"),
-    ("--trainer.logger.help=os.system", "--trainer.logger.help: 'os.system' is refused: classes from "
-     "transformers_scratch, torch, lightning only"),
+    ("--trainer.logger.help=os.system", "--trainer.logger.help: 'os.system' is refused: a config may name classes "
+     "and functions from transformers_scratch, torch, lightning only (nothing else is imported)"),
 ])  # fmt: skip
 def test_help_on_a_class_that_a_group_does_not_take_is_named_as_the_flags(capsys, asked, says):
     """jsonargparse's "Expected a dot import path string: Bogus" (or its denylist's words) was blamed on the

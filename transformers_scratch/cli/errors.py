@@ -340,15 +340,21 @@ def brief(message: str) -> str:
         fix = f"pass one of {', '.join(project_classes(flag))}" if own else "name a class by its name or import path"
         reason = (f"{shortened(name)!r} is no class it takes, nor a file of its settings; {fix} (--{flag}.help CLASS "
                   "shows one's settings)")  # fmt: skip
-    if "import path denylist" in reason:
-        reason = (f"{reason.split(chr(39))[1]!r} is refused: a config may name classes and functions from "
-                  f"{', '.join(ALLOWED_IMPORTS)} only (nothing else is imported)")  # fmt: skip
+    reason = denied(reason) or reason
     if keys and cls in BASES and re.match(r"Option '.*' is not accepted|unrecognized arguments", reason):
         reason += f"; no {keys[0]} class is named: pass a config that names one, e.g. --config configs/first_run.yaml"
     elif keys and (unknown := re.fullmatch(r"Option '(.*)' is not accepted", reason)):  # a setting the class lacks
         key, near = ".".join(keys), nearest(unknown[1], settings_of(paths[-1]) if paths else [])
         reason += f"; {near and f'did you mean --{key}.{near}? '}--{key}.help {cls} lists the settings it takes"
     return f"{'.'.join(keys)}: {reason}" if keys else reason
+
+
+def denied(reason: str) -> str | None:
+    """jsonargparse's refusal of an import path that its denylist holds, in the project's words; None: another."""
+    if "import path denylist" not in reason:
+        return None
+    return (f"{reason.split(chr(39))[1]!r} is refused: a config may name classes and functions from "
+            f"{', '.join(ALLOWED_IMPORTS)} only (nothing else is imported)")  # fmt: skip
 
 
 def class_at(class_path: str) -> Any:
@@ -461,8 +467,8 @@ def usage_slip(message: str, argv: list[str], options: list[str]) -> str | None:
         given = f"{flag}: {shortened(given_to(flag, argv))!r}"
         if asked[1] in ("model", "data"):
             return f"{given} is no class of the project's; pass one of {', '.join(project_classes(asked[1]))}"
-        if "import path denylist" in asked[2]:
-            return f"{given} is refused: classes from {', '.join(ALLOWED_IMPORTS)} only may be named"
+        if refusal := denied(asked[2]):  # the name, as jsonargparse quotes it
+            return f"{flag}: {refusal}"
         return f"{given} is no class it takes; name one by its name or import path"
     return None
 

@@ -376,7 +376,7 @@ def hf_family(model: CausalLM | MaskedLM) -> tuple[str, dict]:
         refuse(f"positions {cfg.positions}", "GPT-2 (learned) or Llama (rope)")
     else:
         raise HFError(f"a {name} has no Hugging Face family here; export a CausalLM or a MaskedLM")
-    family = FAMILIES[str(kind)]
+    family = FAMILIES[kind]
     written: dict[str, str] = {v: k for k, v in reversed(ACTIVATIONS.items())}  # gelu_tanh -> gelu_new
     differ = [f"{k} {str(getattr(cfg, k)).lower()}" for k, v in family.layout.items() if getattr(cfg, k) != v]
     differ += [f"activation {cfg.activation}"] if family.activation and cfg.activation not in written else []
