@@ -498,6 +498,9 @@ def test_the_long_context_tables_measure_the_kernels_they_are_given(tmp_path, mo
         ),  # fmt: skip
         (["--plot", "scaling.png"], "error: --plot is a setting of --long-context runs, and does nothing without"),
         (["--data.path", "text.txt"], "error: --data.path is a setting of --end-to-end or --speedrun runs"),
+        (["--speedrun"], "error: --speedrun needs --data.path, the text to train on and score"),
+        (["--end-to-end", "--data.path", "/dev/null"], "error: --data.path '/dev/null' is not a regular file; pass"),
+        (["--speedrun", "--data.path", "."], "error: --data.path '.' is a folder; pass the text to train on"),
         (
             ["--long-context", "--nanogpt", "model.py"],
             "error: --nanogpt is a setting of the default run, which --long-context replaces; leave it out",

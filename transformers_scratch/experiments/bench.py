@@ -35,6 +35,7 @@ from ..bounds import Count, Depth, NonNegative, PositiveFloat
 from ..data.files import path_refused
 from ..model.config import EncoderDecoderConfig, LMConfig
 from ..model.models import CausalLM, EncoderDecoder
+from ..training.checkpoints import absent
 from ..training.perf import peak_flops, train_flops_per_token
 from ..training.pictures import out_file
 from . import Parser, bounded
@@ -372,34 +373,28 @@ def bench(args: argparse.Namespace) -> None:
         if args.search:
             raise ValueError("--plot draws the sweep over contexts, which --search does not run; leave one of them out")
         out_file(args.plot, "--plot", "scaling.png")
-    if args.speedrun:
-        from .endtoend import speedrun
+    if args.speedrun or args.end_to_end:  # the text, before any run starts
+        from .endtoend import end_to_end, format_end_to_end, speedrun
 
+        text = "the text to train on and score" if args.speedrun else "the Tiny Shakespeare text (nanoGPT's input.txt)"
         if not args.data_path:
-            raise ValueError("--speedrun needs --data.path, the text to train on and score")
+            raise ValueError(f"{'--speedrun' if args.speedrun else '--end-to-end'} needs --data.path, {text}")
+        if not Path(args.data_path).is_file():
+            raise ValueError(f"--data.path {args.data_path!r} {absent(args.data_path)}; pass {text}")
         nanogpt_budget = args.budget if args.nanogpt_budget is None else args.nanogpt_budget
         try:
-            report = speedrun(args.data_path, args.budget, args.nanogpt_train, args.seeds, args.threads,
-                              args.fit_args.split(), nanogpt_budget=nanogpt_budget)  # fmt: skip
+            if args.speedrun:
+                report = speedrun(args.data_path, args.budget, args.nanogpt_train, args.seeds, args.threads,
+                                  args.fit_args.split(), nanogpt_budget=nanogpt_budget)  # fmt: skip
+            else:
+                report = end_to_end(args.data_path, args.nanogpt_train, args.rounds, args.max_steps, args.threads,
+                                    args.fit_args.split())  # fmt: skip
         except (FileNotFoundError, RuntimeError) as e:  # a path or a nanoGPT checkout that cannot serve
             raise ValueError(str(e)) from None
         report.update(hardware=f"CPU, {os.cpu_count()} cores", torch=torch.__version__, date=time.strftime("%Y-%m-%d"))
-        print(json.dumps(report, indent=2))
-        if "verdict" in report:
+        print(json.dumps(report, indent=2) if args.json or args.speedrun else "\n".join(format_end_to_end(report)))
+        if "verdict" in report:  # the speedrun's, beside nanoGPT
             print(report["verdict"]["said"], file=sys.stderr)
-        return
-    if args.end_to_end:
-        from .endtoend import end_to_end, format_end_to_end
-
-        if not args.data_path:
-            raise ValueError("--end-to-end needs --data.path, the Tiny Shakespeare text (nanoGPT's input.txt)")
-        try:
-            report = end_to_end(args.data_path, args.nanogpt_train, args.rounds, args.max_steps, args.threads,
-                                args.fit_args.split())  # fmt: skip
-        except (FileNotFoundError, RuntimeError) as e:
-            raise ValueError(str(e)) from None
-        report.update(hardware=f"CPU, {os.cpu_count()} cores", torch=torch.__version__, date=time.strftime("%Y-%m-%d"))
-        print(json.dumps(report, indent=2) if args.json else "\n".join(format_end_to_end(report)))
         return
 
     model, context, batch = load_sizes(args.config)

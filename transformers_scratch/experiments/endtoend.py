@@ -175,8 +175,6 @@ def heldout(row: dict, data: str, model_py: Path | None) -> float:
 def end_to_end(data: str, train_py: str | None, rounds: int, steps: int, threads: int | None,
                extra: list[str] | None = None, workdir: str | None = None) -> dict:  # fmt: skip
     """``rounds`` runs of fit, alternating with nanoGPT's train.py when given; every field per run."""
-    if not Path(data).is_file():
-        raise FileNotFoundError(f"--data.path {data!r} does not exist; pass Tiny Shakespeare (input.txt)")
     work = Path(workdir or tempfile.mkdtemp(prefix="e2e-"))
     copy = nanogpt_copy(train_py, data, work) if train_py else None
     rows = []
@@ -314,8 +312,6 @@ def speedrun(data: str, budget: float, train_py: str | None, seeds: int, threads
     last 5 % of the file, which no run trains on). With nanoGPT, ``verdict`` compares the two means: time to a
     loss, when nanoGPT's budget is the longer."""
     nanogpt_budget = budget if nanogpt_budget is None else nanogpt_budget
-    if not Path(data).is_file():
-        raise FileNotFoundError(f"--data.path {data!r} does not exist; pass a text file")
     work = Path(workdir or tempfile.mkdtemp(prefix="speedrun-"))
     work.mkdir(parents=True, exist_ok=True)
     copy = nanogpt_copy(train_py, data, work) if train_py else None
