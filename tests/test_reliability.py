@@ -1996,6 +1996,11 @@ def test_plot_of_a_run_that_logged_no_metric_says_so(tmp_path, capsys, monkeypat
           "metric (it ended before trainer.log_every_n_steps steps and a validation); plot a longer run")  # fmt: skip
 
 
+def test_plot_of_a_metrics_csv_that_is_a_folder_says_so(tmp_path, capsys):
+    (tmp_path / "metrics.csv").mkdir()
+    fails(capsys, "plot", str(tmp_path), message=f"error: '{tmp_path}/metrics.csv' is a folder; pass a run's log")
+
+
 def test_plot_leaves_out_a_diverged_runs_values_past_a_float32(tmp_path, capsys):
     (tmp_path / "metrics.csv").write_text("step,train/loss\n0,2.5\n1,nan\n2,1e308\n3,-inf\n4,2.25\n")
     assert learning_curves(tmp_path / "metrics.csv") == {"train/loss": ([0, 4], [2.5, 2.25])}

@@ -34,7 +34,7 @@ from ..data import ByteVocab, DataError, WordVocab
 from ..data.files import read_text, refuse_output
 from ..model.hf import HFError, save_hf
 from ..model.pretrained import save_pretrained
-from ..training.checkpoints import Checkpoint
+from ..training.checkpoints import Checkpoint, absent
 from ..training.console import shown
 from ..training.inference import continue_text, decode_sources, export_vocab
 from ..training.modules import LitCharLM, LitClassifier, LitMaskedLM, LitSeq2Seq, LitXL
@@ -347,8 +347,8 @@ def plot(run: PathName, out: PathName | None = None, dpi: Dpi = 100) -> None:
     if not metrics.exists() or metrics.is_dir():
         logged = sorted(given.glob("version_*/metrics.csv"), key=lambda p: p.stat().st_mtime)  # logs/NAME given
         example = shown(logged[-1].parent) if logged else "logs/imdb/version_0"
-        raise FileNotFoundError(f"{str(metrics)!r} does not exist; pass a run's log folder such as {example} (fit "
-                                "writes metrics.csv there)")  # fmt: skip
+        raise FileNotFoundError(f"{str(metrics)!r} {absent(str(metrics))}; pass a run's log folder such as "
+                                f"{example} (fit writes metrics.csv there)")  # fmt: skip
     if out is None and not metrics.is_file():
         raise ValueError(f"run {run!r} is a pipe, with no folder to hold the picture; pass --out curves.png")
     curves = learning_curves(metrics)
