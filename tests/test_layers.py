@@ -205,7 +205,7 @@ def test_the_gpu_script_imports_only_names_the_package_has():
 # The package's size as `wc -l` counts it, a folder at a time (top: the files beside the folders). A change may
 # shrink a folder and lower its line here; one that must grow a folder raises its line here, in its own commit,
 # so that growth is a decision and not accretion.
-LINE_BUDGET = {"top": 404, "cli": 2_133, "data": 1_868, "experiments": 1_407, "model": 2_705, "training": 2_751}
+LINE_BUDGET = {"top": 404, "cli": 2_133, "data": 1_868, "experiments": 1_406, "model": 2_705, "training": 2_751}
 
 
 def lines_by_folder(root: Path = PACKAGE) -> dict[str, int]:

@@ -381,11 +381,10 @@ def bench(args: argparse.Namespace) -> None:
             raise ValueError(f"{'--speedrun' if args.speedrun else '--end-to-end'} needs --data.path, {text}")
         if not Path(args.data_path).is_file():
             raise ValueError(f"--data.path {args.data_path!r} {absent(args.data_path)}; pass {text}")
-        nanogpt_budget = args.budget if args.nanogpt_budget is None else args.nanogpt_budget
         try:
             if args.speedrun:
                 report = speedrun(args.data_path, args.budget, args.nanogpt_train, args.seeds, args.threads,
-                                  args.fit_args.split(), nanogpt_budget=nanogpt_budget)  # fmt: skip
+                                  args.fit_args.split(), nanogpt_budget=args.nanogpt_budget)  # fmt: skip
             else:
                 report = end_to_end(args.data_path, args.nanogpt_train, args.rounds, args.max_steps, args.threads,
                                     args.fit_args.split())  # fmt: skip
